@@ -1,0 +1,161 @@
+package swapplan
+
+import (
+	"fmt"
+	"time"
+)
+
+// idle: no swap under way. A manual request first, else the automatic
+// decision.
+func (p *planner) idle() Plan {
+	if q := p.s.Request; q != nil && !p.consumed(q) {
+		return p.manual(q)
+	}
+	return p.automatic()
+}
+
+// consumed says the request already started a swap.
+func (p *planner) consumed(q *ManualRequest) bool {
+	last := p.s.Status.Last
+	return last != nil && last.RequestAt != nil && last.RequestAt.Equal(q.At)
+}
+
+// manual honours every gate but the cooldown and the verdicts.
+func (p *planner) manual(q *ManualRequest) Plan {
+	out, in := p.node(q.Out), p.node(q.In)
+	if why := p.refusal(q.Out, q.In, out, in, false); why != "" {
+		return p.wait("", "the manual request to swap %s for %s is refused: %s", q.Out, q.In, why)
+	}
+	if why := p.startGates(out); why != "" {
+		return p.wait("", "the manual request to swap %s for %s waits: %s", q.Out, q.In, why)
+	}
+	at := q.At
+	return p.start(out, in, OriginManual, &at, fmt.Sprintf("carrying out the manual request of %s to swap %s for %s", q.By, q.Out, q.In))
+}
+
+// refusal says why OUT cannot be swapped for IN; empty when it can.
+func (p *planner) refusal(outName, inName string, out, in *Node, needFit bool) string {
+	switch {
+	case out == nil:
+		return fmt.Sprintf("there is no Node %s", outName)
+	case !out.Voter():
+		return fmt.Sprintf("%s is not a voter", out.Name)
+	case in == nil:
+		return fmt.Sprintf("there is no Node %s", inName)
+	case in.Voter():
+		return fmt.Sprintf("%s is a voter already", in.Name)
+	}
+	return p.ineligible(in, needFit)
+}
+
+// ineligible says why the Node is not an eligible standby: staged, Ready,
+// schedulable and (when needFit) fit. Empty when it is.
+func (p *planner) ineligible(n *Node, needFit bool) string {
+	switch {
+	case n.Role != RoleStandby:
+		return fmt.Sprintf("%s's role is %q, not %q", n.Name, n.Role, RoleStandby)
+	case n.Probe == nil || !p.fresh(n):
+		return fmt.Sprintf("%s has no fresh probe sample", n.Name)
+	case !n.Probe.Staged:
+		return fmt.Sprintf("%s is not staged to become a server", n.Name)
+	case !n.Ready:
+		return fmt.Sprintf("%s is not Ready", n.Name)
+	case n.Unschedulable:
+		return fmt.Sprintf("%s is cordoned", n.Name)
+	case needFit && n.Verdict.State != VerdictFit:
+		return fmt.Sprintf("%s's verdict is %q, not %q", n.Name, n.Verdict.State, VerdictFit)
+	}
+	return ""
+}
+
+// startGates: before a swap starts, no voter's probe is silent and every
+// voter but OUT is healthy and lists exactly the voters, none a learner.
+func (p *planner) startGates(out *Node) string {
+	if why := p.silentVoter(out.Name); why != "" {
+		return why
+	}
+	expected := p.voterSet(nil, "")
+	for _, v := range p.voters {
+		if v.Name == out.Name {
+			continue
+		}
+		if why := p.unhealthy(v); why != "" {
+			return why
+		}
+		if why := p.membershipProblem(v, expected); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// automatic honours the cooldown and the verdicts, and in a dry run only
+// reports its decision.
+func (p *planner) automatic() Plan {
+	out, in, why := p.decide()
+	if out == nil {
+		return p.wait("", "%s", why)
+	}
+	d := &Decision{Out: out.Name, In: in.Name, Reason: why}
+	plan := func(format string, args ...any) Plan {
+		pl := p.wait("", format, args...)
+		pl.Decision = d
+		return pl
+	}
+	if c := p.s.Status.CooldownUntil; c != nil && p.s.Now.Before(*c) {
+		return plan("the automatic decision to swap %s for %s waits for the cooldown until %s (%s)", out.Name, in.Name, stamp(*c), why)
+	}
+	if p.s.Config.DryRun {
+		return plan("dry run: would swap %s for %s (%s)", out.Name, in.Name, why)
+	}
+	if gate := p.startGates(out); gate != "" {
+		return plan("the automatic decision to swap %s for %s waits: %s", out.Name, in.Name, gate)
+	}
+	pl := p.start(out, in, OriginAutomatic, nil, fmt.Sprintf("swapping %s for %s: %s", out.Name, in.Name, why))
+	pl.Decision = d
+	return pl
+}
+
+// decide takes the worst unfit voter and the best eligible standby; ties
+// break on the name.
+func (p *planner) decide() (out, in *Node, why string) {
+	for _, v := range p.voters {
+		if v.Verdict.State == VerdictUnfit && (out == nil || v.Verdict.Score > out.Verdict.Score) {
+			out = v
+		}
+	}
+	if out == nil {
+		return nil, nil, "no swap: no voter is unfit"
+	}
+	for i := range p.nodes {
+		n := &p.nodes[i]
+		if n.Role != RoleStandby || n.Voter() || p.ineligible(n, true) != "" {
+			continue
+		}
+		if in == nil || n.Verdict.Score < in.Verdict.Score {
+			in = n
+		}
+	}
+	if in == nil {
+		return nil, nil, fmt.Sprintf("no swap: the voter %s is unfit (%s) but no standby is eligible", out.Name, out.Verdict.Reason)
+	}
+	return out, in, fmt.Sprintf("%s is unfit (%s); %s is the fittest eligible standby", out.Name, out.Verdict.Reason, in.Name)
+}
+
+func (p *planner) start(out, in *Node, origin string, requestAt *time.Time, why string) Plan {
+	now := p.s.Now
+	rec := &SwapRecord{
+		ID:        SwapID(now, out.Name),
+		Out:       out.Name,
+		In:        in.Name,
+		Origin:    origin,
+		StartedAt: now,
+		RequestAt: requestAt,
+	}
+	return Plan{Action: Action{Type: ActionStart}, Step: StepStart, Swap: rec, Reason: why}
+}
+
+// SwapID names a swap by its start and its outgoing voter.
+func SwapID(start time.Time, out string) string {
+	return start.UTC().Format("20060102-150405") + "-" + out
+}

@@ -1,0 +1,464 @@
+package swapplan
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Steps of a swap, in the order a swap goes forward (SPEC §3), then the
+// phases a swap can leave the forward path by. They are also the names of
+// the actions that carry the steps out.
+const (
+	StepStart        = "start"
+	StepSnapshot     = "snapshot"
+	StepCordonIn     = "cordon-in"
+	StepRunnersIn    = "runners-in"
+	StepDrainIn      = "drain-in"
+	StepPromote      = "promote"
+	StepJoin         = "join"
+	StepGates        = "gates"
+	StepCordonOut    = "cordon-out"
+	StepRunnersOut   = "runners-out"
+	StepDrainOut     = "drain-out"
+	StepStepDown     = "step-down"
+	StepRemoveMember = "remove-member"
+	StepMemberGone   = "member-gone"
+	StepCleanUp      = "clean-up"
+	StepUncordon     = "uncordon"
+	StepEnd          = "end"
+	StepRollback     = "rollback"
+	StepAbandon      = "abandon"
+)
+
+// Steps lists every step, forward ones first in their order.
+var Steps = []string{
+	StepStart, StepSnapshot, StepCordonIn, StepRunnersIn, StepDrainIn, StepPromote, StepJoin,
+	StepGates, StepCordonOut, StepRunnersOut, StepDrainOut, StepStepDown, StepRemoveMember,
+	StepMemberGone, StepCleanUp, StepUncordon, StepEnd, StepRollback, StepAbandon,
+}
+
+// Action types. Each names the step it carries out; ActionNone waits.
+const (
+	ActionNone         = "none"
+	ActionStart        = StepStart        // acquire the Lease with Plan.Swap
+	ActionSnapshot     = StepSnapshot     // write Action.Request on Action.Node
+	ActionCordonIn     = StepCordonIn     // cordon Action.Node, annotate cordoned-by
+	ActionDrainIn      = StepDrainIn      // evict Action.Node's pods
+	ActionPromote      = StepPromote      // write Action.Request on Action.Node
+	ActionCordonOut    = StepCordonOut    // as ActionCordonIn
+	ActionDrainOut     = StepDrainOut     // as ActionDrainIn
+	ActionStepDown     = StepStepDown     // write Action.Request on Action.Node
+	ActionRemoveMember = StepRemoveMember // annotate Action.Node etcd.k3s.cattle.io/remove=true
+	ActionMemberGone   = StepMemberGone   // annotate Action.Node member-gone=<swap>
+	ActionCleanUp      = StepCleanUp      // set Action.Role; for RoleStandby drop all server state
+	ActionUncordon     = StepUncordon     // uncordon Action.Node, drop cordoned-by
+	ActionEnd          = StepEnd          // write Plan.Swap, clear Action.Clear, record, release
+	ActionRollback     = StepRollback     // write Plan.Swap (phase rollback) to the Lease
+	ActionAbandon      = StepAbandon      // write Plan.Swap (phase abandon) to the Lease
+)
+
+// Action is the one thing the controller does this pass.
+type Action struct {
+	Type string `json:"type"`
+	Node string `json:"node,omitempty"`
+	// Request to write on Node (snapshot, promote, step-down).
+	Request *Request `json:"request,omitempty"`
+	// Role to label Node with (clean-up).
+	Role string `json:"role,omitempty"`
+	// End: the result, the Nodes whose swap annotations to clear, the
+	// hosts left to node recovery and the cooldown to record.
+	Result        string     `json:"result,omitempty"`
+	Clear         []string   `json:"clear,omitempty"`
+	Pending       []string   `json:"pending,omitempty"`
+	CooldownUntil *time.Time `json:"cooldownUntil,omitempty"`
+}
+
+// Plan is the planner's answer: the next action and why, where the swap
+// stands, and what to keep of this pass.
+type Plan struct {
+	Action Action `json:"action"`
+	Reason string `json:"reason"`
+	// Step the swap is at, empty when none is under way. Since is when the
+	// step began (read back from Status), Bound its own bound.
+	Step  string     `json:"step"`
+	Since *time.Time `json:"since,omitempty"`
+	Bound Duration   `json:"bound,omitempty"`
+	// Swap is the swap under way (or started by this action), as the Lease
+	// should hold it after this pass.
+	Swap *SwapRecord `json:"swap"`
+	// RenewLease: renew the Lease, with Swap as its record, before acting.
+	RenewLease bool `json:"renewLease"`
+	// Decision is the automatic decision, also when only reported.
+	Decision *Decision `json:"decision,omitempty"`
+	// Voters are the Nodes whose members vote, by name.
+	Voters []string `json:"voters"`
+}
+
+// Next returns the one next action of a voter swap for the snapshot. It is
+// pure and deterministic: the same snapshot gives the same plan.
+func Next(s Snapshot) Plan {
+	p := newPlanner(s)
+	plan := p.next()
+	plan.Voters = p.voterNames()
+	if plan.Action.Type == "" {
+		plan.Action.Type = ActionNone
+	}
+	if plan.Step != "" {
+		st := s.Status
+		if st.Swap != nil && plan.Swap != nil && st.Swap.ID == plan.Swap.ID && st.Step == plan.Step && st.Since != nil {
+			since := *st.Since
+			plan.Since = &since
+		} else {
+			now := s.Now
+			plan.Since = &now
+		}
+		plan.Bound = Duration(p.bound(plan.Step))
+	}
+	return plan
+}
+
+type planner struct {
+	s      Snapshot
+	nodes  []Node
+	index  map[string]int
+	voters []*Node
+	// owner maps an etcd member name to its Node.
+	owner map[string]string
+	// rec is the swap under way, nil when idle.
+	rec *SwapRecord
+}
+
+func newPlanner(s Snapshot) *planner {
+	nodes := s.Nodes
+	byName := func(a, b Node) int { return cmp.Compare(a.Name, b.Name) }
+	if !slices.IsSortedFunc(nodes, byName) {
+		nodes = slices.Clone(nodes)
+		slices.SortStableFunc(nodes, byName)
+	}
+	p := &planner{s: s, nodes: nodes, index: make(map[string]int, len(nodes)), owner: map[string]string{}}
+	for i := range nodes {
+		n := &nodes[i]
+		p.index[n.Name] = i
+		if n.Voter() {
+			p.voters = append(p.voters, n)
+		}
+		if n.MemberName != "" {
+			p.owner[n.MemberName] = n.Name
+		}
+		if n.Probe != nil && n.Probe.Member != "" {
+			p.owner[n.Probe.Member] = n.Name
+		}
+	}
+	return p
+}
+
+func (p *planner) node(name string) *Node {
+	if i, ok := p.index[name]; ok {
+		return &p.nodes[i]
+	}
+	return nil
+}
+
+func (p *planner) voterNames() []string {
+	names := make([]string, len(p.voters))
+	for i, v := range p.voters {
+		names[i] = v.Name
+	}
+	return names
+}
+
+func (p *planner) next() Plan {
+	l := p.s.Lease
+	if p.leaseHeldByOther() {
+		plan := Plan{Reason: fmt.Sprintf("the Lease %s/%s is held by %q (renewed %s): nothing is done under it, and it is not renewed",
+			Namespace, LeaseName, l.Holder, stamp(l.RenewTime))}
+		if rec := p.s.Status.Swap; rec != nil {
+			r := *rec
+			plan.Swap, plan.Step = &r, p.s.Status.Step
+		}
+		return plan
+	}
+	if l.Holder == ControllerHolder && l.Swap != nil {
+		rec := *l.Swap
+		p.rec = &rec
+		plan := p.holdWhileSilent(p.swap())
+		if plan.Swap == nil {
+			plan.Swap = p.rec
+		}
+		plan.RenewLease = true
+		return plan
+	}
+	if rec := p.s.Status.Swap; rec != nil && (p.s.Status.Last == nil || p.s.Status.Last.ID != rec.ID) {
+		r := *rec
+		p.rec = &r
+		return p.holdWhileSilent(Plan{
+			Action: Action{Type: ActionStart},
+			Step:   StepStart,
+			Swap:   p.rec,
+			Reason: fmt.Sprintf("resuming swap %s (%s out, %s in): its Lease was released or expired before it ended", r.ID, r.Out, r.In),
+		})
+	}
+	return p.idle()
+}
+
+// leaseHeldByOther: held by someone else and not expired. A Lease that says
+// no duration is taken as held.
+func (p *planner) leaseHeldByOther() bool {
+	l := p.s.Lease
+	if l.Holder == "" || l.Holder == ControllerHolder {
+		return false
+	}
+	return l.Duration <= 0 || l.RenewTime.Add(l.Duration).After(p.s.Now)
+}
+
+// holdWhileSilent holds any action while a voter's probe (other than the
+// outgoing voter's) has been silent for 3 periods.
+func (p *planner) holdWhileSilent(plan Plan) Plan {
+	if plan.Action.Type == ActionNone || plan.Action.Type == "" {
+		return plan
+	}
+	if why := p.silentVoter(p.rec.Out); why != "" {
+		plan.Reason = fmt.Sprintf("every step holds: %s (next: %s %s)", why, plan.Action.Type, plan.Action.Node)
+		plan.Action = Action{Type: ActionNone}
+		plan.Swap = p.rec
+	}
+	return plan
+}
+
+func (p *planner) silentVoter(except string) string {
+	for _, v := range p.voters {
+		if v.Name != except && p.silent(v) {
+			if v.Probe == nil {
+				return fmt.Sprintf("voter %s has no probe sample", v.Name)
+			}
+			return fmt.Sprintf("voter %s's probe has been silent since %s (3 periods of %s)",
+				v.Name, stamp(v.Probe.At), p.period(v))
+		}
+	}
+	return ""
+}
+
+func (p *planner) bound(step string) time.Duration {
+	b := p.s.Config.Bounds
+	switch step {
+	case StepSnapshot:
+		return b.Snapshot
+	case StepRunnersIn, StepRunnersOut:
+		return b.Runners
+	case StepDrainIn, StepDrainOut:
+		return b.Drain
+	case StepPromote:
+		return b.Promote
+	case StepJoin:
+		return b.Join
+	case StepGates:
+		return b.Gates
+	case StepStepDown:
+		return b.StepDown
+	case StepMemberGone:
+		return b.MemberGone
+	case StepUncordon:
+		return b.Uncordon
+	case StepRollback:
+		return b.Rollback
+	}
+	return 0
+}
+
+// elapsed is how long the swap has been at the step, read back from the
+// status this controller published; 0 when it just got there.
+func (p *planner) elapsed(step string) time.Duration {
+	st := p.s.Status
+	if p.rec == nil || st.Swap == nil || st.Swap.ID != p.rec.ID || st.Since == nil || st.Step != step {
+		return 0
+	}
+	return p.s.Now.Sub(*st.Since)
+}
+
+// pastBound says the swap has waited at the step longer than its bound.
+func (p *planner) pastBound(step string) bool {
+	return p.elapsed(step) > p.bound(step)
+}
+
+// passed says a step past which the swap goes on (not abandoning or rolling
+// back) was already gone past: over its bound, or the status shows the swap
+// at a later forward step. Note: without the latter the swap would return to
+// a wait it had already given up, and the step's clock would start again.
+func (p *planner) passed(step string) bool {
+	if p.pastBound(step) {
+		return true
+	}
+	st := p.s.Status
+	if p.rec == nil || st.Swap == nil || st.Swap.ID != p.rec.ID {
+		return false
+	}
+	at, here := slices.Index(Steps, st.Step), slices.Index(Steps, step)
+	return at > here && at <= slices.Index(Steps, StepEnd)
+}
+
+func (p *planner) period(n *Node) time.Duration {
+	if n.Probe != nil && n.Probe.Period > 0 {
+		return time.Duration(n.Probe.Period)
+	}
+	return p.s.Config.ProbePeriod
+}
+
+// fresh: the sample is at most two periods old (one may be in flight).
+func (p *planner) fresh(n *Node) bool {
+	return n.Probe != nil && p.s.Now.Sub(n.Probe.At) <= 2*p.period(n)
+}
+
+// silent: no sample for three periods.
+func (p *planner) silent(n *Node) bool {
+	return n.Probe == nil || p.s.Now.Sub(n.Probe.At) > 3*p.period(n)
+}
+
+// unhealthy says why the Node is not a healthy voter: Ready, a fresh
+// sample, and healthy by it. Empty when it is.
+func (p *planner) unhealthy(n *Node) string {
+	switch {
+	case !n.Ready:
+		return fmt.Sprintf("%s is not Ready", n.Name)
+	case n.Probe == nil:
+		return fmt.Sprintf("%s has no probe sample", n.Name)
+	case !p.fresh(n):
+		return fmt.Sprintf("%s's probe sample is stale (%s)", n.Name, stamp(n.Probe.At))
+	case !n.Probe.Healthy:
+		why := n.Probe.Error
+		if why == "" {
+			why = fmt.Sprintf("fsync p99 %.1f ms, read %.1f ms", n.Probe.FsyncP99Ms, n.Probe.RTTMs)
+		}
+		return fmt.Sprintf("%s's probe says unhealthy: %s", n.Name, why)
+	}
+	return ""
+}
+
+// memberNode maps an etcd member name to its Node: by the names the Nodes
+// carry, else k3s's "<node>-<8 hex>" form.
+func (p *planner) memberNode(member string) string {
+	if n, ok := p.owner[member]; ok {
+		return n
+	}
+	if i := strings.LastIndexByte(member, '-'); i > 0 && len(member)-i-1 == 8 && isHex(member[i+1:]) {
+		return member[:i]
+	}
+	return member
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// listed returns the Nodes the Node's etcd lists as members, sorted, and
+// those it lists as learners.
+func (p *planner) listed(n *Node) (members, learners []string) {
+	if n.Probe == nil {
+		return nil, nil
+	}
+	for _, m := range n.Probe.Members {
+		name := p.memberNode(m.Name)
+		members = append(members, name)
+		if m.Learner {
+			learners = append(learners, name)
+		}
+	}
+	slices.Sort(members)
+	return members, learners
+}
+
+// membershipProblem says how the Node's fresh member list differs from the
+// expected Nodes (sorted), or that it lists a learner. Empty when it matches.
+func (p *planner) membershipProblem(n *Node, expected []string) string {
+	if !p.fresh(n) {
+		return fmt.Sprintf("%s has no fresh member list", n.Name)
+	}
+	members, learners := p.listed(n)
+	if len(learners) > 0 {
+		return fmt.Sprintf("%s lists a learner: %s", n.Name, strings.Join(learners, ", "))
+	}
+	if !slices.Equal(members, expected) {
+		return fmt.Sprintf("%s lists members [%s], expected [%s]", n.Name, strings.Join(members, " "), strings.Join(expected, " "))
+	}
+	return ""
+}
+
+// voterSet returns the voters' names with add added and drop left out, sorted.
+func (p *planner) voterSet(add []string, drop string) []string {
+	set := make([]string, 0, len(p.voters)+len(add))
+	for _, v := range p.voters {
+		if v.Name != drop {
+			set = append(set, v.Name)
+		}
+	}
+	for _, a := range add {
+		if a != drop && !slices.Contains(set, a) {
+			set = append(set, a)
+		}
+	}
+	slices.Sort(set)
+	return set
+}
+
+// lists says whether the Node's etcd lists a member of the named Node.
+func (p *planner) lists(n *Node, name string, learnerToo bool) bool {
+	if n.Probe == nil {
+		return false
+	}
+	for _, m := range n.Probe.Members {
+		if p.memberNode(m.Name) == name && (learnerToo || !m.Learner) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *planner) wait(step, format string, args ...any) Plan {
+	return Plan{Action: Action{Type: ActionNone}, Step: step, Reason: fmt.Sprintf(format, args...)}
+}
+
+func (p *planner) act(step string, a Action, format string, args ...any) Plan {
+	return Plan{Action: a, Step: step, Reason: fmt.Sprintf(format, args...)}
+}
+
+func (p *planner) request(node *Node, step, action string) Action {
+	return Action{Type: step, Node: node.Name, Request: &Request{Swap: p.rec.ID, Action: action, At: p.s.Now}}
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func unfinishedRunners(n *Node) (names []string) {
+	for _, pod := range n.Pods {
+		if pod.Runner && !pod.Finished {
+			names = append(names, pod.Namespace+"/"+pod.Name)
+		}
+	}
+	return names
+}
+
+// evictable returns the pods a drain must remove, and whether any of them
+// is not yet terminating (so a drain has work to do).
+func evictable(n *Node) (names []string, toEvict bool) {
+	for _, pod := range n.Pods {
+		if pod.DaemonSet || pod.Mirror || pod.Finished {
+			continue
+		}
+		names = append(names, pod.Namespace+"/"+pod.Name)
+		toEvict = toEvict || !pod.Terminating
+	}
+	return names, toEvict
+}
+
+func short(names []string) string {
+	if len(names) > 3 {
+		return strings.Join(names[:3], ", ") + fmt.Sprintf(" and %d more", len(names)-3)
+	}
+	return strings.Join(names, ", ")
+}

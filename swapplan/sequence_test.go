@@ -1,0 +1,112 @@
+package swapplan_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// Sequence tests: each action applied to the simulated cluster, passes run
+// until the swap ends.
+
+func TestSequenceAManualSwapRunsToCompleted(t *testing.T) {
+	w := newWorld(t, 3, 1, 1)
+	w.requestSwap("v1", "s1")
+	res := w.run(200)
+	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Empty(t, res.Pending)
+	assert.Equal(t, []string{
+		"start ", "snapshot v2", "cordon-in s1", "drain-in s1", "promote s1", "cordon-out v1", "drain-out v1",
+		"step-down v1", "remove-member v1", "member-gone v1", "clean-up v1", "clean-up s1", "uncordon s1", "uncordon v1", "end ",
+	}, w.actions())
+
+	v1, s1 := w.node("v1"), w.node("s1")
+	assert.Equal(t, swapplan.RoleStandby, v1.Role)
+	assert.Equal(t, swapplan.RoleVoter, s1.Role)
+	assert.Empty(t, v1.ServerLabels)
+	assert.False(t, v1.Unschedulable)
+	assert.False(t, s1.Unschedulable)
+	for _, n := range w.nodes {
+		assert.Nil(t, n.Request, n.Name)
+		assert.Empty(t, n.CordonedBy, n.Name)
+		assert.Empty(t, n.MemberGone, n.Name)
+	}
+	assert.Equal(t, swapplan.Lease{}, w.lease, "the Lease is released")
+	plan := w.pass()
+	assert.Equal(t, []string{"s1", "v2", "v3"}, plan.Voters)
+	assert.Equal(t, swapplan.ActionNone, plan.Action.Type, "the request is not carried out twice")
+}
+
+func TestSequenceACandidateThatNeverVotesIsRolledBack(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.hosts["s1"].neverJoin = true
+	w.requestSwap("v1", "s1")
+	res := w.run(300)
+	assert.Equal(t, swapplan.ResultRolledBack, res.Result)
+	assert.Contains(t, res.Reason, "not a voter")
+	acts := strings.Join(w.actions(), ",")
+	assert.Contains(t, acts, "rollback ,step-down s1,remove-member s1,member-gone s1,clean-up s1,uncordon s1,end ")
+	assert.NotContains(t, acts, "v1", "the outgoing voter is never touched")
+	s1 := w.node("s1")
+	assert.Equal(t, swapplan.RoleStandby, s1.Role)
+	assert.Empty(t, s1.ServerLabels)
+	assert.False(t, s1.Unschedulable)
+	assert.Len(t, w.members, 3)
+	assert.Equal(t, []string{"v1", "v2", "v3"}, w.pass().Voters)
+}
+
+func TestSequenceARefusedPromotionIsAbandoned(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.hosts["s1"].refusePromote = true
+	w.requestSwap("v1", "s1")
+	res := w.run(200)
+	assert.Equal(t, swapplan.ResultAbandoned, res.Result)
+	assert.Nil(t, w.status.CooldownUntil, "no cooldown after an abandon")
+	assert.False(t, w.node("s1").Unschedulable)
+}
+
+func TestSequenceAPausedOutgoingVoterIsSwappedAndLeftPending(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, atStep(swapplan.StepCordonOut))
+	w.hosts["v1"].paused = true
+	res := w.run(300)
+	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, []string{"v1"}, res.Pending)
+	assert.Len(t, w.members, 3)
+}
+
+func TestSequenceFailingActionsAreRepeatedAndTheSwapStillCompletes(t *testing.T) {
+	w := newWorld(t, 3, 2, 1)
+	w.failRate = 0.4
+	w.requestSwap("v2", "s2")
+	res := w.run(400)
+	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+}
+
+func TestSequenceTheAutomaticDecisionSwapsTheWorstUnfitVoter(t *testing.T) {
+	w := newWorld(t, 3, 2, 0)
+	w.node("v2").Verdict = swapplan.Verdict{State: swapplan.VerdictUnfit, Score: 30, Reason: "fsync p99 30 ms"}
+	w.node("v3").Verdict = swapplan.Verdict{State: swapplan.VerdictUnfit, Score: 20, Reason: "fsync p99 20 ms"}
+	w.node("s1").Verdict = swapplan.Verdict{State: swapplan.VerdictFit, Score: 3}
+	w.node("s2").Verdict = swapplan.Verdict{State: swapplan.VerdictFit, Score: 2}
+	plan := w.pass()
+	require.Equal(t, swapplan.ActionStart, plan.Action.Type, plan.Reason)
+	assert.Equal(t, "v2", plan.Swap.Out)
+	assert.Equal(t, "s2", plan.Swap.In)
+	assert.Equal(t, swapplan.OriginAutomatic, plan.Swap.Origin)
+	// The verdicts are the controller's; once v2 is out it is no voter.
+	w.node("v2").Verdict = swapplan.Verdict{State: swapplan.VerdictFit}
+	res := w.run(300)
+	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	require.NotNil(t, w.status.CooldownUntil)
+	assert.Equal(t, res.EndedAt.Add(time.Hour), *w.status.CooldownUntil)
+	plan = w.pass()
+	assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+	assert.Contains(t, plan.Reason, "cooldown")
+}

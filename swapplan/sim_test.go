@@ -1,0 +1,459 @@
+package swapplan_test
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// world is a simulated cluster: the Nodes, the Lease and the status as the
+// controller sees them, plus the truth behind them (etcd's members, each
+// host's units) and the parts that play the agents, k3s and the kubelets.
+// apply carries out a plan as the controller's executor does.
+type world struct {
+	t       testing.TB
+	rng     *rand.Rand
+	now     time.Time
+	tick    time.Duration
+	cfg     swapplan.Config
+	nodes   []swapplan.Node
+	lease   swapplan.Lease
+	status  swapplan.Status
+	request *swapplan.ManualRequest
+	members []member
+	hosts   map[string]*host
+	// failRate is the chance an action fails (and is not carried out).
+	failRate float64
+	// history of plans, one a pass.
+	plans []swapplan.Plan
+	// checks run on every plan before it is applied.
+	checks []func(w *world, p swapplan.Plan)
+	// regradeUntil: regrade holds the Lease until then.
+	regradeUntil time.Time
+}
+
+type member struct {
+	name, node string
+	learner    bool
+}
+
+type host struct {
+	staged        bool
+	server, agent bool
+	roleFile      string
+	member        string
+	incarnation   int
+	serverStart   time.Time
+	agentStart    time.Time
+	learnerSince  time.Time
+	handled       time.Time // At of the last request handled
+	swap          string    // the swap of the last step-down handled
+	// faults
+	paused           bool
+	silentUntil      time.Time
+	unhealthyUntil   time.Time
+	refusePromote    bool
+	ignorePromote    bool
+	neverJoin        bool
+	snapshotNotReady bool
+}
+
+var epoch = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+
+func testConfig() swapplan.Config {
+	return swapplan.Config{
+		DryRun:      false,
+		Cooldown:    time.Hour,
+		ProbePeriod: 10 * time.Second,
+		Bounds: swapplan.Bounds{
+			Snapshot:   5 * time.Minute,
+			Runners:    10 * time.Minute,
+			Drain:      5 * time.Minute,
+			Promote:    5 * time.Minute,
+			Join:       5 * time.Minute,
+			Gates:      10 * time.Minute,
+			StepDown:   3 * time.Minute,
+			MemberGone: 5 * time.Minute,
+			Uncordon:   5 * time.Minute,
+			Rollback:   3 * time.Minute,
+		},
+	}
+}
+
+// newWorld builds a healthy cluster of voters v1..vN, standbys s1..sS and
+// agents a1..aA, each with a few pods, every probe fresh.
+func newWorld(t testing.TB, voters, standbys, agents int) *world {
+	w := &world{t: t, rng: rand.New(rand.NewPCG(1, 2)), now: epoch, tick: 10 * time.Second, cfg: testConfig(), hosts: map[string]*host{}}
+	for i := 1; i <= voters; i++ {
+		name := fmt.Sprintf("v%d", i)
+		h := &host{server: true, roleFile: "server", serverStart: epoch.Add(-24 * time.Hour)}
+		h.member = memberName(name, 0)
+		w.hosts[name] = h
+		w.members = append(w.members, member{name: h.member, node: name})
+		w.nodes = append(w.nodes, swapplan.Node{
+			Name: name, Role: swapplan.RoleVoter, Level: "full",
+			ServerLabels: slices.Clone(swapplan.ServerLabels),
+			MemberName:   h.member,
+			EtcdIsVoter:  swapplan.Condition{Status: "True", Reason: swapplan.ReasonMemberNotLearner},
+		})
+	}
+	for i := 1; i <= standbys; i++ {
+		name := fmt.Sprintf("s%d", i)
+		w.hosts[name] = &host{staged: true, agent: true, roleFile: "agent", agentStart: epoch.Add(-24 * time.Hour)}
+		w.nodes = append(w.nodes, swapplan.Node{Name: name, Role: swapplan.RoleStandby})
+	}
+	for i := 1; i <= agents; i++ {
+		name := fmt.Sprintf("a%d", i)
+		w.hosts[name] = &host{agent: true, roleFile: "agent", agentStart: epoch.Add(-24 * time.Hour)}
+		w.nodes = append(w.nodes, swapplan.Node{Name: name, Role: swapplan.RoleAgent})
+	}
+	slices.SortFunc(w.nodes, func(a, b swapplan.Node) int { return compare(a.Name, b.Name) })
+	for i := range w.nodes {
+		n := &w.nodes[i]
+		n.Pods = []swapplan.Pod{
+			{Namespace: "kube-system", Name: "svclb-" + n.Name, DaemonSet: true},
+			{Namespace: "apps", Name: "web-" + n.Name},
+		}
+		n.Verdict = swapplan.Verdict{State: swapplan.VerdictFit, Score: 1}
+	}
+	w.react()
+	return w
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func memberName(node string, incarnation int) string {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", node, incarnation)
+	return fmt.Sprintf("%s-%08x", node, h.Sum32())
+}
+
+func (w *world) node(name string) *swapplan.Node {
+	for i := range w.nodes {
+		if w.nodes[i].Name == name {
+			return &w.nodes[i]
+		}
+	}
+	w.t.Fatalf("no node %s", name)
+	return nil
+}
+
+func (w *world) snapshot() swapplan.Snapshot {
+	nodes := make([]swapplan.Node, len(w.nodes))
+	for i, n := range w.nodes {
+		nodes[i] = n
+		nodes[i].ServerLabels = slices.Clone(n.ServerLabels)
+		nodes[i].Pods = slices.Clone(n.Pods)
+	}
+	var req *swapplan.ManualRequest
+	if w.request != nil {
+		r := *w.request
+		req = &r
+	}
+	lease := w.lease
+	if lease.Swap != nil {
+		rec := *lease.Swap
+		lease.Swap = &rec
+	}
+	return swapplan.Snapshot{Now: w.now, Config: w.cfg, Nodes: nodes, Lease: lease, Status: w.status, Request: req}
+}
+
+// react plays the agents, k3s and the kubelets for one tick.
+func (w *world) react() {
+	if !w.regradeUntil.IsZero() && !w.now.Before(w.regradeUntil) {
+		w.lease = swapplan.Lease{} // regrade releases, clearing the annotations
+		w.regradeUntil = time.Time{}
+	}
+	for i := range w.nodes {
+		w.agent(&w.nodes[i])
+	}
+	w.k3s()
+	for i := range w.nodes {
+		w.kubelet(&w.nodes[i])
+	}
+}
+
+func (w *world) report(n *swapplan.Node, r swapplan.Report) {
+	r.At = w.now
+	n.Report = &r
+}
+
+func (w *world) agent(n *swapplan.Node) {
+	h := w.hosts[n.Name]
+	if h.paused {
+		return
+	}
+	if q := n.Request; q != nil && !q.At.Equal(h.handled) {
+		h.handled = q.At
+		at := q.At
+		switch q.Action {
+		case swapplan.RequestPromote:
+			switch {
+			case h.ignorePromote:
+			case !h.staged || h.refusePromote:
+				w.report(n, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateRefused, RequestAt: &at, Message: "not staged"})
+			default:
+				if !h.server {
+					h.agent, h.server, h.serverStart = false, true, w.now
+					h.incarnation++
+					h.member = memberName(n.Name, h.incarnation)
+					h.learnerSince = w.now
+					w.members = append(w.members, member{name: h.member, node: n.Name, learner: true})
+				}
+				h.roleFile = "server"
+				start := h.serverStart
+				w.report(n, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, StartedAt: &start, RequestAt: &at})
+			}
+		case swapplan.RequestStepDown:
+			h.roleFile, h.server, h.swap = "agent", false, q.Swap
+			w.report(n, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at})
+		case swapplan.RequestSnapshot:
+			r := swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at}
+			if !h.snapshotNotReady {
+				r.Snapshot = &swapplan.SnapshotFile{Path: "/var/lib/rancher/k3s/server/db/snapshots/s.db", Size: 4096,
+					SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
+			}
+			w.report(n, r)
+		}
+	}
+	// finish: the role file says agent, and the member is gone.
+	if h.roleFile == "agent" && !h.agent && !h.server && h.member != "" {
+		gone := !w.isMember(h.member) || (n.MemberGone != "" && n.MemberGone == h.swap)
+		if gone {
+			h.agent, h.agentStart, h.member = true, w.now, ""
+			start := h.agentStart
+			w.report(n, swapplan.Report{Swap: h.swap, Action: swapplan.ReportFinish, State: swapplan.StateDone, StartedAt: &start})
+		}
+	}
+	// A step-down of a host that never started its server (a rollback of a
+	// candidate that ignored its promotion) finishes at once.
+	if h.roleFile == "agent" && !h.agent && !h.server && h.member == "" && n.MemberGone != "" {
+		h.agent, h.agentStart = true, w.now
+		start := h.agentStart
+		w.report(n, swapplan.Report{Swap: n.MemberGone, Action: swapplan.ReportFinish, State: swapplan.StateDone, StartedAt: &start})
+	}
+}
+
+func (w *world) isMember(name string) bool {
+	return slices.ContainsFunc(w.members, func(m member) bool { return m.name == name })
+}
+
+// k3s: the leader promotes caught-up learners and removes members on request;
+// a running server keeps its labels and annotations.
+func (w *world) k3s() {
+	for i := range w.members {
+		m := &w.members[i]
+		if h := w.hosts[m.node]; m.learner && h.server && !h.neverJoin && w.now.Sub(h.learnerSince) >= 20*time.Second {
+			m.learner = false
+		}
+	}
+	for i := range w.nodes {
+		n := &w.nodes[i]
+		h := w.hosts[n.Name]
+		if n.RemoveRequested && n.MemberName != "" && w.isMember(n.MemberName) {
+			w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.name == n.MemberName })
+			n.RemovedMember = n.MemberName
+		}
+		if h.server && !h.paused {
+			for _, l := range swapplan.ServerLabels {
+				if !slices.Contains(n.ServerLabels, l) {
+					n.ServerLabels = append(n.ServerLabels, l)
+				}
+			}
+			n.MemberName = h.member
+		}
+		switch idx := slices.IndexFunc(w.members, func(m member) bool { return m.node == n.Name }); {
+		case idx < 0 && len(n.ServerLabels) > 0:
+			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: swapplan.ReasonNotAMember}
+		case idx < 0:
+		case w.members[idx].learner:
+			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: swapplan.ReasonMemberIsLearner}
+		case !h.server || h.paused:
+			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: swapplan.ReasonUnhealthy}
+		default:
+			n.EtcdIsVoter = swapplan.Condition{Status: "True", Reason: swapplan.ReasonMemberNotLearner}
+		}
+	}
+}
+
+func (w *world) kubelet(n *swapplan.Node) {
+	h := w.hosts[n.Name]
+	n.Ready = (h.server || h.agent) && !h.paused
+	if n.Ready {
+		n.Heartbeat = w.now
+	}
+	if !h.paused && !w.now.Before(h.silentUntil) {
+		p := &swapplan.Probe{At: w.now, Period: swapplan.Duration(w.cfg.ProbePeriod), Healthy: !w.now.Before(h.unhealthyUntil),
+			Staged: h.staged && !h.server, FsyncP99Ms: 2}
+		if h.server {
+			p.Member = h.member
+			for _, m := range w.members {
+				p.Members = append(p.Members, swapplan.Member{Name: m.name, Learner: m.learner})
+			}
+		}
+		n.Probe = p
+	}
+	pods := n.Pods[:0]
+	for _, p := range n.Pods {
+		if !p.Terminating {
+			pods = append(pods, p)
+		}
+	}
+	n.Pods = pods
+}
+
+// pass runs one controller pass: the world moves on a tick, the planner
+// plans, the checks run, and the plan is carried out.
+func (w *world) pass() swapplan.Plan {
+	w.now = w.now.Add(w.tick)
+	w.react()
+	plan := swapplan.Next(w.snapshot())
+	for _, c := range w.checks {
+		c(w, plan)
+	}
+	w.plans = append(w.plans, plan)
+	w.apply(plan)
+	return plan
+}
+
+// apply carries the plan out as the controller's executor does.
+func (w *world) apply(plan swapplan.Plan) {
+	now := w.now
+	if plan.RenewLease {
+		rec := *plan.Swap
+		w.lease.RenewTime, w.lease.Swap = now, &rec
+	}
+	a := plan.Action
+	failed := a.Type != swapplan.ActionNone && w.rng.Float64() < w.failRate
+	w.status.Step, w.status.Reason, w.status.Bound, w.status.Decision = plan.Step, plan.Reason, plan.Bound, plan.Decision
+	if plan.Since != nil {
+		since := *plan.Since
+		w.status.Since = &since
+	} else {
+		w.status.Since = nil
+	}
+	if plan.Swap != nil && plan.Swap.Phase != swapplan.PhaseEnd || plan.Action.Type == swapplan.ActionEnd {
+		rec := *plan.Swap
+		w.status.Swap = &rec
+	}
+	if a.Type != swapplan.ActionNone {
+		la := &swapplan.LastAction{Type: a.Type, Node: a.Node, At: now}
+		if failed {
+			la.Error = "injected failure"
+		}
+		w.status.LastAction = la
+	}
+	if failed {
+		return
+	}
+	var n *swapplan.Node
+	if a.Node != "" {
+		n = w.node(a.Node)
+	}
+	switch a.Type {
+	case swapplan.ActionStart:
+		rec := *plan.Swap
+		w.lease = swapplan.Lease{Holder: swapplan.ControllerHolder, RenewTime: now, Duration: time.Minute, Swap: &rec}
+		w.status.Swap = &rec
+	case swapplan.ActionSnapshot, swapplan.ActionPromote, swapplan.ActionStepDown:
+		q := *a.Request
+		n.Request = &q
+	case swapplan.ActionCordonIn, swapplan.ActionCordonOut:
+		n.Unschedulable, n.CordonedBy = true, plan.Swap.ID
+	case swapplan.ActionDrainIn, swapplan.ActionDrainOut:
+		for i := range n.Pods {
+			if p := &n.Pods[i]; !p.DaemonSet && !p.Mirror {
+				p.Terminating = true
+			}
+		}
+	case swapplan.ActionRemoveMember:
+		n.RemoveRequested = true
+	case swapplan.ActionMemberGone:
+		n.MemberGone = plan.Swap.ID
+	case swapplan.ActionCleanUp:
+		n.Role = a.Role
+		if a.Role == swapplan.RoleStandby {
+			n.ServerLabels, n.MemberName, n.RemovedMember, n.RemoveRequested, n.Level, n.EtcdTaint = nil, "", "", false, "", false
+		}
+	case swapplan.ActionUncordon:
+		n.Unschedulable, n.CordonedBy = false, ""
+	case swapplan.ActionEnd:
+		for _, name := range a.Clear {
+			c := w.node(name)
+			c.Request, c.MemberGone, c.CordonedBy = nil, "", ""
+		}
+		rec := plan.Swap
+		w.status.Last = &swapplan.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
+			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending}
+		w.status.CooldownUntil = a.CooldownUntil
+		w.status.Swap = nil
+		w.lease = swapplan.Lease{}
+	}
+}
+
+// run passes until the swap under way has ended or max passes went by,
+// and returns the result.
+func (w *world) run(max int) *swapplan.SwapResult {
+	w.t.Helper()
+	started := false
+	for range max {
+		plan := w.pass()
+		if plan.Swap != nil {
+			started = true
+		}
+		if started && w.status.Swap == nil && w.status.Last != nil && w.lease.Holder == "" {
+			return w.status.Last
+		}
+	}
+	w.t.Fatalf("no end after %d passes; last plan: %+v", max, w.plans[len(w.plans)-1])
+	return nil
+}
+
+// runUntil passes until the plan satisfies cond, and returns it.
+func (w *world) runUntil(max int, cond func(swapplan.Plan) bool) swapplan.Plan {
+	w.t.Helper()
+	for range max {
+		if plan := w.pass(); cond(plan) {
+			return plan
+		}
+	}
+	w.t.Fatalf("condition not met after %d passes; last plan: %+v", max, w.plans[len(w.plans)-1])
+	return swapplan.Plan{}
+}
+
+func atStep(step string) func(swapplan.Plan) bool {
+	return func(p swapplan.Plan) bool { return p.Step == step }
+}
+
+func acting(typ, node string) func(swapplan.Plan) bool {
+	return func(p swapplan.Plan) bool { return p.Action.Type == typ && p.Action.Node == node }
+}
+
+// requestSwap writes a manual request as `fleet-role swap OUT IN` does.
+func (w *world) requestSwap(out, in string) {
+	w.request = &swapplan.ManualRequest{Out: out, In: in, At: w.now, By: "test"}
+}
+
+// actions lists the actions of the plans so far, as "type node".
+func (w *world) actions() []string {
+	var out []string
+	for _, p := range w.plans {
+		if p.Action.Type != swapplan.ActionNone {
+			out = append(out, p.Action.Type+" "+p.Action.Node)
+		}
+	}
+	return out
+}

@@ -1,0 +1,171 @@
+package swapplan
+
+import "time"
+
+// Snapshot is everything the planner reads: the cluster as the controller
+// saw it in one pass, and Now, the one time every rule of that pass uses.
+// It holds business logic only and never connects to anything.
+type Snapshot struct {
+	Now    time.Time
+	Config Config
+	// Nodes, in any order; the planner works on them sorted by name.
+	Nodes []Node
+	// Lease is the regrade Lease (Namespace/LeaseName); the zero Lease is free.
+	Lease Lease
+	// Status is the status the controller last published (StatusKey).
+	Status Status
+	// Request is the manual request (RequestKey), if any.
+	Request *ManualRequest
+}
+
+// Config is what the planner needs of the controller's configuration.
+type Config struct {
+	// DryRun: an automatic decision is only reported; a manual request and
+	// a swap under way are still carried out.
+	DryRun bool
+	// Cooldown is the least time between the end of a swap and the start
+	// of an automatic one.
+	Cooldown time.Duration
+	// ProbePeriod is the agents' probe period, used for a sample that does
+	// not say its own.
+	ProbePeriod time.Duration
+	Bounds      Bounds
+}
+
+// Bounds are the steps' own bounds. What happens past each is SPEC §3's.
+type Bounds struct {
+	Snapshot   time.Duration // past it: abandon
+	Runners    time.Duration // runners-in: abandon; runners-out: go on
+	Drain      time.Duration // drain-in: abandon; drain-out: go on
+	Promote    time.Duration // rollback
+	Join       time.Duration // rollback
+	Gates      time.Duration // hold, and say so
+	StepDown   time.Duration // go on
+	MemberGone time.Duration // clean up anyway; OUT left pending
+	Uncordon   time.Duration // end pending
+	Rollback   time.Duration // the candidate's step-down: go on
+}
+
+// Sum is the longest a swap waits on its bounded steps: the whole wait.
+func (b Bounds) Sum() time.Duration {
+	return b.Snapshot + 2*b.Runners + 2*b.Drain + b.Promote + b.Join + b.Gates +
+		b.StepDown + b.MemberGone + b.Uncordon + b.Rollback
+}
+
+// Lease is the regrade Lease.
+type Lease struct {
+	Holder    string
+	RenewTime time.Time
+	Duration  time.Duration
+	// Swap is the record in AnnotationSwap, if any.
+	Swap *SwapRecord
+}
+
+// Condition is a Node condition; the zero Condition is absent.
+type Condition struct {
+	Status string // "True", "False", "Unknown"
+	Reason string
+}
+
+// Node is what the planner knows of one Node.
+type Node struct {
+	Name string
+	// Role is LabelRole, Level LabelLevel.
+	Role  string
+	Level string
+	// ServerLabels are the k3s server role labels the Node carries.
+	ServerLabels []string
+	// EtcdTaint says the Node carries TaintEtcdOnly.
+	EtcdTaint bool
+	// MemberName is AnnotationEtcdNodeName, RemovedMember
+	// AnnotationEtcdRemovedNodeName, RemoveRequested AnnotationEtcdRemove.
+	MemberName      string
+	RemovedMember   string
+	RemoveRequested bool
+	EtcdIsVoter     Condition
+	Ready           bool
+	// Heartbeat is the renew time of the kubelet's Lease.
+	Heartbeat     time.Time
+	Unschedulable bool
+	CordonedBy    string
+	MemberGone    string
+	Request       *Request
+	Report        *Report
+	Probe         *Probe
+	Verdict       Verdict
+	Pods          []Pod
+}
+
+// Pod is what the planner knows of a Pod on a Node.
+type Pod struct {
+	Namespace, Name string
+	// Runner: a GitHub Actions runner pod, waited for, not evicted early.
+	Runner bool
+	// DaemonSet and Mirror pods are left alone by a drain.
+	DaemonSet bool
+	Mirror    bool
+	// Finished: Succeeded or Failed.
+	Finished bool
+	// Terminating: deletion under way.
+	Terminating bool
+}
+
+// EtcdServer says k3s runs an etcd server on the Node (LabelEtcd).
+func (n *Node) EtcdServer() bool {
+	for _, l := range n.ServerLabels {
+		if l == LabelEtcd {
+			return true
+		}
+	}
+	return false
+}
+
+// MemberRemoved says k3s removed the Node's current member: its last
+// removed member is its current one, or it has no current one.
+func (n *Node) MemberRemoved() bool {
+	return n.RemovedMember != "" && (n.MemberName == "" || n.MemberName == n.RemovedMember)
+}
+
+// Voter says the Node's etcd member votes: an etcd server whose member k3s
+// has not removed and whose condition does not say learner or not a member.
+// A Node whose member k3s removed is no voter, whatever its stale label and
+// condition say.
+func (n *Node) Voter() bool {
+	if !n.EtcdServer() || n.MemberRemoved() {
+		return false
+	}
+	if n.EtcdIsVoter.Status == "False" &&
+		(n.EtcdIsVoter.Reason == ReasonMemberIsLearner || n.EtcdIsVoter.Reason == ReasonNotAMember) {
+		return false
+	}
+	return true
+}
+
+// clean says no server state is left on the Node: no k3s server labels,
+// etcd annotations, level or taint.
+func (n *Node) clean() bool {
+	return len(n.ServerLabels) == 0 && n.MemberName == "" && n.RemovedMember == "" &&
+		!n.RemoveRequested && n.Level == "" && !n.EtcdTaint
+}
+
+// requested returns the Node's request of the swap for the action, if any.
+func (n *Node) requested(swap, action string) *Request {
+	if n.Request != nil && n.Request.Swap == swap && n.Request.Action == action {
+		return n.Request
+	}
+	return nil
+}
+
+// answer returns the report answering the Node's request of the swap for
+// the action, if both are there.
+func (n *Node) answer(swap, action string) *Report {
+	if q := n.requested(swap, action); q != nil && n.Report.Answers(q) {
+		return n.Report
+	}
+	return nil
+}
+
+// carries says the Node holds any of the swap's annotations.
+func (n *Node) carries(swap string) bool {
+	return (n.Request != nil && n.Request.Swap == swap) || n.CordonedBy == swap || n.MemberGone == swap
+}

@@ -1,0 +1,476 @@
+package swapplan
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The swap under way. The step is read from the Nodes, the reports and the
+// Lease: the strongest evidence of progress first, so that a step once
+// passed is not returned to when an earlier one's evidence fades (a
+// cordon lifted at the end, a request overwritten).
+func (p *planner) swap() Plan {
+	switch p.rec.Phase {
+	case PhaseEnd:
+		return p.end(p.rec.Result, p.rec.Pending, p.rec.Reason)
+	case PhaseAbandon:
+		return p.abandoning()
+	case PhaseRollback:
+		return p.rollingBack()
+	}
+	return p.forward()
+}
+
+func (p *planner) forward() Plan {
+	id := p.rec.ID
+	in, out := p.node(p.rec.In), p.node(p.rec.Out)
+	if out == nil {
+		return p.wait(StepGates, "the outgoing voter's Node %s is gone: waiting for it, nothing is done", p.rec.Out)
+	}
+	if in == nil {
+		if out.CordonedBy == id || out.requested(id, RequestStepDown) != nil {
+			return p.wait(StepGates, "the candidate's Node %s is gone after the outgoing voter was touched: waiting for it", p.rec.In)
+		}
+		return p.abandon(fmt.Sprintf("the candidate's Node %s is gone", p.rec.In))
+	}
+	switch {
+	case in.Role == RoleVoter && out.Role == RoleStandby:
+		return p.tail(in, out)
+	case out.Role == RoleStandby:
+		return p.act(StepCleanUp, Action{Type: ActionCleanUp, Node: in.Name, Role: RoleVoter},
+			"the outgoing voter %s is cleaned up: labelling the candidate %s a voter", out.Name, in.Name)
+	case out.MemberGone == id:
+		return p.memberGoneWait(out)
+	case out.RemoveRequested || out.MemberRemoved():
+		return p.removeWait(in, out)
+	case out.requested(id, RequestStepDown) != nil:
+		return p.stepDownWait(in, out)
+	case out.CordonedBy == id:
+		return p.prepareOut(in, out)
+	case in.requested(id, RequestPromote) != nil:
+		return p.promoteWait(in, out)
+	}
+	return p.prepareIn(in, out)
+}
+
+// prepareIn: snapshot, cordon-in, runners-in, drain-in, then promote.
+func (p *planner) prepareIn(in, out *Node) Plan {
+	if plan, done := p.snapshotStep(out); !done {
+		return plan
+	}
+	if !in.Unschedulable {
+		return p.act(StepCordonIn, Action{Type: ActionCordonIn, Node: in.Name}, "cordoning the candidate %s", in.Name)
+	}
+	if runners := unfinishedRunners(in); len(runners) > 0 {
+		if p.pastBound(StepRunnersIn) {
+			return p.abandon(fmt.Sprintf("the runner pods on the candidate %s did not finish within the runner wait %s: %s",
+				in.Name, p.bound(StepRunnersIn), short(runners)))
+		}
+		return p.wait(StepRunnersIn, "waiting for %d runner pod(s) on the candidate %s to finish: %s", len(runners), in.Name, short(runners))
+	}
+	if pods, toEvict := evictable(in); len(pods) > 0 {
+		if p.pastBound(StepDrainIn) {
+			return p.abandon(fmt.Sprintf("the candidate %s was not drained within %s: %s", in.Name, p.bound(StepDrainIn), short(pods)))
+		}
+		if toEvict {
+			return p.act(StepDrainIn, Action{Type: ActionDrainIn, Node: in.Name}, "draining the candidate %s: %d pod(s) to evict", in.Name, len(pods))
+		}
+		return p.wait(StepDrainIn, "waiting for %d evicted pod(s) on the candidate %s to go: %s", len(pods), in.Name, short(pods))
+	}
+	return p.act(StepPromote, p.request(in, ActionPromote, RequestPromote),
+		"the candidate %s is cordoned and drained: asking its agent to promote it", in.Name)
+}
+
+// snapshotStep: a healthy voter that is not OUT takes an etcd snapshot;
+// done when its report says done and the snapshot is ready.
+func (p *planner) snapshotStep(out *Node) (Plan, bool) {
+	id := p.rec.ID
+	for i := range p.nodes {
+		n := &p.nodes[i]
+		if rep := n.answer(id, RequestSnapshot); rep != nil && rep.State == StateDone && rep.Snapshot.Ready() {
+			return Plan{}, true
+		}
+	}
+	if p.pastBound(StepSnapshot) {
+		return p.abandon(fmt.Sprintf("no snapshot was ready within %s", p.bound(StepSnapshot))), false
+	}
+	var target *Node
+	for _, v := range p.voters {
+		if v.Name != out.Name && v.requested(id, RequestSnapshot) != nil && p.unhealthy(v) == "" {
+			target = v
+			break
+		}
+	}
+	if target == nil {
+		for _, v := range p.voters {
+			if v.Name != out.Name && p.unhealthy(v) == "" {
+				target = v
+				break
+			}
+		}
+	}
+	if target == nil {
+		return p.wait(StepSnapshot, "no healthy voter other than the outgoing %s to take the snapshot", out.Name), false
+	}
+	ask := func(why string) Plan {
+		return p.act(StepSnapshot, p.request(target, ActionSnapshot, RequestSnapshot), "%s", why)
+	}
+	if target.requested(id, RequestSnapshot) == nil {
+		return ask(fmt.Sprintf("asking the voter %s for an etcd snapshot before the swap", target.Name)), false
+	}
+	rep := target.answer(id, RequestSnapshot)
+	switch {
+	case rep == nil:
+		return p.wait(StepSnapshot, "waiting for the snapshot from %s", target.Name), false
+	case rep.State == StateDone:
+		return p.wait(StepSnapshot, "%s says the snapshot is done but it is not ready (no verified file, size and sha256 yet)", target.Name), false
+	}
+	return ask(fmt.Sprintf("the snapshot on %s %s (%s): asking again", target.Name, rep.State, rep.Message)), false
+}
+
+func (p *planner) promoteWait(in, out *Node) Plan {
+	rep := in.answer(p.rec.ID, RequestPromote)
+	if rep == nil {
+		if p.pastBound(StepPromote) {
+			return p.rollback(fmt.Sprintf("the candidate %s did not answer the promotion within %s", in.Name, p.bound(StepPromote)))
+		}
+		return p.wait(StepPromote, "waiting for the candidate %s to report its promotion", in.Name)
+	}
+	switch rep.State {
+	case StateRefused:
+		return p.abandon(fmt.Sprintf("the candidate %s refused the promotion (%s): nothing changed on the host", in.Name, rep.Message))
+	case StateFailed:
+		return p.rollback(fmt.Sprintf("the promotion failed on the candidate %s (%s)", in.Name, rep.Message))
+	}
+	if why := p.notVoting(in, out, rep); why != "" {
+		if p.pastBound(StepJoin) {
+			return p.rollback(fmt.Sprintf("the candidate %s is not a voter within %s: %s", in.Name, p.bound(StepJoin), why))
+		}
+		return p.wait(StepJoin, "waiting for the candidate to vote: %s", why)
+	}
+	return p.prepareOut(in, out)
+}
+
+// notVoting says why IN does not vote yet: EtcdIsVoter True, every voter
+// but OUT lists it as a voter, and it is Ready on a kubelet heartbeat later
+// than the server start it reported.
+func (p *planner) notVoting(in, out *Node, rep *Report) string {
+	if in.EtcdIsVoter.Status != "True" {
+		return fmt.Sprintf("%s's EtcdIsVoter is %q/%q", in.Name, in.EtcdIsVoter.Status, in.EtcdIsVoter.Reason)
+	}
+	if !in.Voter() {
+		return fmt.Sprintf("%s carries no %s label", in.Name, LabelEtcd)
+	}
+	for _, v := range p.voters {
+		if v.Name == out.Name {
+			continue
+		}
+		if !p.fresh(v) {
+			return fmt.Sprintf("voter %s has no fresh member list", v.Name)
+		}
+		if !p.lists(v, in.Name, false) {
+			return fmt.Sprintf("voter %s does not list %s as a voter", v.Name, in.Name)
+		}
+	}
+	if rep.StartedAt == nil {
+		return fmt.Sprintf("%s's report of the promotion says no server start", in.Name)
+	}
+	if !in.Ready || !in.Heartbeat.After(*rep.StartedAt) {
+		return fmt.Sprintf("%s is not Ready on a kubelet heartbeat after its server started at %s (Ready %t, heartbeat %s)",
+			in.Name, stamp(*rep.StartedAt), in.Ready, stamp(in.Heartbeat))
+	}
+	return ""
+}
+
+// gates: with N+1 voters, every voter but OUT healthy and fresh, each
+// listing exactly the expected members, none a learner.
+func (p *planner) gates(in, out *Node) string {
+	expected := p.voterSet([]string{in.Name, out.Name}, "")
+	for _, name := range expected {
+		if name == out.Name {
+			continue
+		}
+		v := p.node(name)
+		if v == nil {
+			return fmt.Sprintf("voter %s has no Node", name)
+		}
+		if why := p.unhealthy(v); why != "" {
+			return why
+		}
+		if why := p.membershipProblem(v, expected); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// prepareOut: the gates, then cordon-out, runners-out, drain-out, then the
+// step-down. The gates hold every action on OUT until it is asked to step
+// down.
+func (p *planner) prepareOut(in, out *Node) Plan {
+	if why := p.gates(in, out); why != "" {
+		if p.pastBound(StepGates) {
+			return p.wait(StepGates, "gates held past their bound %s, the outgoing voter %s is not touched: %s", p.bound(StepGates), out.Name, why)
+		}
+		return p.wait(StepGates, "gates held, the outgoing voter %s is not touched: %s", out.Name, why)
+	}
+	if !out.Unschedulable {
+		return p.act(StepCordonOut, Action{Type: ActionCordonOut, Node: out.Name}, "the gates hold: cordoning the outgoing voter %s", out.Name)
+	}
+	if runners := unfinishedRunners(out); len(runners) > 0 && !p.passed(StepRunnersOut) {
+		return p.wait(StepRunnersOut, "waiting for %d runner pod(s) on the outgoing voter %s to finish: %s", len(runners), out.Name, short(runners))
+	}
+	if pods, toEvict := evictable(out); len(pods) > 0 && !p.passed(StepDrainOut) {
+		if toEvict {
+			return p.act(StepDrainOut, Action{Type: ActionDrainOut, Node: out.Name}, "draining the outgoing voter %s: %d pod(s) to evict", out.Name, len(pods))
+		}
+		return p.wait(StepDrainOut, "waiting for %d evicted pod(s) on the outgoing voter %s to go: %s", len(pods), out.Name, short(pods))
+	}
+	return p.act(StepStepDown, p.request(out, ActionStepDown, RequestStepDown),
+		"asking the outgoing voter %s to step down (leadership moved away, server stopped)", out.Name)
+}
+
+func (p *planner) stepDownWait(in, out *Node) Plan {
+	rep := out.answer(p.rec.ID, RequestStepDown)
+	gone := p.passed(StepStepDown)
+	switch {
+	case rep != nil && rep.State == StateFailed && out.Ready && !gone:
+		return p.act(StepStepDown, p.request(out, ActionStepDown, RequestStepDown),
+			"the step-down failed on %s (%s): asking again", out.Name, rep.Message)
+	case rep == nil && out.Ready && !gone:
+		return p.wait(StepStepDown, "the removal waits for the step-down while %s is Ready and has not reported", out.Name)
+	}
+	return p.removeMember(in, out)
+}
+
+// removeMember asks k3s to remove OUT's member, held while a remaining
+// voter is unhealthy.
+//
+// Note: etcd needs a majority of its members to commit. With R voters left
+// after the removal, quorum is R/2+1:
+//
+//	members before | left | quorum after | may be down after
+//	      4        |  3   |      2       |        1
+//	      5        |  4   |      3       |        1
+//	      6        |  5   |      3       |        2
+//
+// Holding while any remaining voter is unhealthy keeps every one of them
+// up when OUT goes, so the removal can never leave fewer than a quorum.
+func (p *planner) removeMember(in, out *Node) Plan {
+	remaining := p.voterSet([]string{in.Name}, out.Name)
+	healthy := 0
+	for _, name := range remaining {
+		v := p.node(name)
+		if v == nil {
+			return p.wait(StepRemoveMember, "removal held: the remaining voter %s has no Node", name)
+		}
+		if why := p.unhealthy(v); why != "" {
+			return p.wait(StepRemoveMember, "removal held while a remaining voter is unhealthy: %s", why)
+		}
+		healthy++
+	}
+	if healthy < Quorum(len(remaining)) {
+		return p.wait(StepRemoveMember, "removal held: %d healthy remaining voter(s) are not a quorum of %d", healthy, len(remaining))
+	}
+	return p.act(StepRemoveMember, Action{Type: ActionRemoveMember, Node: out.Name},
+		"asking k3s to remove the member of %s; %d remaining voter(s) are healthy", out.Name, healthy)
+}
+
+// Quorum is the least number of members of an n-member etcd cluster that
+// can commit.
+func Quorum(n int) int { return n/2 + 1 }
+
+// removeWait: OUT counts as a member until every remaining voter lists,
+// fresh, as many members as there are remaining voters, OUT's not among
+// them. It is held to no gate on its own health.
+func (p *planner) removeWait(in, out *Node) Plan {
+	remaining := p.voterSet([]string{in.Name}, out.Name)
+	for _, name := range remaining {
+		v := p.node(name)
+		if v == nil || !p.fresh(v) {
+			return p.wait(StepRemoveMember, "waiting for the remaining voter %s to report a fresh member list", name)
+		}
+		members, _ := p.listed(v)
+		if len(members) != len(remaining) || p.lists(v, out.Name, true) {
+			return p.wait(StepRemoveMember, "waiting for the member of %s to go: %s lists %d member(s), %d voter(s) remain",
+				out.Name, name, len(members), len(remaining))
+		}
+	}
+	return p.act(StepMemberGone, Action{Type: ActionMemberGone, Node: out.Name},
+		"every remaining voter lists %d member(s): telling %s its member is gone", len(remaining), out.Name)
+}
+
+func (p *planner) finished(out *Node) *Report {
+	if r := out.Report; r != nil && r.Swap == p.rec.ID && r.Action == ReportFinish && r.State == StateDone {
+		return r
+	}
+	return nil
+}
+
+func (p *planner) memberGoneWait(out *Node) Plan {
+	cleanUp := Action{Type: ActionCleanUp, Node: out.Name, Role: RoleStandby}
+	if p.finished(out) != nil {
+		return p.act(StepCleanUp, cleanUp, "%s finished its demotion: cleaning up its server state", out.Name)
+	}
+	if p.pastBound(StepMemberGone) {
+		return p.act(StepCleanUp, cleanUp, "%s did not finish its demotion within %s: cleaning up anyway, the host is left to node recovery",
+			out.Name, p.bound(StepMemberGone))
+	}
+	return p.wait(StepMemberGone, "waiting for %s's agent to finish its demotion", out.Name)
+}
+
+// tail: after the clean-up, uncordon what this swap cordoned, OUT once it
+// is Ready on a heartbeat later than the agent start it reported; then end.
+func (p *planner) tail(in, out *Node) Plan {
+	id := p.rec.ID
+	if in.CordonedBy == id && in.Unschedulable {
+		return p.act(StepUncordon, Action{Type: ActionUncordon, Node: in.Name}, "uncordoning the new voter %s", in.Name)
+	}
+	rep := p.finished(out)
+	if rep == nil {
+		return p.end(ResultCompleted, []string{out.Name}, fmt.Sprintf("%s did not finish its demotion: it is left to node recovery", out.Name))
+	}
+	if out.CordonedBy == id && out.Unschedulable {
+		if rep.StartedAt != nil && out.Ready && out.Heartbeat.After(*rep.StartedAt) {
+			return p.act(StepUncordon, Action{Type: ActionUncordon, Node: out.Name},
+				"%s is Ready on a heartbeat after its agent started: uncordoning it", out.Name)
+		}
+		if p.pastBound(StepUncordon) {
+			return p.end(ResultPending, []string{out.Name}, fmt.Sprintf("%s did not come back within %s: it is left to node recovery", out.Name, p.bound(StepUncordon)))
+		}
+		start := "no start"
+		if rep.StartedAt != nil {
+			start = stamp(*rep.StartedAt)
+		}
+		return p.wait(StepUncordon, "waiting for %s to be Ready on a heartbeat after its agent started (%s; Ready %t, heartbeat %s)",
+			out.Name, start, out.Ready, stamp(out.Heartbeat))
+	}
+	return p.end(ResultCompleted, nil, "")
+}
+
+// rollback and abandon mark the swap's phase on the Lease; the next passes
+// carry it out.
+func (p *planner) rollback(reason string) Plan {
+	rec := *p.rec
+	rec.Phase, rec.Reason = PhaseRollback, reason
+	return Plan{Action: Action{Type: ActionRollback}, Step: StepRollback, Swap: &rec, Reason: "rolling back: " + reason}
+}
+
+func (p *planner) abandon(reason string) Plan {
+	rec := *p.rec
+	rec.Phase, rec.Reason = PhaseAbandon, reason
+	return Plan{Action: Action{Type: ActionAbandon}, Step: StepAbandon, Swap: &rec, Reason: "abandoning: " + reason}
+}
+
+func (p *planner) abandoning() Plan {
+	if in := p.node(p.rec.In); in != nil && in.CordonedBy == p.rec.ID && in.Unschedulable {
+		return p.act(StepAbandon, Action{Type: ActionUncordon, Node: in.Name}, "abandoned (%s): uncordoning the candidate %s", p.rec.Reason, in.Name)
+	}
+	return p.end(ResultAbandoned, nil, p.rec.Reason)
+}
+
+// rollingBack: step IN down, ask k3s to remove its member if it joined,
+// wait until every voter lists the original members and no more, tell IN
+// its member is gone, clean it, uncordon it, end rolled-back.
+func (p *planner) rollingBack() Plan {
+	id := p.rec.ID
+	in := p.node(p.rec.In)
+	if in == nil {
+		return p.end(ResultRolledBack, nil, p.rec.Reason)
+	}
+	if in.MemberGone == id {
+		if !in.clean() || in.Role != RoleStandby {
+			return p.act(StepRollback, Action{Type: ActionCleanUp, Node: in.Name, Role: RoleStandby},
+				"rolling back: cleaning the candidate %s back to a standby", in.Name)
+		}
+		if in.CordonedBy == id && in.Unschedulable {
+			return p.act(StepRollback, Action{Type: ActionUncordon, Node: in.Name}, "rolling back: uncordoning the candidate %s", in.Name)
+		}
+		return p.end(ResultRolledBack, nil, p.rec.Reason)
+	}
+	if in.requested(id, RequestStepDown) == nil {
+		return p.act(StepRollback, p.request(in, ActionStepDown, RequestStepDown), "rolling back: asking the candidate %s to step down", in.Name)
+	}
+	if in.answer(id, RequestStepDown) == nil && in.Ready && !p.pastBound(StepRollback) {
+		return p.wait(StepRollback, "rolling back: waiting for the candidate %s to step down", in.Name)
+	}
+	original := p.voterSet([]string{p.rec.Out}, in.Name)
+	if p.joined(in) && !in.RemoveRequested && !in.MemberRemoved() {
+		for _, name := range original {
+			if name == p.rec.Out {
+				continue
+			}
+			v := p.node(name)
+			if v == nil {
+				return p.wait(StepRollback, "rolling back: removal of %s's member held: voter %s has no Node", in.Name, name)
+			}
+			if why := p.unhealthy(v); why != "" {
+				return p.wait(StepRollback, "rolling back: removal of %s's member held while a voter is unhealthy: %s", in.Name, why)
+			}
+		}
+		return p.act(StepRollback, Action{Type: ActionRemoveMember, Node: in.Name}, "rolling back: asking k3s to remove the member %s joined with", in.Name)
+	}
+	for _, name := range original {
+		if name == p.rec.Out {
+			continue
+		}
+		v := p.node(name)
+		if v == nil {
+			return p.wait(StepRollback, "rolling back: voter %s has no Node", name)
+		}
+		if why := p.membershipProblem(v, original); why != "" {
+			return p.wait(StepRollback, "rolling back: waiting until every voter lists the original members and no more: %s", why)
+		}
+	}
+	return p.act(StepRollback, Action{Type: ActionMemberGone, Node: in.Name},
+		"rolling back: every voter lists the original members: telling %s its member is gone", in.Name)
+}
+
+// joined says IN has, or had, an etcd member: k3s named one, or a voter lists one.
+func (p *planner) joined(in *Node) bool {
+	if in.MemberName != "" {
+		return true
+	}
+	for _, v := range p.voters {
+		if v.Name != in.Name && p.lists(v, in.Name, true) {
+			return true
+		}
+	}
+	return false
+}
+
+// end clears the swap's annotations, records the result and the cooldown
+// (none after an abandon) and releases the Lease; the record is marked first
+// so an end interrupted midway is ended again, not started again.
+func (p *planner) end(result string, pending []string, reason string) Plan {
+	rec := *p.rec
+	if rec.Phase != PhaseEnd {
+		now := p.s.Now
+		rec.Phase, rec.Result, rec.EndedAt, rec.Pending = PhaseEnd, result, &now, pending
+		if reason != "" {
+			rec.Reason = reason
+		}
+	}
+	var cooldown *time.Time
+	if rec.Result != ResultAbandoned && p.s.Config.Cooldown > 0 {
+		t := rec.EndedAt.Add(p.s.Config.Cooldown)
+		cooldown = &t
+	}
+	var clear []string
+	for i := range p.nodes {
+		if p.nodes[i].carries(rec.ID) {
+			clear = append(clear, p.nodes[i].Name)
+		}
+	}
+	why := fmt.Sprintf("swap %s ends %s", rec.ID, rec.Result)
+	if rec.Reason != "" {
+		why += ": " + rec.Reason
+	}
+	return Plan{
+		Action: Action{Type: ActionEnd, Result: rec.Result, Clear: clear, Pending: slices.Clone(rec.Pending), CooldownUntil: cooldown},
+		Step:   StepEnd,
+		Swap:   &rec,
+		Reason: why,
+	}
+}
