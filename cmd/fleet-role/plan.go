@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/controller/adapt"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+func newPlanCommand() *cobra.Command {
+	var file, now, configFile, output string
+	cmd := &cobra.Command{
+		Use:   "plan -f FILE|-",
+		Short: "Print the next action of a swap for a cluster read from a file (offline)",
+		Long: `plan reads a Kubernetes List, as printed by
+
+  kubectl get nodes,leases,configmaps,pods -A -o json
+
+and prints the next action the controller would take, with its reason.
+It reads nothing else and changes nothing: ask it why a swap waits.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usageError{errors.New("-f FILE is required (- for standard input)")}
+			}
+			if output != "json" && output != "text" {
+				return usageError{fmt.Errorf("-o %q: want json or text", output)}
+			}
+			at := time.Now()
+			if now != "" {
+				t, err := time.Parse(time.RFC3339, now)
+				if err != nil {
+					return usageError{fmt.Errorf("--now %q: want an RFC 3339 time such as 2026-11-30T08:00:00Z", now)}
+				}
+				at = t
+			}
+			cfg := config.DefaultController()
+			if configFile != "" {
+				c, err := config.LoadController(configFile)
+				if err != nil {
+					return fmt.Errorf("%s: %w", configFile, err)
+				}
+				cfg = c
+			}
+			in, name, err := openInput(cmd.InOrStdin(), file)
+			if err != nil {
+				return err
+			}
+			defer in.Close()
+			plan, err := planFile(in, cfg, at)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if output == "text" {
+				return writePlanText(cmd.OutOrStdout(), plan, at)
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(plan)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the List to read, - for standard input (required)")
+	cmd.Flags().StringVar(&now, "now", "", "the time to plan at, RFC 3339 (default: the current time)")
+	cmd.Flags().StringVar(&configFile, "config", "", "the controller configuration (default: the defaults)")
+	cmd.Flags().StringVarP(&output, "output", "o", "json", "json or text")
+	return cmd
+}
+
+func openInput(stdin io.Reader, file string) (io.ReadCloser, string, error) {
+	if file == "-" {
+		return io.NopCloser(stdin), "standard input", nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, "", usageError{err}
+	}
+	return f, file, nil
+}
+
+// planFile reads the List and plans; any malformed object or annotation is
+// an error, since an operator asking why must see what the controller
+// would skip.
+func planFile(r io.Reader, cfg config.Controller, now time.Time) (swapplan.Plan, error) {
+	in, err := adapt.ReadList(r, cfg.Namespace)
+	if err != nil {
+		return swapplan.Plan{}, err
+	}
+	runners, err := labels.Parse(cfg.RunnerSelector)
+	if err != nil {
+		return swapplan.Plan{}, fmt.Errorf("runner_selector: %w", err)
+	}
+	snap, err := adapt.Build(in, cfg.Plan(), runners, now)
+	if err != nil {
+		return swapplan.Plan{}, fmt.Errorf("%w: %w", adapt.ErrInput, err)
+	}
+	return swapplan.Next(snap), nil
+}
+
+func writePlanText(w io.Writer, p swapplan.Plan, now time.Time) error {
+	var b strings.Builder
+	step := p.Step
+	if step == "" {
+		step = "(no swap under way)"
+	}
+	if p.Since != nil {
+		step += fmt.Sprintf("  since %s (%s ago", p.Since.UTC().Format(time.RFC3339), now.Sub(*p.Since).Round(time.Second))
+		if p.Bound > 0 {
+			step += fmt.Sprintf(", bound %s", time.Duration(p.Bound))
+		}
+		step += ")"
+	}
+	fmt.Fprintf(&b, "step:    %s\n", step)
+	action := p.Action.Type
+	if p.Action.Node != "" {
+		action += " " + p.Action.Node
+	}
+	if p.RenewLease {
+		action += "  (renewing the Lease)"
+	}
+	fmt.Fprintf(&b, "action:  %s\n", action)
+	fmt.Fprintf(&b, "reason:  %s\n", p.Reason)
+	if s := p.Swap; s != nil {
+		phase := ""
+		if s.Phase != "" {
+			phase = ", " + s.Phase
+		}
+		fmt.Fprintf(&b, "swap:    %s: %s out, %s in (%s%s, started %s)\n", s.ID, s.Out, s.In, s.Origin, phase, s.StartedAt.UTC().Format(time.RFC3339))
+	}
+	if d := p.Decision; d != nil {
+		fmt.Fprintf(&b, "decision: swap %s for %s: %s\n", d.Out, d.In, d.Reason)
+	}
+	fmt.Fprintf(&b, "voters:  %s\n", strings.Join(p.Voters, " "))
+	_, err := io.WriteString(w, b.String())
+	return err
+}

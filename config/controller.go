@@ -1,0 +1,238 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"text/template"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// Controller is the configuration of `fleet-role controller` and of the
+// commands that plan as it does (`fleet-role plan`).
+type Controller struct {
+	Version int `toml:"version"`
+	// DryRun: an automatic decision is only reported; a manual request and
+	// a swap under way are still carried out.
+	DryRun bool `toml:"dry_run"`
+	// Namespace of the Lease and the status ConfigMap.
+	Namespace string `toml:"namespace"`
+	// Period: a pass runs on each relevant change and at least this often.
+	Period time.Duration `toml:"period"`
+	// LeaseDuration of the regrade Lease; renewed every pass.
+	LeaseDuration time.Duration `toml:"lease_duration"`
+	// Cooldown between the end of a swap and the start of an automatic one.
+	Cooldown time.Duration `toml:"cooldown"`
+	// ProbePeriod is the agents' probe period.
+	ProbePeriod time.Duration `toml:"probe_period"`
+	// RunnerSelector is a label selector for the runner pods.
+	RunnerSelector string `toml:"runner_selector"`
+	Bounds         Bounds `toml:"bounds"`
+}
+
+// Bounds are the swap steps' own bounds.
+type Bounds struct {
+	Snapshot   time.Duration `toml:"snapshot"`
+	Runners    time.Duration `toml:"runners"`
+	Drain      time.Duration `toml:"drain"`
+	Promote    time.Duration `toml:"promote"`
+	Join       time.Duration `toml:"join"`
+	Gates      time.Duration `toml:"gates"`
+	StepDown   time.Duration `toml:"step_down"`
+	MemberGone time.Duration `toml:"member_gone"`
+	Uncordon   time.Duration `toml:"uncordon"`
+	Rollback   time.Duration `toml:"rollback"`
+}
+
+// DefaultController returns the controller configuration used where a file
+// is silent.
+func DefaultController() Controller {
+	return Controller{
+		Version:        Version,
+		DryRun:         true,
+		Namespace:      swapplan.Namespace,
+		Period:         10 * time.Second,
+		LeaseDuration:  time.Minute,
+		Cooldown:       6 * time.Hour,
+		ProbePeriod:    time.Minute,
+		RunnerSelector: "app.kubernetes.io/component=runner",
+		Bounds: Bounds{
+			Snapshot:   10 * time.Minute,
+			Runners:    time.Hour,
+			Drain:      15 * time.Minute,
+			Promote:    10 * time.Minute,
+			Join:       10 * time.Minute,
+			Gates:      15 * time.Minute,
+			StepDown:   5 * time.Minute,
+			MemberGone: 15 * time.Minute,
+			Uncordon:   15 * time.Minute,
+			Rollback:   5 * time.Minute,
+		},
+	}
+}
+
+// LoadController reads, strictly decodes and validates a controller
+// configuration file. Errors wrap ErrInvalid and name the key.
+func LoadController(path string) (Controller, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return Controller{}, err
+	}
+	return ParseController(data)
+}
+
+// ParseController strictly decodes and validates a controller configuration.
+func ParseController(data []byte) (Controller, error) {
+	c := DefaultController()
+	c.Version = 0
+	if err := decodeStrict(data, &c); err != nil {
+		return Controller{}, err
+	}
+	if err := c.Validate(); err != nil {
+		return Controller{}, err
+	}
+	return c, nil
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// Validate reports every problem at once, each naming its key.
+func (c Controller) Validate() error {
+	var p problems
+	if c.Version != Version {
+		p.add("version", "must be %d, got %d", Version, c.Version)
+	}
+	if !dnsLabel.MatchString(c.Namespace) {
+		p.add("namespace", "%q is not a valid namespace name", c.Namespace)
+	}
+	positive(&p, "period", c.Period)
+	positive(&p, "lease_duration", c.LeaseDuration)
+	positive(&p, "probe_period", c.ProbePeriod)
+	if c.Cooldown < 0 {
+		p.add("cooldown", "must not be negative, got %s", c.Cooldown)
+	}
+	if c.LeaseDuration > 0 && c.Period > 0 && c.LeaseDuration < 2*c.Period {
+		p.add("lease_duration", "must be at least twice the period (%s), got %s", c.Period, c.LeaseDuration)
+	}
+	if _, err := labels.Parse(c.RunnerSelector); err != nil || c.RunnerSelector == "" {
+		p.add("runner_selector", "%q is not a label selector: %v", c.RunnerSelector, err)
+	}
+	b := c.Bounds
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"snapshot", b.Snapshot}, {"runners", b.Runners}, {"drain", b.Drain}, {"promote", b.Promote},
+		{"join", b.Join}, {"gates", b.Gates}, {"step_down", b.StepDown}, {"member_gone", b.MemberGone},
+		{"uncordon", b.Uncordon}, {"rollback", b.Rollback},
+	} {
+		positive(&p, "bounds."+d.key, d.v)
+	}
+	return p.err()
+}
+
+func positive(p *problems, key string, d time.Duration) {
+	if d <= 0 {
+		p.add(key, "must be a positive duration such as \"90s\", got %s", d)
+	}
+}
+
+// Plan returns what the planner needs of the configuration.
+func (c Controller) Plan() swapplan.Config {
+	b := c.Bounds
+	return swapplan.Config{
+		DryRun:      c.DryRun,
+		Cooldown:    c.Cooldown,
+		ProbePeriod: c.ProbePeriod,
+		Bounds: swapplan.Bounds{
+			Snapshot: b.Snapshot, Runners: b.Runners, Drain: b.Drain, Promote: b.Promote, Join: b.Join,
+			Gates: b.Gates, StepDown: b.StepDown, MemberGone: b.MemberGone, Uncordon: b.Uncordon, Rollback: b.Rollback,
+		},
+	}
+}
+
+var controllerTemplate = template.Must(template.New("controller").Funcs(template.FuncMap{"d": formatDuration}).Parse(
+	`# fleet-role controller configuration.
+# Every key but version is optional; the values below are the defaults.
+# Durations are strings: "90s", "15m", "6h".
+
+# The format of this file.
+version = {{.Version}}
+
+# Dry run: a manual request ("fleet-role swap OUT IN") is carried out, an
+# automatic decision is only reported. A swap under way is always finished.
+dry_run = {{.DryRun}}
+
+# Namespace of the regrade Lease and the fleet-role-status ConfigMap.
+namespace = "{{.Namespace}}"
+
+# A pass runs on every relevant change, and at least this often.
+period = "{{d .Period}}"
+
+# Duration of the regrade Lease; every pass of a swap renews it.
+lease_duration = "{{d .LeaseDuration}}"
+
+# Least time from the end of a swap to the start of an automatic one.
+# A manual request does not wait for it.
+cooldown = "{{d .Cooldown}}"
+
+# The agents' probe period. A sample older than two periods is stale; a
+# voter silent for three periods holds every step.
+probe_period = "{{d .ProbePeriod}}"
+
+# Label selector of the GitHub Actions runner pods, which a swap waits for
+# before it drains a node.
+runner_selector = "{{.RunnerSelector}}"
+
+# Each step's own bound. A swap's whole wait is their sum.
+[bounds]
+# An etcd snapshot from a healthy voter other than the outgoing one.
+# Past it: abandon.
+snapshot = "{{d .Bounds.Snapshot}}"
+# Runner pods finishing on the candidate (past it: abandon) and on the
+# outgoing voter (past it: go on).
+runners = "{{d .Bounds.Runners}}"
+# Evictions on the candidate (abandon) and on the outgoing voter (go on).
+drain = "{{d .Bounds.Drain}}"
+# The candidate's agent answering the promotion. Past it: roll back.
+promote = "{{d .Bounds.Promote}}"
+# The candidate voting. Past it: roll back.
+join = "{{d .Bounds.Join}}"
+# The gates with one more voter. Past it the swap still holds, and says so.
+gates = "{{d .Bounds.Gates}}"
+# The outgoing voter's step-down. Past it: go on to the removal.
+step_down = "{{d .Bounds.StepDown}}"
+# The outgoing host finishing its demotion. Past it: clean up anyway and
+# leave the host to node recovery.
+member_gone = "{{d .Bounds.MemberGone}}"
+# The outgoing host Ready again. Past it: end pending.
+uncordon = "{{d .Bounds.Uncordon}}"
+# The candidate's step-down in a rollback. Past it: go on.
+rollback = "{{d .Bounds.Rollback}}"
+`))
+
+// DefaultControllerTOML is the commented default controller configuration.
+func DefaultControllerTOML() []byte {
+	var b bytes.Buffer
+	if err := controllerTemplate.Execute(&b, DefaultController()); err != nil {
+		panic(fmt.Sprintf("render the default controller configuration: %v", err))
+	}
+	return b.Bytes()
+}
+
+// formatDuration writes a duration the way a person would: "90s", "15m", "6h".
+func formatDuration(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	}
+	return d.String()
+}

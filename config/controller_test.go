@@ -1,0 +1,75 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTheDefaultControllerConfigurationIsAcceptedAndEqualsTheDefaults(t *testing.T) {
+	c, err := ParseController(DefaultControllerTOML())
+	require.NoError(t, err)
+	assert.Equal(t, DefaultController(), c)
+}
+
+func TestAMinimalControllerConfigurationTakesTheDefaults(t *testing.T) {
+	c, err := ParseController([]byte("version = 1\n"))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultController(), c)
+}
+
+func TestDurationsAreStrings(t *testing.T) {
+	c, err := ParseController([]byte("version = 1\ncooldown = \"90s\"\n[bounds]\njoin = \"1h30m\"\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 90*time.Second, c.Cooldown)
+	assert.Equal(t, 90*time.Minute, c.Bounds.Join)
+}
+
+func TestBadControllerConfigurations(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		toml string
+		want []string
+	}{
+		{"an unknown key is named with its line", "version = 1\n\n[bounds]\nsnapshott = \"1m\"\n", []string{`line 4: unknown key "bounds.snapshott"`}},
+		{"an unknown top-level key is named", "version = 1\ndryrun = false\n", []string{`line 2: unknown key "dryrun"`}},
+		{"a missing version is named", "dry_run = false\n", []string{"version: must be 1, got 0"}},
+		{"a bad duration is named with its key and line", "version = 1\nperiod = \"ten\"\n", []string{`line 2: key "period"`, "ten"}},
+		{"a wrong type is named", "version = 1\ndry_run = \"no\"\n", []string{"dry_run"}},
+		{"every problem is reported at once", "version = 2\nnamespace = \"Bad_NS\"\n[bounds]\njoin = \"0s\"\nrollback = \"-1m\"\n",
+			[]string{"version: must be 1", "namespace:", "bounds.join:", "bounds.rollback:"}},
+		{"a bad selector is named", "version = 1\nrunner_selector = \"a b c\"\n", []string{"runner_selector:"}},
+		{"a lease shorter than two periods is refused", "version = 1\nperiod = \"1m\"\nlease_duration = \"1m\"\n", []string{"lease_duration:"}},
+		{"malformed TOML says the line", "version = 1\n[bounds\n", []string{"line 3", "table name"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseController([]byte(tc.toml))
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, ErrInvalid))
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestLoadControllerNamesAMissingFile(t *testing.T) {
+	_, err := LoadController(filepath.Join(t.TempDir(), "nope.toml"))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "nope.toml")
+}
+
+func TestLoadControllerReadsAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.toml")
+	require.NoError(t, os.WriteFile(path, []byte("version = 1\ndry_run = false\n"), 0o644))
+	c, err := LoadController(path)
+	require.NoError(t, err)
+	assert.False(t, c.DryRun)
+	assert.False(t, c.Plan().DryRun)
+	assert.Equal(t, c.Bounds.Join, c.Plan().Bounds.Join)
+}

@@ -1,0 +1,217 @@
+package adapt
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// Input is the cluster as read: every Node, the kubelets' Leases, the
+// regrade Lease, the status ConfigMap and the Pods.
+type Input struct {
+	Nodes      []*corev1.Node
+	NodeLeases []*coordinationv1.Lease
+	Lease      *coordinationv1.Lease
+	Status     *corev1.ConfigMap
+	Pods       []*corev1.Pod
+}
+
+// Build converts the input into a snapshot at now. Every malformed object
+// or annotation is reported in the joined error; the snapshot is still
+// built, without the parts that could not be read.
+func Build(in Input, cfg swapplan.Config, runners labels.Selector, now time.Time) (swapplan.Snapshot, error) {
+	var errs []error
+	s := swapplan.Snapshot{Now: now, Config: cfg}
+
+	heartbeats := make(map[string]time.Time, len(in.NodeLeases))
+	for _, l := range in.NodeLeases {
+		if l.Spec.RenewTime != nil {
+			heartbeats[l.Name] = l.Spec.RenewTime.Time
+		}
+	}
+	pods := make(map[string][]swapplan.Pod)
+	for _, p := range in.Pods {
+		if p.Spec.NodeName != "" {
+			pods[p.Spec.NodeName] = append(pods[p.Spec.NodeName], Pod(p, runners))
+		}
+	}
+	if in.Lease != nil {
+		l, err := Lease(in.Lease)
+		errs = append(errs, err)
+		s.Lease = l
+	}
+	if in.Status != nil {
+		st, req, err := Status(in.Status)
+		errs = append(errs, err)
+		s.Status, s.Request = st, req
+	}
+	s.Nodes = make([]swapplan.Node, 0, len(in.Nodes))
+	for _, n := range in.Nodes {
+		node, err := Node(n)
+		errs = append(errs, err)
+		if hb, ok := heartbeats[n.Name]; ok {
+			node.Heartbeat = hb
+		}
+		node.Pods = pods[n.Name]
+		node.Verdict = s.Status.Verdicts[n.Name]
+		s.Nodes = append(s.Nodes, node)
+	}
+	slices.SortFunc(s.Nodes, func(a, b swapplan.Node) int { return strings.Compare(a.Name, b.Name) })
+	return s, errors.Join(errs...)
+}
+
+// Node converts a Node. A malformed annotation is left out of the result
+// and named in the error. Heartbeat is the Ready condition's heartbeat;
+// Build replaces it with the kubelet Lease's renew time where there is one.
+func Node(n *corev1.Node) (swapplan.Node, error) {
+	var errs []error
+	ann := n.Annotations
+	out := swapplan.Node{
+		Name:            n.Name,
+		Role:            n.Labels[swapplan.LabelRole],
+		Level:           n.Labels[swapplan.LabelLevel],
+		MemberName:      ann[swapplan.AnnotationEtcdNodeName],
+		RemovedMember:   ann[swapplan.AnnotationEtcdRemovedNodeName],
+		RemoveRequested: ann[swapplan.AnnotationEtcdRemove] == "true",
+		Unschedulable:   n.Spec.Unschedulable,
+		CordonedBy:      ann[swapplan.AnnotationCordonedBy],
+		MemberGone:      ann[swapplan.AnnotationMemberGone],
+	}
+	for _, l := range swapplan.ServerLabels {
+		if v, ok := n.Labels[l]; ok && v != "false" {
+			out.ServerLabels = append(out.ServerLabels, l)
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == swapplan.TaintEtcdOnly {
+			out.EtcdTaint = true
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		switch string(c.Type) {
+		case string(corev1.NodeReady):
+			out.Ready = c.Status == corev1.ConditionTrue
+			out.Heartbeat = c.LastHeartbeatTime.Time
+		case swapplan.ConditionEtcdIsVoter:
+			out.EtcdIsVoter = swapplan.Condition{Status: string(c.Status), Reason: c.Reason}
+		}
+	}
+	what := "node/" + n.Name
+	if v, ok := ann[swapplan.AnnotationRequest]; ok {
+		var r swapplan.Request
+		if err := decode(v, &r, r.Validate); err != nil {
+			errs = append(errs, annotationError(what, swapplan.AnnotationRequest, err))
+		} else {
+			out.Request = &r
+		}
+	}
+	if v, ok := ann[swapplan.AnnotationReport]; ok {
+		var r swapplan.Report
+		if err := decode(v, &r, r.Validate); err != nil {
+			errs = append(errs, annotationError(what, swapplan.AnnotationReport, err))
+		} else {
+			out.Report = &r
+		}
+	}
+	if v, ok := ann[swapplan.AnnotationProbe]; ok {
+		var p swapplan.Probe
+		if err := decode(v, &p, p.Validate); err != nil {
+			errs = append(errs, annotationError(what, swapplan.AnnotationProbe, err))
+		} else {
+			out.Probe = &p
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// Pod converts a Pod; runners selects the runner pods.
+func Pod(p *corev1.Pod, runners labels.Selector) swapplan.Pod {
+	out := swapplan.Pod{
+		Namespace:   p.Namespace,
+		Name:        p.Name,
+		Runner:      runners != nil && runners.Matches(labels.Set(p.Labels)),
+		Finished:    p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
+		Terminating: p.DeletionTimestamp != nil,
+	}
+	_, out.Mirror = p.Annotations[corev1.MirrorPodAnnotationKey]
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
+			out.DaemonSet = true
+		}
+	}
+	return out
+}
+
+// Lease converts the regrade Lease.
+func Lease(l *coordinationv1.Lease) (swapplan.Lease, error) {
+	var out swapplan.Lease
+	if l.Spec.HolderIdentity != nil {
+		out.Holder = *l.Spec.HolderIdentity
+	}
+	switch {
+	case l.Spec.RenewTime != nil:
+		out.RenewTime = l.Spec.RenewTime.Time
+	case l.Spec.AcquireTime != nil:
+		out.RenewTime = l.Spec.AcquireTime.Time
+	}
+	if l.Spec.LeaseDurationSeconds != nil {
+		out.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	if v, ok := l.Annotations[swapplan.AnnotationSwap]; ok && v != "" {
+		var r swapplan.SwapRecord
+		if err := decode(v, &r, r.Validate); err != nil {
+			return out, annotationError("lease/"+l.Namespace+"/"+l.Name, swapplan.AnnotationSwap, err)
+		}
+		out.Swap = &r
+	}
+	return out, nil
+}
+
+// Status reads the status ConfigMap: the status the controller published
+// and the manual request.
+func Status(cm *corev1.ConfigMap) (swapplan.Status, *swapplan.ManualRequest, error) {
+	var errs []error
+	var st swapplan.Status
+	what := "configmap/" + cm.Namespace + "/" + cm.Name
+	if v, ok := cm.Data[swapplan.StatusKey]; ok && strings.TrimSpace(v) != "" {
+		if err := decode(v, &st, st.Validate); err != nil {
+			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, swapplan.StatusKey, err))
+			st = swapplan.Status{}
+		}
+	}
+	var req *swapplan.ManualRequest
+	if v, ok := cm.Data[swapplan.RequestKey]; ok && strings.TrimSpace(v) != "" {
+		var r swapplan.ManualRequest
+		if err := decode(v, &r, r.Validate); err != nil {
+			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, swapplan.RequestKey, err))
+		} else {
+			req = &r
+		}
+	}
+	return st, req, errors.Join(errs...)
+}
+
+// decode unmarshals JSON into v and validates it.
+func decode(s string, v any, validate func() error) error {
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return fmt.Errorf("field %q: want %s, got a JSON %s", te.Field, te.Type, te.Value)
+		}
+		return fmt.Errorf("invalid JSON: %v", err)
+	}
+	return validate()
+}
+
+func annotationError(what, annotation string, err error) error {
+	return fmt.Errorf("%s: annotation %s: %w", what, annotation, err)
+}
