@@ -35,6 +35,10 @@ type world struct {
 	checks []func(w *world, p swapplan.Plan)
 	// regradeUntil: regrade holds the Lease until then.
 	regradeUntil time.Time
+	// k3sPaused: k3s removes no member while set.
+	k3sPaused bool
+	// hooks run after the world reacted, before the planner plans.
+	hooks []func(w *world)
 }
 
 type member struct {
@@ -59,6 +63,9 @@ type host struct {
 	unhealthyUntil   time.Time
 	refusePromote    bool
 	ignorePromote    bool
+	ignoreStepDown   bool
+	heartbeatStuck   bool // Ready, but the kubelet's Lease is not renewed
+	kubeletDead      bool // never Ready again
 	neverJoin        bool
 	snapshotNotReady bool
 }
@@ -184,6 +191,9 @@ func (w *world) react() {
 	for i := range w.nodes {
 		w.kubelet(&w.nodes[i])
 	}
+	for _, h := range w.hooks {
+		h(w)
+	}
 }
 
 func (w *world) report(n *swapplan.Node, r swapplan.Report) {
@@ -218,6 +228,9 @@ func (w *world) agent(n *swapplan.Node) {
 				w.report(n, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, StartedAt: &start, RequestAt: &at})
 			}
 		case swapplan.RequestStepDown:
+			if h.ignoreStepDown {
+				break
+			}
 			h.roleFile, h.server, h.swap = "agent", false, q.Swap
 			w.report(n, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at})
 		case swapplan.RequestSnapshot:
@@ -263,7 +276,7 @@ func (w *world) k3s() {
 	for i := range w.nodes {
 		n := &w.nodes[i]
 		h := w.hosts[n.Name]
-		if n.RemoveRequested && n.MemberName != "" && w.isMember(n.MemberName) {
+		if !w.k3sPaused && n.RemoveRequested && n.MemberName != "" && w.isMember(n.MemberName) {
 			w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.name == n.MemberName })
 			n.RemovedMember = n.MemberName
 		}
@@ -291,8 +304,8 @@ func (w *world) k3s() {
 
 func (w *world) kubelet(n *swapplan.Node) {
 	h := w.hosts[n.Name]
-	n.Ready = (h.server || h.agent) && !h.paused
-	if n.Ready {
+	n.Ready = (h.server || h.agent) && !h.paused && !h.kubeletDead
+	if n.Ready && !h.heartbeatStuck {
 		n.Heartbeat = w.now
 	}
 	if !h.paused && !w.now.Before(h.silentUntil) {

@@ -1,0 +1,415 @@
+package swapplan_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// The behaviours the shell system's own tests pinned down, one test each,
+// named as the sentence.
+
+func TestTheGatesAreHeldWithFourVotersAndTheOutgoingVoterIsNotTouchedWhileOneFails(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(50, acting(swapplan.ActionPromote, "s1"))
+	w.hosts["v2"].unhealthyUntil = w.now.Add(10 * time.Minute)
+	plan := w.runUntil(50, atStep(swapplan.StepGates))
+	assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+	assert.Equal(t, []string{"s1", "v1", "v2", "v3"}, plan.Voters)
+	assert.Contains(t, plan.Reason, "v2's probe says unhealthy")
+	for range 20 {
+		plan = w.pass()
+		assert.NotEqual(t, "v1", plan.Action.Node, plan.Reason)
+		assert.Equal(t, swapplan.StepGates, plan.Step)
+	}
+	plan = w.runUntil(50, func(p swapplan.Plan) bool { return p.Action.Type != swapplan.ActionNone })
+	assert.Equal(t, swapplan.ActionCordonOut, plan.Action.Type)
+	assert.Equal(t, "v1", plan.Action.Node)
+}
+
+func TestTheRemovalIsHeldWhileARemainingVoterIsUnhealthy(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(swapplan.ActionStepDown, "v1"))
+	w.hosts["v3"].unhealthyUntil = w.now.Add(5 * time.Minute)
+	for range 25 {
+		plan := w.pass()
+		assert.NotEqual(t, swapplan.ActionRemoveMember, plan.Action.Type)
+		assert.Equal(t, swapplan.StepRemoveMember, plan.Step)
+		assert.Contains(t, plan.Reason, "removal held while a remaining voter is unhealthy: v3")
+	}
+	w.runUntil(20, acting(swapplan.ActionRemoveMember, "v1"))
+	assert.Equal(t, swapplan.ResultCompleted, w.run(100).Result)
+}
+
+func TestTheSwapWaitsWhileTheSnapshotIsNotReadyEvenWhenTheAgentSaysDone(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.hosts["v2"].snapshotNotReady = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(10, acting(swapplan.ActionSnapshot, "v2"))
+	plan := w.pass()
+	require.Equal(t, swapplan.StateDone, w.node("v2").Report.State)
+	assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+	assert.Equal(t, swapplan.StepSnapshot, plan.Step)
+	assert.Contains(t, plan.Reason, "not ready")
+	res := w.run(100)
+	assert.Equal(t, swapplan.ResultAbandoned, res.Result)
+	assert.NotContains(t, w.actions(), "cordon-in s1")
+}
+
+func TestEveryPassRenewsTheLeaseTheSwapHoldsAndKeepsItsAnnotations(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	start := w.runUntil(5, acting(swapplan.ActionStart, ""))
+	rec := *start.Swap
+	for {
+		before := w.now
+		plan := w.pass()
+		if plan.Action.Type == swapplan.ActionEnd {
+			break
+		}
+		require.True(t, plan.RenewLease, "pass at %s: %s", plan.Step, plan.Reason)
+		assert.Equal(t, rec, *plan.Swap, "the record is kept as it was")
+		assert.Equal(t, rec, *w.lease.Swap)
+		assert.True(t, w.lease.RenewTime.After(before), "renewed")
+	}
+}
+
+func TestPastTheRunnerWaitTheSwapIsAbandonedWithTheCandidateUncordonedTheLeaseReleasedAndNoCooldown(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	s1 := w.node("s1")
+	s1.Pods = append(s1.Pods, swapplan.Pod{Namespace: "arc-runners", Name: "runner-abc", Runner: true})
+	w.requestSwap("v1", "s1")
+	plan := w.runUntil(20, atStep(swapplan.StepRunnersIn))
+	assert.Contains(t, plan.Reason, "arc-runners/runner-abc")
+	res := w.run(200)
+	assert.Equal(t, swapplan.ResultAbandoned, res.Result)
+	assert.Contains(t, res.Reason, "runner wait")
+	acts := w.actions()
+	assert.Equal(t, []string{"abandon ", "uncordon s1", "end "}, acts[len(acts)-3:])
+	assert.False(t, w.node("s1").Unschedulable)
+	assert.Empty(t, w.node("s1").CordonedBy)
+	assert.Equal(t, swapplan.Lease{}, w.lease)
+	assert.Nil(t, w.status.CooldownUntil)
+	assert.Equal(t, 3, len(w.members))
+}
+
+func TestAFinishedRollbackWaitsUntilEveryVoterListsTheTargetMembersAndNoMore(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.hosts["s1"].neverJoin = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(swapplan.ActionStepDown, "s1"))
+	w.k3sPaused = true
+	w.runUntil(30, acting(swapplan.ActionRemoveMember, "s1"))
+	for range 10 {
+		plan := w.pass()
+		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+		assert.Equal(t, swapplan.StepRollback, plan.Step)
+		assert.Contains(t, plan.Reason, "waiting until every voter lists the original members and no more")
+		assert.Contains(t, plan.Reason, "s1")
+	}
+	w.k3sPaused = false
+	w.runUntil(5, acting(swapplan.ActionMemberGone, "s1"))
+	assert.Equal(t, swapplan.ResultRolledBack, w.run(50).Result)
+}
+
+func TestACandidateThatIsNotAVoterByTheDeadlineIsRolledBackAskingK3sToRemoveItsLearnerWhenItJoined(t *testing.T) {
+	t.Run("joined as a learner", func(t *testing.T) {
+		w := newWorld(t, 3, 1, 0)
+		w.hosts["s1"].neverJoin = true
+		w.requestSwap("v1", "s1")
+		plan := w.runUntil(100, acting(swapplan.ActionRollback, ""))
+		assert.Contains(t, plan.Reason, "is not a voter within 5m0s")
+		assert.Equal(t, swapplan.PhaseRollback, plan.Swap.Phase)
+		assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+		assert.Contains(t, w.actions(), "remove-member s1")
+	})
+	t.Run("never joined", func(t *testing.T) {
+		w := newWorld(t, 3, 1, 0)
+		w.hosts["s1"].ignorePromote = true
+		w.requestSwap("v1", "s1")
+		plan := w.runUntil(100, acting(swapplan.ActionRollback, ""))
+		assert.Contains(t, plan.Reason, "did not answer the promotion")
+		assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+		assert.NotContains(t, w.actions(), "remove-member s1")
+	})
+}
+
+func TestALeaseThatRegradeTookMidSwapIsNeverActedUnderAndNeverRenewed(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	start := w.runUntil(5, acting(swapplan.ActionStart, ""))
+	w.runUntil(10, acting(swapplan.ActionCordonIn, "s1"))
+	w.lease = swapplan.Lease{Holder: "regrade", RenewTime: w.now, Duration: time.Hour}
+	w.regradeUntil = w.now.Add(5 * time.Minute)
+	for w.now.Before(w.regradeUntil.Add(-w.tick)) {
+		plan := w.pass()
+		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+		assert.False(t, plan.RenewLease)
+		assert.Contains(t, plan.Reason, `held by "regrade"`)
+		assert.Equal(t, "regrade", w.lease.Holder)
+	}
+	plan := w.runUntil(5, acting(swapplan.ActionStart, ""))
+	assert.Equal(t, start.Swap.ID, plan.Swap.ID, "the same swap is resumed")
+	assert.Contains(t, plan.Reason, "resuming")
+	assert.Equal(t, swapplan.ResultCompleted, w.run(200).Result)
+}
+
+func TestAManualRequestIsCarriedOutInsideTheCooldownAndWhateverTheVerdictsSay(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	until := w.now.Add(time.Hour)
+	w.status.CooldownUntil = &until
+	w.node("v1").Verdict = swapplan.Verdict{State: swapplan.VerdictFit}
+	w.node("s1").Verdict = swapplan.Verdict{State: swapplan.VerdictUnfit, Score: 99}
+	w.requestSwap("v1", "s1")
+	plan := w.pass()
+	assert.Equal(t, swapplan.ActionStart, plan.Action.Type, plan.Reason)
+	assert.Equal(t, swapplan.OriginManual, plan.Swap.Origin)
+}
+
+func TestDryRunCarriesOutAManualRequestAndOnlyReportsAnAutomaticDecision(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.cfg.DryRun = true
+	w.node("v2").Verdict = swapplan.Verdict{State: swapplan.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
+	for range 5 {
+		plan := w.pass()
+		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+		require.NotNil(t, plan.Decision)
+		assert.Equal(t, swapplan.Decision{Out: "v2", In: "s1", Reason: plan.Decision.Reason}, *plan.Decision)
+		assert.Contains(t, plan.Reason, "dry run: would swap v2 for s1")
+	}
+	w.requestSwap("v3", "s1")
+	plan := w.pass()
+	assert.Equal(t, swapplan.ActionStart, plan.Action.Type)
+	assert.Equal(t, "v3", plan.Swap.Out)
+	assert.Equal(t, swapplan.ResultCompleted, w.run(200).Result)
+}
+
+func TestTheRemovedMemberIsNoVoterSoTheMembershipPublishedHasThreeVoters(t *testing.T) {
+	w := newWorld(t, 4, 0, 0)
+	v4 := w.node("v4")
+	v4.RemovedMember = v4.MemberName // k3s removed it; label and condition are stale
+	plan := swapplan.Next(w.snapshot())
+	assert.Equal(t, []string{"v1", "v2", "v3"}, plan.Voters)
+	v4.MemberName = ""
+	assert.Equal(t, []string{"v1", "v2", "v3"}, swapplan.Next(w.snapshot()).Voters, "node-name gone, removed-node-name set")
+}
+
+func TestThePromotionWaitsForAVoterThatIsReadyOnAHeartbeatAfterTheServerStarted(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(50, acting(swapplan.ActionPromote, "s1"))
+	w.hosts["s1"].heartbeatStuck = true
+	for range 10 {
+		plan := w.pass()
+		assert.Equal(t, swapplan.StepJoin, plan.Step)
+		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+	}
+	assert.Equal(t, "True", w.node("s1").EtcdIsVoter.Status, "s1 votes by its condition already")
+	assert.Contains(t, w.plans[len(w.plans)-1].Reason, "not Ready on a kubelet heartbeat after its server started")
+	w.hosts["s1"].heartbeatStuck = false
+	w.runUntil(3, acting(swapplan.ActionCordonOut, "v1"))
+}
+
+func TestTheSwapEndsCompletedWithTheAnnotationsClearedAndTheLeaseReleased(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	res := w.run(200)
+	assert.Equal(t, swapplan.ResultCompleted, res.Result)
+	end := w.plans[len(w.plans)-1]
+	assert.Equal(t, swapplan.ActionEnd, end.Action.Type)
+	assert.ElementsMatch(t, []string{"s1", "v1", "v2"}, end.Action.Clear)
+	for _, n := range w.nodes {
+		assert.Nil(t, n.Request, n.Name)
+		assert.Empty(t, n.MemberGone, n.Name)
+		assert.Empty(t, n.CordonedBy, n.Name)
+	}
+	assert.Equal(t, swapplan.Lease{}, w.lease)
+	require.NotNil(t, w.status.CooldownUntil)
+}
+
+func TestAnAgentThatRefusesThePromotionAbandonsTheSwapSinceNothingChangedOnTheHost(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.hosts["s1"].refusePromote = true
+	w.requestSwap("v1", "s1")
+	res := w.run(100)
+	assert.Equal(t, swapplan.ResultAbandoned, res.Result)
+	assert.Contains(t, res.Reason, "refused the promotion")
+	assert.Contains(t, res.Reason, "nothing changed on the host")
+	for _, a := range w.actions() {
+		assert.NotContains(t, []string{"rollback ", "step-down s1", "remove-member s1", "clean-up s1"}, a)
+	}
+	s1 := w.node("s1")
+	assert.Equal(t, swapplan.RoleStandby, s1.Role)
+	assert.False(t, s1.Unschedulable)
+}
+
+func TestTheRemovalWaitsForTheStepDownWhileTheOutgoingVoterIsReadyAndHasNotReported(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.hosts["v1"].ignoreStepDown = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(swapplan.ActionStepDown, "v1"))
+	for w.now.Before(w.plans[len(w.plans)-1].Since.Add(w.cfg.Bounds.StepDown - w.tick)) {
+		plan := w.pass()
+		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+		assert.Contains(t, plan.Reason, "the removal waits for the step-down while v1 is Ready and has not reported")
+	}
+	w.runUntil(3, acting(swapplan.ActionRemoveMember, "v1"))
+}
+
+func TestASwapThatEndedWithTheAnnotationsClearedBeforeTheLeaseWasReleasedIsEndedNotStartedAgain(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(200, func(p swapplan.Plan) bool { return p.Step == swapplan.StepUncordon && p.Action.Node == "v1" })
+	// The end, interrupted: the record marked, the annotations cleared,
+	// nothing recorded, the Lease not released.
+	end := swapplan.Next(w.snapshot())
+	require.Equal(t, swapplan.ActionEnd, end.Action.Type)
+	w.lease.Swap = end.Swap
+	for _, name := range end.Action.Clear {
+		n := w.node(name)
+		n.Request, n.MemberGone, n.CordonedBy = nil, "", ""
+	}
+	for range 3 {
+		w.now = w.now.Add(w.tick)
+		w.react()
+		plan := swapplan.Next(w.snapshot())
+		assert.Equal(t, swapplan.ActionEnd, plan.Action.Type)
+		assert.Equal(t, swapplan.ResultCompleted, plan.Action.Result)
+		assert.Empty(t, plan.Action.Clear)
+		assert.Equal(t, end.Swap.EndedAt, plan.Swap.EndedAt, "ended once, at the same time")
+		assert.Equal(t, *end.Action.CooldownUntil, *plan.Action.CooldownUntil)
+	}
+	// Without the mark too: the roles flipped and the cordons gone say the
+	// swap is at its end, and the manual request is not carried out again.
+	rec := *end.Swap
+	rec.Phase, rec.Result, rec.EndedAt = "", "", nil
+	w.lease.Swap = &rec
+	plan := swapplan.Next(w.snapshot())
+	assert.Equal(t, swapplan.ActionEnd, plan.Action.Type)
+	w.apply(plan)
+	assert.NotNil(t, w.request, "the request is still there")
+	assert.Equal(t, swapplan.ActionNone, w.pass().Action.Type)
+}
+
+func TestAHostThatDoesNotComeBackWithinItsBoundIsLeftToNodeRecoveryWithTheSwapRecordedPending(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(200, acting(swapplan.ActionMemberGone, "v1"))
+	w.hosts["v1"].kubeletDead = true
+	res := w.run(200)
+	assert.Equal(t, swapplan.ResultPending, res.Result)
+	assert.Equal(t, []string{"v1"}, res.Pending)
+	assert.Contains(t, res.Reason, "did not come back")
+	assert.True(t, w.node("v1").Unschedulable, "left cordoned for node recovery")
+	assert.NotContains(t, w.actions(), "uncordon v1")
+}
+
+func TestADemotionTheAgentFinishedIsCleanedUpRoleLabelsEtcdAnnotationsLevelLabelAndTaint(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	v1 := w.node("v1")
+	v1.Level, v1.EtcdTaint = "etcd-only", true
+	w.requestSwap("v1", "s1")
+	plan := w.runUntil(200, acting(swapplan.ActionCleanUp, "v1"))
+	assert.Contains(t, plan.Reason, "v1 finished its demotion")
+	assert.Equal(t, swapplan.RoleStandby, plan.Action.Role)
+	require.Equal(t, swapplan.ResultCompleted, w.run(20).Result)
+	v1 = w.node("v1")
+	assert.Equal(t, swapplan.RoleStandby, v1.Role)
+	assert.Empty(t, v1.ServerLabels)
+	assert.Empty(t, v1.MemberName)
+	assert.Empty(t, v1.RemovedMember)
+	assert.False(t, v1.RemoveRequested)
+	assert.Empty(t, v1.Level)
+	assert.False(t, v1.EtcdTaint)
+	assert.Equal(t, swapplan.RoleVoter, w.node("s1").Role)
+}
+
+func TestAnActionThatFailsIsRepeatedAndLeavesTheSwapWhereItWas(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(swapplan.ActionCordonOut, "v1"))
+	failed := w.plans[len(w.plans)-1]
+	// The same pass again, the action having failed: nothing of it applied.
+	w.failRate = 1
+	for range 3 {
+		plan := w.pass()
+		assert.Equal(t, swapplan.ActionDrainOut, plan.Action.Type, "the cordon above was applied")
+		assert.Equal(t, swapplan.StepDrainOut, plan.Step)
+	}
+	assert.Equal(t, "injected failure", w.status.LastAction.Error)
+	w.failRate = 0
+	plan := w.pass()
+	assert.Equal(t, swapplan.ActionDrainOut, plan.Action.Type)
+	assert.Equal(t, failed.Swap.ID, plan.Swap.ID)
+	assert.Equal(t, swapplan.ActionStepDown, w.pass().Action.Type)
+}
+
+func TestASnapshotIsNeverAskedOfTheOutgoingVoterEvenWhenItSortsFirst(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	plan := w.runUntil(5, atStep(swapplan.StepSnapshot))
+	assert.Equal(t, swapplan.ActionSnapshot, plan.Action.Type)
+	assert.Equal(t, "v2", plan.Action.Node)
+	// v2 turns unhealthy: v3 is asked, never v1.
+	w.hosts["v2"].unhealthyUntil = w.now.Add(time.Hour)
+	w.node("v2").Request = nil
+	plan = w.pass()
+	assert.Equal(t, "v3", plan.Action.Node)
+	w.hosts["v3"].unhealthyUntil = w.now.Add(time.Hour)
+	w.node("v3").Request = nil
+	plan = w.pass()
+	assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+	assert.Contains(t, plan.Reason, "no healthy voter other than the outgoing v1")
+}
+
+func TestASteppedDownMemberWhoseNodeNoLongerSaysItVotesIsStillCountedAsAMemberAndRemoved(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(swapplan.ActionStepDown, "v1"))
+	// An etcd-only server runs no kubelet: its Node stops saying it votes.
+	w.hooks = append(w.hooks, func(w *world) {
+		if v1 := w.node("v1"); v1.Role == swapplan.RoleVoter {
+			v1.EtcdIsVoter = swapplan.Condition{}
+			v1.ServerLabels = slices.DeleteFunc(v1.ServerLabels, func(l string) bool { return l == swapplan.LabelEtcd })
+		}
+	})
+	w.k3sPaused = true
+	plan := w.runUntil(5, acting(swapplan.ActionRemoveMember, "v1"))
+	assert.NotContains(t, plan.Voters, "v1")
+	for range 5 {
+		plan = w.pass()
+		assert.Equal(t, swapplan.StepRemoveMember, plan.Step)
+		assert.Contains(t, plan.Reason, "lists 4 member(s), 3 voter(s) remain")
+	}
+	w.k3sPaused = false
+	w.runUntil(3, acting(swapplan.ActionMemberGone, "v1"))
+	assert.Equal(t, swapplan.ResultCompleted, w.run(100).Result)
+}
+
+func TestOnlyNodesThisSwapCordonedAreUncordoned(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.node("v1").Unschedulable = true // an operator's cordon
+	w.requestSwap("v1", "s1")
+	require.Equal(t, swapplan.ResultCompleted, w.run(200).Result)
+	assert.True(t, w.node("v1").Unschedulable, "the operator's cordon stays")
+	assert.False(t, w.node("s1").Unschedulable, "the swap's cordon goes")
+	assert.NotContains(t, w.actions(), "cordon-out v1")
+	assert.NotContains(t, w.actions(), "uncordon v1")
+
+	w = newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(5, acting(swapplan.ActionStart, ""))
+	w.node("s1").Unschedulable = true // cordoned by someone else before the swap's cordon-in
+	require.Equal(t, swapplan.ResultCompleted, w.run(200).Result)
+	assert.True(t, w.node("s1").Unschedulable)
+	assert.False(t, w.node("v1").Unschedulable)
+	assert.NotContains(t, strings.Join(w.actions(), ","), "uncordon s1")
+}
