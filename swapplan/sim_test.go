@@ -37,8 +37,10 @@ type world struct {
 	regradeUntil time.Time
 	// k3sPaused: k3s removes no member while set.
 	k3sPaused bool
+	// faults run first in a tick, so the samples of the tick show them;
 	// hooks run after the world reacted, before the planner plans.
-	hooks []func(w *world)
+	faults []func(w *world)
+	hooks  []func(w *world)
 }
 
 type member struct {
@@ -180,6 +182,9 @@ func (w *world) snapshot() swapplan.Snapshot {
 
 // react plays the agents, k3s and the kubelets for one tick.
 func (w *world) react() {
+	for _, f := range w.faults {
+		f(w)
+	}
 	if !w.regradeUntil.IsZero() && !w.now.Before(w.regradeUntil) {
 		w.lease = swapplan.Lease{} // regrade releases, clearing the annotations
 		w.regradeUntil = time.Time{}

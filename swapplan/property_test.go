@@ -1,0 +1,228 @@
+package swapplan_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// TestPropertyRandomClustersAndEvents runs swaps on random clusters with
+// random faults at random times and checks, on every plan, that the planner
+// never asks to remove a member when the remaining voters would not be a
+// quorum, never acts under a Lease someone else holds, never starts a second
+// swap while one is under way, and reaches an end within the sum of the
+// bounds (plus the time the faults held it).
+func TestPropertyRandomClustersAndEvents(t *testing.T) {
+	seeds := 400
+	if testing.Short() {
+		seeds = 50
+	}
+	results := map[string]int{}
+	for seed := range seeds {
+		res := runRandomSwap(t, uint64(seed))
+		results[res]++
+	}
+	t.Logf("results over %d random swaps: %v", seeds, results)
+	for _, r := range []string{swapplan.ResultCompleted, swapplan.ResultRolledBack, swapplan.ResultAbandoned} {
+		if results[r] == 0 {
+			t.Errorf("no random swap ended %s: the generator does not reach every end", r)
+		}
+	}
+}
+
+// event fires once at its time, or (with a step) when a plan first
+// reaches that step.
+type event struct {
+	at   time.Time
+	step string
+	do   func(w *world)
+}
+
+func (e event) due(w *world) bool {
+	if e.step != "" {
+		return len(w.plans) > 0 && w.plans[len(w.plans)-1].Step == e.step
+	}
+	return !e.at.After(w.now)
+}
+
+func runRandomSwap(t *testing.T, seed uint64) string {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	w := newWorld(t, 3+rng.IntN(3), 1+rng.IntN(2), rng.IntN(3))
+	w.rng = rng
+	w.failRate = rng.Float64() * 0.3
+	var voters, standbys []string
+	for _, n := range w.nodes {
+		switch n.Role {
+		case swapplan.RoleVoter:
+			voters = append(voters, n.Name)
+		case swapplan.RoleStandby:
+			standbys = append(standbys, n.Name)
+		}
+	}
+	out := voters[rng.IntN(len(voters))]
+	in := standbys[rng.IntN(len(standbys))]
+	others := slices.DeleteFunc(slices.Clone(voters), func(v string) bool { return v == out })
+	pick := func() string { return others[rng.IntN(len(others))] }
+	minute := func(max int) time.Duration { return time.Duration(1+rng.IntN(max*60)) * time.Second }
+	at := func(max int) time.Time { return epoch.Add(minute(max)) }
+
+	var events []event
+	var faultTime time.Duration
+	steps := []string{swapplan.StepSnapshot, swapplan.StepDrainIn, swapplan.StepPromote, swapplan.StepJoin,
+		swapplan.StepStepDown, swapplan.StepRemoveMember, swapplan.StepMemberGone, swapplan.StepUncordon, swapplan.StepRollback}
+	// transient faults start at a random time or at a random step, and heal.
+	transient := func(max int, do func(w *world, until time.Time)) {
+		d := minute(max)
+		faultTime += d
+		e := event{at: at(30), do: func(w *world) { do(w, w.now.Add(d)) }}
+		if rng.IntN(2) == 0 {
+			e.step = steps[rng.IntN(len(steps))]
+		}
+		events = append(events, e)
+	}
+	for range rng.IntN(5) {
+		switch rng.IntN(7) {
+		case 0:
+			// One voter unhealthy, or two at once: a removal then would
+			// leave too few of the remaining members up.
+			a, b := pick(), pick()
+			transient(4, func(w *world, until time.Time) {
+				w.hosts[a].unhealthyUntil = until
+				if rng.IntN(2) == 0 {
+					w.hosts[b].unhealthyUntil = until
+				}
+			})
+		case 1:
+			v := pick()
+			transient(3, func(w *world, until time.Time) { w.hosts[v].silentUntil = until })
+		case 2:
+			transient(5, func(w *world, until time.Time) {
+				if w.lease.Holder == "" || w.lease.Holder == swapplan.ControllerHolder {
+					w.lease = swapplan.Lease{Holder: "regrade", RenewTime: w.now, Duration: time.Hour}
+					w.regradeUntil = until
+				}
+			})
+		case 3:
+			transient(4, func(w *world, until time.Time) {
+				w.k3sPaused = true
+				w.faults = append(w.faults, func(w *world) {
+					if !w.now.Before(until) {
+						w.k3sPaused = false
+					}
+				})
+			})
+		case 4:
+			events = append(events, event{at: at(30), do: func(w *world) { w.hosts[out].paused = true }})
+		case 5:
+			v, s := pick(), in
+			if len(standbys) > 1 {
+				s = standbys[rng.IntN(len(standbys))]
+			}
+			events = append(events, event{at: at(20), do: func(w *world) { w.requestSwap(v, s) }})
+		case 6:
+			transient(3, func(w *world, until time.Time) {
+				w.hosts[in].heartbeatStuck = true
+				w.faults = append(w.faults, func(w *world) {
+					if !w.now.Before(until) {
+						w.hosts[in].heartbeatStuck = false
+					}
+				})
+			})
+		}
+	}
+	switch rng.IntN(10) {
+	case 0:
+		w.hosts[in].refusePromote = true
+	case 1:
+		w.hosts[in].ignorePromote = true
+	case 2:
+		w.hosts[in].neverJoin = true
+	case 3:
+		w.hosts[others[0]].snapshotNotReady = true
+		w.hosts[others[len(others)-1]].snapshotNotReady = true
+	case 4:
+		w.node(in).Pods = append(w.node(in).Pods, swapplan.Pod{Namespace: "arc", Name: "runner-stuck", Runner: true})
+	case 5:
+		w.node(out).Pods = append(w.node(out).Pods, swapplan.Pod{Namespace: "arc", Name: "runner-stuck", Runner: true})
+	case 6:
+		w.hosts[out].ignoreStepDown = true
+	}
+	if rng.IntN(2) == 0 {
+		w.requestSwap(out, in)
+	} else {
+		w.node(out).Verdict = swapplan.Verdict{State: swapplan.VerdictUnfit, Score: 10}
+		for _, s := range standbys {
+			w.node(s).Verdict = swapplan.Verdict{State: swapplan.VerdictFit, Score: 5}
+		}
+		w.node(in).Verdict.Score = 1
+	}
+	w.faults = append(w.faults, func(w *world) {
+		for len(events) > 0 {
+			i := slices.IndexFunc(events, func(e event) bool { return e.due(w) })
+			if i < 0 {
+				return
+			}
+			e := events[i]
+			events = slices.Delete(events, i, i+1)
+			e.do(w)
+		}
+	})
+
+	var swapID string
+	var startedAt time.Time
+	w.checks = append(w.checks, func(w *world, p swapplan.Plan) {
+		desc := fmt.Sprintf("seed %d at %s: %s %s (%s)", seed, w.now.Sub(epoch), p.Action.Type, p.Action.Node, p.Reason)
+		l := w.lease
+		if l.Holder != "" && l.Holder != swapplan.ControllerHolder && l.RenewTime.Add(l.Duration).After(w.now) {
+			if p.Action.Type != swapplan.ActionNone || p.RenewLease {
+				t.Fatalf("acted under a Lease held by %s: %s", l.Holder, desc)
+			}
+		}
+		if p.Action.Type == swapplan.ActionStart {
+			if swapID != "" && p.Swap.ID != swapID {
+				t.Fatalf("started a second swap %s while %s is under way: %s", p.Swap.ID, swapID, desc)
+			}
+			if swapID == "" {
+				swapID, startedAt = p.Swap.ID, w.now
+			}
+		}
+		if p.Action.Type == swapplan.ActionRemoveMember {
+			var remaining, alive int
+			for _, m := range w.members {
+				if m.node == p.Action.Node {
+					continue
+				}
+				remaining++
+				h := w.hosts[m.node]
+				if h.server && !h.paused && !w.now.Before(h.unhealthyUntil) {
+					alive++
+				}
+			}
+			if alive < swapplan.Quorum(remaining) {
+				t.Fatalf("asked to remove a member with %d of %d remaining members up: %s", alive, remaining, desc)
+			}
+		}
+		if swapID != "" {
+			budget := w.cfg.Bounds.Sum() + faultTime + 60*w.tick
+			if w.now.Sub(startedAt) > budget {
+				t.Fatalf("swap %s has not ended within %s (bounds %s + faults %s + 60 passes): %s",
+					swapID, budget, w.cfg.Bounds.Sum(), faultTime, desc)
+			}
+		}
+	})
+	for range 2000 {
+		w.pass()
+		if swapID != "" && w.status.Last != nil && w.status.Last.ID == swapID && w.lease.Holder != swapplan.ControllerHolder {
+			return w.status.Last.Result
+		}
+	}
+	if swapID == "" {
+		return "not started"
+	}
+	t.Fatalf("seed %d: swap %s did not end; last plan %+v", seed, swapID, w.plans[len(w.plans)-1])
+	return ""
+}
