@@ -91,7 +91,7 @@ func (r Request) Validate() error {
 	if r.At.IsZero() {
 		errs = append(errs, missing("at"))
 	}
-	return errors.Join(errs...)
+	return joinFields(errs)
 }
 
 // SnapshotFile describes an etcd snapshot an agent took and verified.
@@ -139,7 +139,7 @@ func (r Report) Validate() error {
 	if r.At.IsZero() {
 		errs = append(errs, missing("at"))
 	}
-	return errors.Join(errs...)
+	return joinFields(errs)
 }
 
 // Answers says whether the report answers the request.
@@ -195,7 +195,7 @@ func (p Probe) Validate() error {
 			errs = append(errs, missing(fmt.Sprintf("members[%d].name", i)))
 		}
 	}
-	return errors.Join(errs...)
+	return joinFields(errs)
 }
 
 // SwapRecord is the swap a Lease holds (AnnotationSwap). It is also mirrored
@@ -248,7 +248,7 @@ func (r SwapRecord) Validate() error {
 			errs = append(errs, missing("endedAt"))
 		}
 	}
-	return errors.Join(errs...)
+	return joinFields(errs)
 }
 
 // ManualRequest is what `fleet-role swap OUT IN` writes (RequestKey).
@@ -274,7 +274,7 @@ func (r ManualRequest) Validate() error {
 	if r.At.IsZero() {
 		errs = append(errs, missing("at"))
 	}
-	return errors.Join(errs...)
+	return joinFields(errs)
 }
 
 // Verdict states.
@@ -368,7 +368,21 @@ func (s Status) Validate() error {
 			errs = append(errs, oneOf("verdicts."+name+".state", st, VerdictFit, VerdictUnfit, VerdictPartial, VerdictSilent))
 		}
 	}
-	return errors.Join(errs...)
+	return joinFields(errs)
+}
+
+// joinFields joins the problems of one value on one line.
+func joinFields(errs []error) error {
+	var msgs []string
+	for _, err := range errs {
+		if err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 func missing(field string) error { return fmt.Errorf("field %q: missing", field) }

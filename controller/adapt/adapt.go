@@ -107,27 +107,24 @@ func Node(n *corev1.Node) (swapplan.Node, error) {
 	}
 	what := "node/" + n.Name
 	if v, ok := ann[swapplan.AnnotationRequest]; ok {
-		var r swapplan.Request
-		if err := decode(v, &r, r.Validate); err != nil {
+		if r, err := decode[swapplan.Request](v); err != nil {
 			errs = append(errs, annotationError(what, swapplan.AnnotationRequest, err))
 		} else {
-			out.Request = &r
+			out.Request = r
 		}
 	}
 	if v, ok := ann[swapplan.AnnotationReport]; ok {
-		var r swapplan.Report
-		if err := decode(v, &r, r.Validate); err != nil {
+		if r, err := decode[swapplan.Report](v); err != nil {
 			errs = append(errs, annotationError(what, swapplan.AnnotationReport, err))
 		} else {
-			out.Report = &r
+			out.Report = r
 		}
 	}
 	if v, ok := ann[swapplan.AnnotationProbe]; ok {
-		var p swapplan.Probe
-		if err := decode(v, &p, p.Validate); err != nil {
+		if p, err := decode[swapplan.Probe](v); err != nil {
 			errs = append(errs, annotationError(what, swapplan.AnnotationProbe, err))
 		} else {
-			out.Probe = &p
+			out.Probe = p
 		}
 	}
 	return out, errors.Join(errs...)
@@ -167,11 +164,11 @@ func Lease(l *coordinationv1.Lease) (swapplan.Lease, error) {
 		out.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 	}
 	if v, ok := l.Annotations[swapplan.AnnotationSwap]; ok && v != "" {
-		var r swapplan.SwapRecord
-		if err := decode(v, &r, r.Validate); err != nil {
+		r, err := decode[swapplan.SwapRecord](v)
+		if err != nil {
 			return out, annotationError("lease/"+l.Namespace+"/"+l.Name, swapplan.AnnotationSwap, err)
 		}
-		out.Swap = &r
+		out.Swap = r
 	}
 	return out, nil
 }
@@ -183,33 +180,40 @@ func Status(cm *corev1.ConfigMap) (swapplan.Status, *swapplan.ManualRequest, err
 	var st swapplan.Status
 	what := "configmap/" + cm.Namespace + "/" + cm.Name
 	if v, ok := cm.Data[swapplan.StatusKey]; ok && strings.TrimSpace(v) != "" {
-		if err := decode(v, &st, st.Validate); err != nil {
+		if s, err := decode[swapplan.Status](v); err != nil {
 			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, swapplan.StatusKey, err))
-			st = swapplan.Status{}
+		} else {
+			st = *s
 		}
 	}
 	var req *swapplan.ManualRequest
 	if v, ok := cm.Data[swapplan.RequestKey]; ok && strings.TrimSpace(v) != "" {
-		var r swapplan.ManualRequest
-		if err := decode(v, &r, r.Validate); err != nil {
+		r, err := decode[swapplan.ManualRequest](v)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, swapplan.RequestKey, err))
-		} else {
-			req = &r
 		}
+		req = r
 	}
 	return st, req, errors.Join(errs...)
 }
 
-// decode unmarshals JSON into v and validates it.
-func decode(s string, v any, validate func() error) error {
+// decode unmarshals a JSON value of the wire contract and validates it.
+func decode[T any, PT interface {
+	*T
+	Validate() error
+}](s string) (*T, error) {
+	v := new(T)
 	if err := json.Unmarshal([]byte(s), v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return fmt.Errorf("field %q: want %s, got a JSON %s", te.Field, te.Type, te.Value)
+			return nil, fmt.Errorf("field %q: want %s, got a JSON %s", te.Field, te.Type, te.Value)
 		}
-		return fmt.Errorf("invalid JSON: %v", err)
+		return nil, fmt.Errorf("invalid JSON: %v", err)
 	}
-	return validate()
+	if err := PT(v).Validate(); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 func annotationError(what, annotation string, err error) error {

@@ -159,12 +159,12 @@ func jsonError(data []byte, err error) string {
 	return "invalid JSON: " + err.Error()
 }
 
+// position is the line and column of the byte a JSON syntax error's
+// offset (the count of bytes read, the bad one included) points at.
 func position(data []byte, offset int64) (line, col int) {
-	if offset > int64(len(data)) {
-		offset = int64(len(data))
-	}
-	before := data[:offset]
+	at := min(max(int(offset)-1, 0), len(data))
+	before := data[:at]
 	line = bytes.Count(before, []byte("\n")) + 1
-	col = int(offset) - bytes.LastIndexByte(before, '\n')
+	col = at - bytes.LastIndexByte(before, '\n')
 	return line, col
 }
