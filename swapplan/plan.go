@@ -329,7 +329,10 @@ func (p *planner) unhealthy(n *Node) string {
 	case !n.Probe.Healthy:
 		why := n.Probe.Error
 		if why == "" {
-			why = fmt.Sprintf("fsync p99 %.1f ms, read %.1f ms", n.Probe.FsyncP99Ms, n.Probe.RTTMs)
+			why = fmt.Sprintf("fsync p99 %.1f ms", n.Probe.FsyncP99Ms)
+			if n.Probe.RTTMs > 0 {
+				why += fmt.Sprintf(", read %.1f ms", n.Probe.RTTMs)
+			}
 		}
 		return fmt.Sprintf("%s's probe says unhealthy: %s", n.Name, why)
 	}

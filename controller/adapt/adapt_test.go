@@ -1,0 +1,177 @@
+package adapt
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func voterNode() *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "v1",
+			Labels: map[string]string{
+				swapplan.LabelRole: swapplan.RoleVoter, swapplan.LabelLevel: "etcd-only",
+				swapplan.LabelEtcd: "true", swapplan.LabelControlPlane: "true", swapplan.LabelMaster: "false",
+			},
+			Annotations: map[string]string{
+				swapplan.AnnotationEtcdNodeName:        "v1-0a1b2c3d",
+				swapplan.AnnotationEtcdRemovedNodeName: "v1-99999999",
+				swapplan.AnnotationEtcdRemove:          "true",
+				swapplan.AnnotationCordonedBy:          "swap-1",
+				swapplan.AnnotationMemberGone:          "swap-1",
+				swapplan.AnnotationRequest:             `{"swap":"swap-1","action":"step-down","at":"2026-11-30T11:59:00Z"}`,
+				swapplan.AnnotationReport:              `{"swap":"swap-1","action":"finish","state":"done","startedAt":"2026-11-30T11:59:30Z","at":"2026-11-30T11:59:31Z"}`,
+				swapplan.AnnotationProbe:               `{"at":"2026-11-30T11:59:50Z","period":"1m","healthy":true,"member":"v1-0a1b2c3d","members":[{"name":"v1-0a1b2c3d"},{"name":"s1-01234567","learner":true}],"fsyncP99Ms":3.5}`,
+			},
+		},
+		Spec: corev1.NodeSpec{
+			Unschedulable: true,
+			Taints:        []corev1.Taint{{Key: swapplan.TaintEtcdOnly, Effect: corev1.TaintEffectNoSchedule}},
+		},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(t0.Add(-time.Minute))},
+			{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: swapplan.ReasonUnhealthy},
+		}},
+	}
+}
+
+func TestNodeReadsEveryNameOfTheContract(t *testing.T) {
+	n, err := Node(voterNode())
+	require.NoError(t, err)
+	assert.Equal(t, swapplan.RoleVoter, n.Role)
+	assert.Equal(t, "etcd-only", n.Level)
+	assert.Equal(t, []string{swapplan.LabelEtcd, swapplan.LabelControlPlane}, n.ServerLabels, "a label set to false is not carried")
+	assert.True(t, n.EtcdTaint)
+	assert.Equal(t, "v1-0a1b2c3d", n.MemberName)
+	assert.Equal(t, "v1-99999999", n.RemovedMember)
+	assert.True(t, n.RemoveRequested)
+	assert.False(t, n.MemberRemoved(), "k3s last removed an older member")
+	assert.Equal(t, swapplan.Condition{Status: "False", Reason: swapplan.ReasonUnhealthy}, n.EtcdIsVoter)
+	assert.True(t, n.Ready)
+	assert.Equal(t, t0.Add(-time.Minute), n.Heartbeat)
+	assert.True(t, n.Unschedulable)
+	assert.Equal(t, "swap-1", n.CordonedBy)
+	assert.Equal(t, "swap-1", n.MemberGone)
+	require.NotNil(t, n.Request)
+	assert.Equal(t, swapplan.RequestStepDown, n.Request.Action)
+	require.NotNil(t, n.Report)
+	assert.Equal(t, t0.Add(-30*time.Second), *n.Report.StartedAt)
+	require.NotNil(t, n.Probe)
+	assert.Equal(t, swapplan.Duration(time.Minute), n.Probe.Period)
+	assert.Equal(t, []swapplan.Member{{Name: "v1-0a1b2c3d"}, {Name: "s1-01234567", Learner: true}}, n.Probe.Members)
+}
+
+func TestNodeLeavesOutAMalformedAnnotationAndNamesIt(t *testing.T) {
+	node := voterNode()
+	node.Annotations[swapplan.AnnotationReport] = `{"swap":"swap-1","action":"finish","state":"done","startedAt":"yesterday","at":"2026-11-30T11:59:31Z"}`
+	node.Annotations[swapplan.AnnotationProbe] = `{"at":"2026-11-30T11:59:50Z","period":60}`
+	n, err := Node(node)
+	require.Error(t, err)
+	assert.Nil(t, n.Report)
+	assert.Nil(t, n.Probe)
+	assert.NotNil(t, n.Request, "the other annotations are read")
+	assert.Contains(t, err.Error(), "node/v1: annotation fleet-role.io/report: invalid JSON")
+	assert.Contains(t, err.Error(), `node/v1: annotation fleet-role.io/probe: invalid JSON: want a duration string such as "60s", got 60`)
+}
+
+func TestPodClassifiesRunnersDaemonSetsMirrorsAndFinishedPods(t *testing.T) {
+	runners := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": "runner"})
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "arc", Name: "r", Labels: map[string]string{"app.kubernetes.io/component": "runner"}}}
+	assert.Equal(t, swapplan.Pod{Namespace: "arc", Name: "r", Runner: true}, Pod(p, runners))
+
+	ds := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d", OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Controller: ptr.To(true)}}}}
+	assert.True(t, Pod(ds, runners).DaemonSet)
+	mirror := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "x"}}}
+	assert.True(t, Pod(mirror, runners).Mirror)
+	done := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "f"}, Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}
+	assert.True(t, Pod(done, runners).Finished)
+	going := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "g", DeletionTimestamp: ptr.To(metav1.NewTime(t0))}}
+	assert.True(t, Pod(going, runners).Terminating)
+}
+
+func TestLeaseReadsHolderRenewDurationAndRecord(t *testing.T) {
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-role", Name: "regrade", Annotations: map[string]string{
+			swapplan.AnnotationSwap: `{"id":"s","out":"v1","in":"s1","origin":"automatic","startedAt":"2026-11-30T11:00:00Z"}`,
+		}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(swapplan.ControllerHolder), LeaseDurationSeconds: ptr.To[int32](60),
+			AcquireTime: ptr.To(metav1.NewMicroTime(t0.Add(-time.Hour))), RenewTime: ptr.To(metav1.NewMicroTime(t0))},
+	}
+	got, err := Lease(l)
+	require.NoError(t, err)
+	assert.Equal(t, swapplan.ControllerHolder, got.Holder)
+	assert.Equal(t, t0, got.RenewTime)
+	assert.Equal(t, time.Minute, got.Duration)
+	require.NotNil(t, got.Swap)
+	assert.Equal(t, swapplan.OriginAutomatic, got.Swap.Origin)
+}
+
+func TestBuildJoinsHeartbeatsPodsAndVerdictsAndGoesOnPastBadAnnotations(t *testing.T) {
+	good := voterNode()
+	bad := voterNode()
+	bad.Name = "v2"
+	bad.Annotations[swapplan.AnnotationRequest] = `[]`
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-role", Name: swapplan.StatusConfigMap}, Data: map[string]string{
+		swapplan.StatusKey:  `{"swap":null,"verdicts":{"v1":{"state":"unfit","score":2}},"updatedAt":"2026-11-30T11:59:00Z"}`,
+		swapplan.RequestKey: `{"out":"v1","in":"s1","at":"2026-11-30T11:58:00Z","by":"alice"}`,
+	}}
+	in := Input{
+		Nodes:      []*corev1.Node{bad, good},
+		NodeLeases: []*coordinationv1.Lease{{ObjectMeta: metav1.ObjectMeta{Name: "v1"}, Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(t0.Add(-3 * time.Second)))}}},
+		Status:     cm,
+		Pods:       []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p"}, Spec: corev1.PodSpec{NodeName: "v1"}}, {ObjectMeta: metav1.ObjectMeta{Name: "unbound"}}},
+	}
+	s, err := Build(in, swapplan.Config{DryRun: true}, labels.Everything(), t0)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "node/v2: annotation fleet-role.io/request: invalid JSON")
+	require.Len(t, s.Nodes, 2)
+	assert.Equal(t, "v1", s.Nodes[0].Name, "sorted by name")
+	assert.Equal(t, t0.Add(-3*time.Second), s.Nodes[0].Heartbeat, "the kubelet Lease's renew time")
+	assert.Equal(t, t0.Add(-time.Minute), s.Nodes[1].Heartbeat, "the Ready condition's, without a Lease")
+	assert.Nil(t, s.Nodes[1].Request)
+	assert.Equal(t, []swapplan.Pod{{Namespace: "a", Name: "p", Runner: true}}, s.Nodes[0].Pods)
+	assert.Equal(t, swapplan.VerdictUnfit, s.Nodes[0].Verdict.State)
+	require.NotNil(t, s.Request)
+	assert.Equal(t, "alice", s.Request.By)
+	assert.Equal(t, t0, s.Now)
+	assert.True(t, s.Config.DryRun)
+}
+
+func TestReadListKeepsWhatThePlannerReads(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "mid-swap.json"))
+	require.NoError(t, err)
+	in, err := ReadList(strings.NewReader(string(data)), swapplan.Namespace)
+	require.NoError(t, err)
+	assert.NotEmpty(t, in.Nodes)
+	assert.NotEmpty(t, in.NodeLeases)
+	assert.NotNil(t, in.Lease)
+	assert.NotNil(t, in.Status)
+	assert.NotEmpty(t, in.Pods)
+
+	other, err := ReadList(strings.NewReader(string(data)), "elsewhere")
+	require.NoError(t, err)
+	assert.Nil(t, other.Lease, "the regrade Lease of another namespace is not ours")
+	assert.Nil(t, other.Status)
+}
+
+func TestReadListErrorsAreErrInput(t *testing.T) {
+	_, err := ReadList(strings.NewReader("nope"), swapplan.Namespace)
+	require.True(t, errors.Is(err, ErrInput))
+	assert.Contains(t, err.Error(), "invalid JSON at line 1, column 2")
+}

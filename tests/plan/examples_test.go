@@ -1,0 +1,76 @@
+package plan_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/examples from the builders")
+
+// examples are the clusters in docs/examples, which the README walks
+// through; each is checked against the builder that wrote it and against
+// the answer the README gives.
+var examples = []struct {
+	file  string
+	build func() *cluster
+	check func(t *testing.T, p swapplan.Plan)
+}{
+	{"idle.json", newCluster, func(t *testing.T, p swapplan.Plan) {
+		assertAction(t, p, swapplan.ActionNone, "", "", "no swap: no voter is unfit")
+	}},
+	{"dry-run-decision.json", func() *cluster {
+		c := newCluster()
+		c.status.Verdicts = map[string]swapplan.Verdict{
+			"v2": {State: swapplan.VerdictUnfit, Score: 31, Samples: 25, Bad: 21, FsyncP99Ms: 31, Reason: "fsync p99 over 10 ms in 21 of 25 samples"},
+			"s1": {State: swapplan.VerdictFit, Score: 2.5, Samples: 25, FsyncP99Ms: 2.5},
+		}
+		c.unhealthy("v2")
+		return c
+	}, func(t *testing.T, p swapplan.Plan) {
+		assertAction(t, p, swapplan.ActionNone, "", "", "dry run: would swap v2 for s1")
+	}},
+	{"gates-held.json", func() *cluster {
+		c := newCluster()
+		rec := c.swap("v1", "s1", swapplan.StepGates, 2*time.Minute)
+		c.promoted(rec, "s1", 4*time.Minute)
+		c.lists([]string{"v1", "v2", "v3", "s1"}, "v1", "v2", "v3", "s1")
+		c.unhealthy("v3")
+		return c
+	}, func(t *testing.T, p swapplan.Plan) {
+		assertAction(t, p, swapplan.ActionNone, "", swapplan.StepGates, "the outgoing voter v1 is not touched: v3's probe says unhealthy")
+	}},
+	{"mid-swap.json", func() *cluster {
+		c := newCluster()
+		atStepDown(c)
+		return c
+	}, func(t *testing.T, p swapplan.Plan) {
+		assertAction(t, p, swapplan.ActionNone, "", swapplan.StepStepDown, "the removal waits for the step-down while v1 is Ready")
+	}},
+}
+
+func TestExamples(t *testing.T) {
+	dir := filepath.Join("..", "..", "docs", "examples")
+	for _, ex := range examples {
+		t.Run(ex.file, func(t *testing.T) {
+			path := filepath.Join(dir, ex.file)
+			want := ex.build().list()
+			if *update {
+				require.NoError(t, os.MkdirAll(dir, 0o755))
+				require.NoError(t, os.WriteFile(path, want, 0o644))
+			}
+			got, err := os.ReadFile(path)
+			require.NoError(t, err, "run: go test ./tests/plan -run TestExamples -update")
+			assert.Equal(t, string(want), string(got), "%s is out of date: go test ./tests/plan -run TestExamples -update", path)
+			c := ex.build()
+			ex.check(t, planOf(t, c))
+		})
+	}
+}
