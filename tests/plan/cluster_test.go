@@ -17,15 +17,15 @@ import (
 // cluster builds the objects `kubectl get nodes,leases,configmaps,pods -A
 // -o json` would print for a k3s fleet at one moment.
 type cluster struct {
-	now     time.Time
-	order   []string
-	nodes   map[string]*corev1.Node
-	beats   map[string]time.Time
-	probes  map[string]*swapplan.Probe
-	lease   *coordinationv1.Lease
-	status  swapplan.Status
-	manual  *swapplan.ManualRequest
-	pods    []*corev1.Pod
+	now    time.Time
+	order  []string
+	nodes  map[string]*corev1.Node
+	beats  map[string]time.Time
+	probes map[string]*swapplan.Probe
+	lease  *coordinationv1.Lease
+	status swapplan.Status
+	manual *swapplan.ManualRequest
+	pods   []*corev1.Pod
 }
 
 var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)

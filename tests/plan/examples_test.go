@@ -4,11 +4,13 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fleet-role/fleet-role/swapplan"
 )
@@ -46,6 +48,17 @@ var examples = []struct {
 		return c
 	}, func(t *testing.T, p swapplan.Plan) {
 		assertAction(t, p, swapplan.ActionNone, "", swapplan.StepGates, "the outgoing voter v1 is not touched: v3's probe says unhealthy")
+	}},
+	{"step-down.json", func() *cluster {
+		c := newCluster()
+		rec := c.swap("v1", "s1", swapplan.StepDrainOut, time.Minute)
+		c.promoted(rec, "s1", 10*time.Minute)
+		c.lists([]string{"v1", "v2", "v3", "s1"}, "v1", "v2", "v3", "s1")
+		c.cordon("v1", rec.ID)
+		c.pods = slices.DeleteFunc(c.pods, func(p *corev1.Pod) bool { return p.Spec.NodeName == "v1" && p.Namespace == "apps" })
+		return c
+	}, func(t *testing.T, p swapplan.Plan) {
+		assertAction(t, p, swapplan.ActionStepDown, "v1", swapplan.StepStepDown, "asking the outgoing voter v1 to step down")
 	}},
 	{"mid-swap.json", func() *cluster {
 		c := newCluster()

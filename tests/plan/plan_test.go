@@ -441,11 +441,15 @@ func TestPlanRefusesBadInputWithExitCode2(t *testing.T) {
 		{"a Pod without a namespace", []byte(`{"items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}]}`), `items[0] (pod/p): missing field "metadata.namespace"`},
 		{"a field of the wrong type", []byte(`{"items":[{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"},"spec":{"unschedulable":"yes"}}]}`),
 			`node/n: field "spec.unschedulable": want bool, got a JSON string`},
-		{"a malformed report", bad(func(c *cluster) { c.annotate("v2", swapplan.AnnotationReport, `{"swap":"x","action":"promote","state":"maybe","at":"2026-11-30T11:00:00Z"}`) }),
+		{"a malformed report", bad(func(c *cluster) {
+			c.annotate("v2", swapplan.AnnotationReport, `{"swap":"x","action":"promote","state":"maybe","at":"2026-11-30T11:00:00Z"}`)
+		}),
 			`node/v2: annotation fleet-role.io/report: field "state": "maybe" is not one of done, refused, failed`},
 		{"a probe that is not JSON", bad(func(c *cluster) { c.probes["v3"] = nil; c.annotate("v3", swapplan.AnnotationProbe, "fast") }),
 			"node/v3: annotation fleet-role.io/probe: invalid JSON"},
-		{"a request without its swap", bad(func(c *cluster) { c.annotate("s1", swapplan.AnnotationRequest, `{"action":"promote","at":"2026-11-30T11:00:00Z"}`) }),
+		{"a request without its swap", bad(func(c *cluster) {
+			c.annotate("s1", swapplan.AnnotationRequest, `{"action":"promote","at":"2026-11-30T11:00:00Z"}`)
+		}),
 			`node/s1: annotation fleet-role.io/request: field "swap": missing`},
 		{"a swap record with a bad origin", bad(func(c *cluster) {
 			c.holdLease(swapplan.ControllerHolder, &swapplan.SwapRecord{ID: "x", Out: "v1", In: "s1", Origin: "robot", StartedAt: now})

@@ -1,0 +1,53 @@
+# fleet-role: `make help` lists the targets.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO          ?= go
+BIN         ?= bin
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+TESTFLAGS   ?=
+TESTLOG     ?= $(BIN)/test.log
+NOW         ?= 2026-11-30T12:00:00Z
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
+.PHONY: help build test bench fuzz lint fmt demo test-bins clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## build the static binary into bin/fleet-role
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/fleet-role ./cmd/fleet-role
+
+test: ## run every test, printing each result and the totals
+	@mkdir -p $(BIN)
+	@status=0; $(GO) test -count=1 -v $(TESTFLAGS) ./... >$(TESTLOG) 2>&1 || status=$$?; \
+	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:' $(TESTLOG) || true; \
+	echo "tests: $$(grep -cE '^\s*--- PASS' $(TESTLOG)) passed, $$(grep -cE '^\s*--- FAIL' $(TESTLOG)) failed, $$(grep -cE '^\s*--- SKIP' $(TESTLOG)) skipped (full log: $(TESTLOG))"; \
+	exit $$status
+
+bench: ## run the benchmarks whose figures stand in the README
+	$(GO) test -run XXX -bench . -benchtime 2s ./swapplan
+
+fuzz: ## fuzz the plan input for a minute
+	$(GO) test -run XXX -fuzz FuzzPlanInput -fuzztime 60s ./controller/adapt
+
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+fmt: ## format the code
+	gofmt -w .
+
+demo: build ## plan the example clusters of docs/examples, as an operator would
+	@for f in docs/examples/*.json; do \
+		echo "== $(BIN)/fleet-role plan -f $$f --now $(NOW) -o text"; \
+		$(BIN)/fleet-role plan -f $$f --now $(NOW) -o text; echo; \
+	done
+
+test-bins: ## build the real kube-apiserver and etcd for the integration tests (cached outside the repo)
+	tests/testbins/build-k8s-bins.sh
+
+clean: ## remove bin/
+	rm -rf $(BIN)
