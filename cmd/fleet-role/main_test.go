@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestConfigDefaultControllerIsAcceptedByConfigValidate(t *testing.T) {
+	code, out, _ := runCLI(t, "config", "default", "controller")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "# Dry run")
+	path := filepath.Join(t.TempDir(), "controller.toml")
+	require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
+	code, out, _ = runCLI(t, "config", "validate", path)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "a valid controller configuration")
+}
+
+func TestConfigValidateNamesTheKeyAndExits2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "controller.toml")
+	require.NoError(t, os.WriteFile(path, []byte("version = 1\ncooldown = \"-5m\"\n[bounds]\nsnapshot = \"10m\"\nrunnerz = \"1h\"\n"), 0o644))
+	code, _, stderr := runCLI(t, "config", "validate", path)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `line 5: unknown key "bounds.runnerz"`)
+
+	require.NoError(t, os.WriteFile(path, []byte("version = 1\ncooldown = \"-5m\"\n"), 0o644))
+	code, _, stderr = runCLI(t, "config", "validate", path)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "cooldown: must not be negative")
+}
+
+func TestBadUsageExits2(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"config", "default"},
+		{"config", "default", "toaster"},
+		{"config", "validate"},
+		{"plan", "--nope"},
+		{"version", "extra"},
+	} {
+		code, _, stderr := runCLI(t, args...)
+		assert.Equal(t, 2, code, "args %q: %s", args, stderr)
+		assert.NotEmpty(t, stderr)
+	}
+}
+
+func TestVersionPrintsTheVersion(t *testing.T) {
+	code, out, _ := runCLI(t, "version")
+	assert.Equal(t, 0, code)
+	assert.True(t, strings.HasPrefix(out, "fleet-role "))
+}
