@@ -47,6 +47,12 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
+// decodeLoose decodes TOML without the strictness, to look at its keys.
+func decodeLoose(data []byte, v any) error {
+	_, err := toml.NewDecoder(bytes.NewReader(data)).Decode(v)
+	return err
+}
+
 // keyLine finds the line that defines the key, following table headers.
 // It returns 0 when the key is defined in a way it does not follow (an
 // inline table, say); the error then says the key without its line.

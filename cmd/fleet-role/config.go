@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -14,26 +15,55 @@ func newConfigCommand() *cobra.Command {
 		Short: "Print a default configuration, or check one",
 		Args:  usageArgs(cobra.NoArgs),
 	}
-	cmd.AddCommand(&cobra.Command{
-		Use:       "default controller",
-		Short:     "Print the commented default configuration",
-		Args:      usageArgs(cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs)),
-		ValidArgs: []string{"controller"},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := cmd.OutOrStdout().Write(config.DefaultControllerTOML())
-			return err
-		},
-	}, &cobra.Command{
+	var kind string
+	validate := &cobra.Command{
 		Use:   "validate FILE",
 		Short: "Check a configuration file; a bad one exits 2 naming the key",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Long: `validate checks an agent or a controller configuration; which one it is
+is told by its keys (node_name, platform, servers... are the agent's), or
+by --kind.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := config.LoadController(args[0]); err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
+			path := args[0]
+			k := kind
+			if k == "" {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					return usageError{err}
+				}
+				k = config.Kind(data)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: a valid controller configuration\n", args[0])
+			var err error
+			switch k {
+			case "agent":
+				_, err = config.LoadAgent(path)
+			case "controller", "":
+				k = "controller"
+				_, err = config.LoadController(path)
+			default:
+				return usageError{fmt.Errorf("--kind %q: want agent or controller", kind)}
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: a valid %s configuration\n", path, k)
 			return nil
 		},
-	})
+	}
+	validate.Flags().StringVar(&kind, "kind", "", "agent or controller (default: told by the keys)")
+	cmd.AddCommand(&cobra.Command{
+		Use:       "default agent|controller",
+		Short:     "Print the commented default configuration",
+		Args:      usageArgs(cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs)),
+		ValidArgs: []string{"agent", "controller"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out := config.DefaultControllerTOML()
+			if args[0] == "agent" {
+				out = config.DefaultAgentTOML()
+			}
+			_, err := cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}, validate)
 	return cmd
 }

@@ -30,6 +30,19 @@ func TestConfigDefaultControllerIsAcceptedByConfigValidate(t *testing.T) {
 	assert.Contains(t, out, "a valid controller configuration")
 }
 
+func TestConfigDefaultAgentIsAcceptedByConfigValidate(t *testing.T) {
+	code, out, _ := runCLI(t, "config", "default", "agent")
+	require.Equal(t, 0, code)
+	path := filepath.Join(t.TempDir(), "agent.toml")
+	require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
+	code, out, _ = runCLI(t, "config", "validate", path)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "a valid agent configuration")
+	code, _, stderr := runCLI(t, "config", "validate", "--kind", "controller", path)
+	assert.Equal(t, 2, code, "an agent file is no controller configuration")
+	assert.Contains(t, stderr, `unknown key "node_name"`)
+}
+
 func TestConfigValidateNamesTheKeyAndExits2(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "controller.toml")
 	require.NoError(t, os.WriteFile(path, []byte("version = 1\ncooldown = \"-5m\"\n[bounds]\nsnapshot = \"10m\"\nrunnerz = \"1h\"\n"), 0o644))

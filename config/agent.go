@@ -1,0 +1,410 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/template"
+	"time"
+)
+
+// Platforms the agent can drive.
+const (
+	PlatformSystemd = "systemd"
+	PlatformDocker  = "docker"
+)
+
+// Agent is the configuration of `fleet-role agent`, the host daemon.
+type Agent struct {
+	Version int `toml:"version"`
+	// NodeName is this host's Kubernetes Node.
+	NodeName string `toml:"node_name"`
+	// Platform is how k3s runs here: "systemd" or "docker".
+	Platform string `toml:"platform"`
+	// DataDir is k3s's data dir (server/db/etcd lives under it).
+	DataDir string `toml:"data_dir"`
+	// RoleFile holds one word, server or agent.
+	RoleFile string `toml:"role_file"`
+	// StateDir keeps what must survive a restart: pending reports, the
+	// requests handled, the units' recorded starts.
+	StateDir string `toml:"state_dir"`
+	// Kubeconfig to reach the API server; empty means in-cluster.
+	Kubeconfig string `toml:"kubeconfig"`
+	// ProbePeriod is how often the host is sampled.
+	ProbePeriod time.Duration `toml:"probe_period"`
+	// ResyncPeriod is how often the agent re-reads everything, whatever
+	// it was told: the source of truth behind the watches.
+	ResyncPeriod time.Duration `toml:"resync_period"`
+	// Debounce gathers a burst of file events into one look.
+	Debounce time.Duration `toml:"debounce"`
+	// StagedFiles must all exist for the host to count as staged to
+	// become a server (with the server unit installed).
+	StagedFiles []string `toml:"staged_files"`
+	// KeepRemoved is how many moved-aside datastores (db/etcd-removed-*)
+	// to keep.
+	KeepRemoved int `toml:"keep_removed"`
+	// Servers is the inventory of servers, in order.
+	Servers []Server `toml:"servers"`
+	Etcd    Etcd     `toml:"etcd"`
+	Systemd Systemd  `toml:"systemd"`
+	Docker  Docker   `toml:"docker"`
+}
+
+// Server is one server of the inventory.
+type Server struct {
+	Name    string `toml:"name"`
+	Address string `toml:"address"`
+}
+
+// Etcd is how the agent reaches its host's etcd member.
+type Etcd struct {
+	Endpoint string        `toml:"endpoint"`
+	CAFile   string        `toml:"ca_file"`
+	CertFile string        `toml:"cert_file"`
+	KeyFile  string        `toml:"key_file"`
+	Timeout  time.Duration `toml:"timeout"`
+}
+
+// Systemd is the systemd platform's section.
+type Systemd struct {
+	ServerUnit string `toml:"server_unit"`
+	AgentUnit  string `toml:"agent_unit"`
+	// AgentEnvFile is the agent unit's EnvironmentFile, where K3S_URL is
+	// set before the agent unit starts (other lines are kept).
+	AgentEnvFile string `toml:"agent_env_file"`
+	// Bus is the D-Bus address; empty means the system bus.
+	Bus string `toml:"bus"`
+	// JobTimeout bounds a start or stop job.
+	JobTimeout time.Duration `toml:"job_timeout"`
+}
+
+// Docker is the Docker platform's section.
+type Docker struct {
+	// Host is the Docker daemon's address; empty means the environment's.
+	Host            string   `toml:"host"`
+	Image           string   `toml:"image"`
+	ServerContainer string   `toml:"server_container"`
+	AgentContainer  string   `toml:"agent_container"`
+	ServerArgs      []string `toml:"server_args"`
+	AgentArgs       []string `toml:"agent_args"`
+	// Volumes as "source:target[:options]"; the data volume is shared by
+	// the server and the agent container.
+	Volumes []string `toml:"volumes"`
+	Network string   `toml:"network"`
+	// Env is given to both containers; the agent's also gets K3S_URL.
+	Env         []string      `toml:"env"`
+	Privileged  bool          `toml:"privileged"`
+	CapAdd      []string      `toml:"cap_add"`
+	CapDrop     []string      `toml:"cap_drop"`
+	SecurityOpt []string      `toml:"security_opt"`
+	Tmpfs       []string      `toml:"tmpfs"`
+	StopTimeout time.Duration `toml:"stop_timeout"`
+}
+
+// DefaultAgent returns the agent configuration used where a file is silent.
+func DefaultAgent() Agent {
+	return Agent{
+		Version:      Version,
+		Platform:     PlatformSystemd,
+		DataDir:      "/var/lib/rancher/k3s",
+		RoleFile:     "/var/lib/fleet-role/role",
+		StateDir:     "/var/lib/fleet-role",
+		Kubeconfig:   "/etc/fleet-role/kubeconfig",
+		ProbePeriod:  time.Minute,
+		ResyncPeriod: 30 * time.Second,
+		Debounce:     20 * time.Millisecond,
+		StagedFiles:  []string{"/etc/rancher/k3s/config.yaml"},
+		KeepRemoved:  3,
+		Etcd: Etcd{
+			Endpoint: "https://127.0.0.1:2379",
+			CAFile:   "/var/lib/rancher/k3s/server/tls/etcd/server-ca.crt",
+			CertFile: "/var/lib/rancher/k3s/server/tls/etcd/client.crt",
+			KeyFile:  "/var/lib/rancher/k3s/server/tls/etcd/client.key",
+			Timeout:  5 * time.Second,
+		},
+		Systemd: Systemd{
+			ServerUnit:   "k3s.service",
+			AgentUnit:    "k3s-agent.service",
+			AgentEnvFile: "/etc/systemd/system/k3s-agent.service.env",
+			JobTimeout:   5 * time.Minute,
+		},
+		Docker: Docker{
+			ServerContainer: "k3s-server",
+			AgentContainer:  "k3s-agent",
+			ServerArgs:      []string{"server"},
+			AgentArgs:       []string{"agent"},
+			Volumes:         []string{"k3s-data:/var/lib/rancher/k3s"},
+			Network:         "host",
+			Env:             []string{},
+			Privileged:      true,
+			CapAdd:          []string{},
+			CapDrop:         []string{},
+			SecurityOpt:     []string{},
+			Tmpfs:           []string{},
+			StopTimeout:     30 * time.Second,
+		},
+	}
+}
+
+// LoadAgent reads, strictly decodes and validates an agent configuration
+// file. Errors wrap ErrInvalid and name the key.
+func LoadAgent(path string) (Agent, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return Agent{}, err
+	}
+	return ParseAgent(data)
+}
+
+// ParseAgent strictly decodes and validates an agent configuration.
+func ParseAgent(data []byte) (Agent, error) {
+	a := DefaultAgent()
+	a.Version = 0
+	if err := decodeStrict(data, &a); err != nil {
+		return Agent{}, err
+	}
+	if err := a.Validate(); err != nil {
+		return Agent{}, err
+	}
+	return a, nil
+}
+
+// Validate reports every problem at once, each naming its key.
+func (a Agent) Validate() error {
+	var p problems
+	if a.Version != Version {
+		p.add("version", "must be %d, got %d", Version, a.Version)
+	}
+	if a.NodeName == "" {
+		p.add("node_name", "is required")
+	}
+	absolute(&p, "data_dir", a.DataDir)
+	absolute(&p, "role_file", a.RoleFile)
+	absolute(&p, "state_dir", a.StateDir)
+	if a.Kubeconfig != "" {
+		absolute(&p, "kubeconfig", a.Kubeconfig)
+	}
+	for i, f := range a.StagedFiles {
+		absolute(&p, fmt.Sprintf("staged_files[%d]", i), f)
+	}
+	positive(&p, "probe_period", a.ProbePeriod)
+	positive(&p, "resync_period", a.ResyncPeriod)
+	if a.Debounce < 0 || a.Debounce > time.Second {
+		p.add("debounce", "must be between 0s and 1s, got %s", a.Debounce)
+	}
+	if a.KeepRemoved < 1 {
+		p.add("keep_removed", "must be at least 1, got %d", a.KeepRemoved)
+	}
+	if len(a.Servers) == 0 {
+		p.add("servers", "at least one server is required")
+	}
+	seen := map[string]bool{}
+	for i, s := range a.Servers {
+		key := fmt.Sprintf("servers[%d]", i)
+		if s.Name == "" {
+			p.add(key+".name", "is required")
+		} else if seen[s.Name] {
+			p.add(key+".name", "%q is listed twice", s.Name)
+		}
+		seen[s.Name] = true
+		if s.Address == "" {
+			p.add(key+".address", "is required")
+		} else if net.ParseIP(s.Address) == nil && strings.ContainsAny(s.Address, ":/ ") {
+			p.add(key+".address", "%q is neither an IP address nor a host name", s.Address)
+		}
+	}
+	if !strings.HasPrefix(a.Etcd.Endpoint, "https://") && !strings.HasPrefix(a.Etcd.Endpoint, "http://") {
+		p.add("etcd.endpoint", "%q must be an http:// or https:// URL", a.Etcd.Endpoint)
+	}
+	positive(&p, "etcd.timeout", a.Etcd.Timeout)
+	switch a.Platform {
+	case PlatformSystemd:
+		s := a.Systemd
+		unit(&p, "systemd.server_unit", s.ServerUnit)
+		unit(&p, "systemd.agent_unit", s.AgentUnit)
+		if s.ServerUnit == s.AgentUnit && s.ServerUnit != "" {
+			p.add("systemd.agent_unit", "must differ from systemd.server_unit")
+		}
+		absolute(&p, "systemd.agent_env_file", s.AgentEnvFile)
+		positive(&p, "systemd.job_timeout", s.JobTimeout)
+	case PlatformDocker:
+		d := a.Docker
+		if d.Image == "" {
+			p.add("docker.image", "is required with platform = %q", PlatformDocker)
+		}
+		if d.ServerContainer == "" {
+			p.add("docker.server_container", "is required")
+		}
+		if d.AgentContainer == "" || d.AgentContainer == d.ServerContainer {
+			p.add("docker.agent_container", "is required and must differ from docker.server_container")
+		}
+		for i, v := range d.Volumes {
+			if parts := strings.Split(v, ":"); len(parts) < 2 || parts[0] == "" || !filepath.IsAbs(parts[1]) {
+				p.add(fmt.Sprintf("docker.volumes[%d]", i), "%q is not source:/target[:options]", v)
+			}
+		}
+		for i, e := range d.Env {
+			if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+				p.add(fmt.Sprintf("docker.env[%d]", i), "%q is not NAME=value", e)
+			} else if k == "K3S_URL" {
+				p.add(fmt.Sprintf("docker.env[%d]", i), "K3S_URL is set by the agent from the inventory")
+			}
+		}
+		positive(&p, "docker.stop_timeout", d.StopTimeout)
+	default:
+		p.add("platform", "must be %q or %q, got %q", PlatformSystemd, PlatformDocker, a.Platform)
+	}
+	return p.err()
+}
+
+func absolute(p *problems, key, path string) {
+	if !filepath.IsAbs(path) {
+		p.add(key, "must be an absolute path, got %q", path)
+	}
+}
+
+func unit(p *problems, key, name string) {
+	if name == "" || strings.ContainsAny(name, "/ ") || !slices.ContainsFunc([]string{".service", ".target"}, func(s string) bool { return strings.HasSuffix(name, s) }) {
+		p.add(key, "%q is not a systemd unit name such as k3s.service", name)
+	}
+}
+
+var agentTemplate = template.Must(template.New("agent").Funcs(template.FuncMap{"d": formatDuration, "q": quoteList}).Parse(
+	`# fleet-role agent configuration (/etc/fleet-role/agent.toml).
+# The values below are the defaults, but for node_name and [[servers]],
+# which Ansible renders from the inventory. Durations are strings: "90s".
+
+# The format of this file.
+version = {{.Version}}
+
+# This host's Kubernetes Node.
+node_name = "runner-01"
+
+# How k3s runs on this host: "systemd" (k3s.service, k3s-agent.service)
+# or "docker" (a server and an agent container sharing a data volume).
+platform = "{{.Platform}}"
+
+# k3s's data dir; the agent watches server/db/etcd under it for k3s's
+# tombstone and moves a removed member's datastore aside.
+data_dir = "{{.DataDir}}"
+
+# One word, server or agent: the role this host is to have. Written
+# atomically by the agent; a hand edit is acted on.
+role_file = "{{.RoleFile}}"
+
+# What survives a restart: reports not yet delivered, requests handled,
+# the units' recorded starts.
+state_dir = "{{.StateDir}}"
+
+# How to reach the API server; "" means the in-cluster configuration.
+kubeconfig = "{{.Kubeconfig}}"
+
+# How often the host's health is sampled into fleet-role.io/probe.
+probe_period = "{{d .ProbePeriod}}"
+
+# How often everything is read again, whatever the watches said.
+resync_period = "{{d .ResyncPeriod}}"
+
+# A burst of file events within this time is looked at once.
+debounce = "{{d .Debounce}}"
+
+# The host is staged to become a server when all these files exist and
+# the server unit (or image) is installed.
+staged_files = {{q .StagedFiles}}
+
+# How many moved-aside datastores (server/db/etcd-removed-<unix>) to keep.
+keep_removed = {{.KeepRemoved}}
+
+# The servers of the inventory, in order. A demoted host's agent joins the
+# first other server that is a current voter (else the first other one).
+[[servers]]
+name = "runner-01"
+address = "10.0.0.1"
+
+[[servers]]
+name = "runner-02"
+address = "10.0.0.2"
+
+[[servers]]
+name = "runner-03"
+address = "10.0.0.3"
+
+# This host's etcd member, for snapshots, leadership moves and the probe.
+[etcd]
+endpoint = "{{.Etcd.Endpoint}}"
+ca_file = "{{.Etcd.CAFile}}"
+cert_file = "{{.Etcd.CertFile}}"
+key_file = "{{.Etcd.KeyFile}}"
+timeout = "{{d .Etcd.Timeout}}"
+
+# platform = "systemd": the units, through systemd's D-Bus API.
+[systemd]
+server_unit = "{{.Systemd.ServerUnit}}"
+agent_unit = "{{.Systemd.AgentUnit}}"
+# The agent unit's EnvironmentFile; K3S_URL is set in it before a start.
+agent_env_file = "{{.Systemd.AgentEnvFile}}"
+# The D-Bus address; "" means the system bus.
+bus = "{{.Systemd.Bus}}"
+job_timeout = "{{d .Systemd.JobTimeout}}"
+
+# platform = "docker": the containers, through the Docker API.
+[docker]
+# The Docker daemon; "" means DOCKER_HOST or the local socket.
+host = "{{.Docker.Host}}"
+# The k3s image, loaded on the host (required with platform = "docker").
+image = "{{.Docker.Image}}"
+server_container = "{{.Docker.ServerContainer}}"
+agent_container = "{{.Docker.AgentContainer}}"
+server_args = {{q .Docker.ServerArgs}}
+agent_args = {{q .Docker.AgentArgs}}
+# source:target[:options]; the data volume is shared by both containers.
+volumes = {{q .Docker.Volumes}}
+network = "{{.Docker.Network}}"
+# Given to both containers; the agent's also gets K3S_URL.
+env = {{q .Docker.Env}}
+privileged = {{.Docker.Privileged}}
+cap_add = {{q .Docker.CapAdd}}
+cap_drop = {{q .Docker.CapDrop}}
+security_opt = {{q .Docker.SecurityOpt}}
+tmpfs = {{q .Docker.Tmpfs}}
+stop_timeout = "{{d .Docker.StopTimeout}}"
+`))
+
+// DefaultAgentTOML is the commented default agent configuration, with an
+// example node and inventory.
+func DefaultAgentTOML() []byte {
+	var b bytes.Buffer
+	if err := agentTemplate.Execute(&b, DefaultAgent()); err != nil {
+		panic(fmt.Sprintf("render the default agent configuration: %v", err))
+	}
+	return b.Bytes()
+}
+
+func quoteList(items []string) string {
+	q := make([]string, len(items))
+	for i, s := range items {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// Kind says which configuration a file holds, by the keys only one of
+// them has; "" when it cannot tell.
+func Kind(data []byte) string {
+	var probe map[string]any
+	if err := decodeLoose(data, &probe); err != nil {
+		return ""
+	}
+	if _, ok := probe["node_name"]; ok {
+		return "agent"
+	}
+	for _, k := range []string{"platform", "servers", "role_file", "systemd", "docker"} {
+		if _, ok := probe[k]; ok {
+			return "agent"
+		}
+	}
+	return "controller"
+}
