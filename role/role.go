@@ -1,0 +1,344 @@
+// Package role is the host agent's pure decisions: what a host's role file
+// says, when its etcd member is gone, what to do from the controller's
+// request, the role file, k3s's tombstone and the units' states, and which
+// server a demoted host's agent joins. It imports the standard library
+// only and does no I/O; the daemon gathers the facts and carries out the
+// steps.
+package role
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Role is what the role file says the host is to be.
+type Role string
+
+// The roles a role file holds.
+const (
+	Server Role = "server"
+	Agent  Role = "agent"
+)
+
+// ErrCorrupt marks a role file that holds neither role.
+var ErrCorrupt = errors.New("corrupt role file")
+
+// Parse reads a role file's content: one word, server or agent, with
+// surrounding white space allowed.
+func Parse(b []byte) (Role, error) {
+	s := strings.TrimSpace(string(b))
+	switch Role(s) {
+	case Server, Agent:
+		return Role(s), nil
+	}
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return "", fmt.Errorf("%w: want %q or %q, found %q", ErrCorrupt, Server, Agent, s)
+}
+
+// Bytes is the role file's content for the role.
+func (r Role) Bytes() []byte { return []byte(string(r) + "\n") }
+
+// MemberGone says this host's etcd member is gone: k3s left its tombstone,
+// or the Node's removed-node-name names this host's member (it may name an
+// older one, which does not count), or the controller's member-gone
+// annotation names the current swap.
+func MemberGone(tombstone bool, member, removedNodeName, memberGoneSwap, currentSwap string) bool {
+	switch {
+	case tombstone:
+		return true
+	case member != "" && removedNodeName == member:
+		return true
+	case currentSwap != "" && memberGoneSwap == currentSwap:
+		return true
+	}
+	return false
+}
+
+// InventoryServer is a server of the inventory.
+type InventoryServer struct {
+	Name    string
+	Address string
+}
+
+// ErrNoServer: the inventory names no server other than this host.
+var ErrNoServer = errors.New("no other server in the inventory to join")
+
+// AgentServerURL is the server a demoted host's agent joins: the first
+// other server of the inventory that is a current voter, else the first
+// other server of the inventory. A host never joins itself, so the
+// bootstrap host joins another server too.
+func AgentServerURL(inventory []InventoryServer, self string, voters []string) (string, error) {
+	var first *InventoryServer
+	for i := range inventory {
+		s := &inventory[i]
+		if s.Name == self {
+			continue
+		}
+		if slices.Contains(voters, s.Name) {
+			return url(s.Address), nil
+		}
+		if first == nil {
+			first = s
+		}
+	}
+	if first == nil {
+		return "", ErrNoServer
+	}
+	return url(first.Address), nil
+}
+
+func url(address string) string {
+	if strings.Contains(address, ":") {
+		address = "[" + address + "]" // IPv6
+	}
+	return "https://" + address + ":6443"
+}
+
+// Request is what the controller asked of this host.
+type Request struct {
+	Swap   string
+	Action string
+	At     time.Time
+}
+
+// Requests the controller makes.
+const (
+	RequestPromote  = "promote"
+	RequestStepDown = "step-down"
+	RequestSnapshot = "snapshot"
+)
+
+// Same says both are the one request.
+func (r *Request) Same(o *Request) bool {
+	return r != nil && o != nil && r.Swap == o.Swap && r.Action == o.Action && r.At.Equal(o.At)
+}
+
+// Unit is the state of a k3s unit.
+type Unit struct {
+	Active    bool
+	StartedAt time.Time
+}
+
+// Facts are what the agent knows of its host at one look.
+type Facts struct {
+	// Role is the role file's; RoleMissing when there is none, RoleErr
+	// when it is corrupt.
+	Role        Role
+	RoleMissing bool
+	RoleErr     error
+	// Request is the controller's latest request, Handled the last one
+	// carried out.
+	Request *Request
+	Handled *Request
+	// Tombstone: k3s's server/db/etcd/tombstone exists. Datastore:
+	// server/db/etcd exists. Member: server/db/etcd/name.
+	Tombstone bool
+	Datastore bool
+	Member    string
+	// RemovedNodeName and MemberGoneSwap are the Node's annotations.
+	RemovedNodeName string
+	MemberGoneSwap  string
+	Server, Agent   Unit
+	// Staged: the host is staged to become a server.
+	Staged bool
+	// Finished is the swap whose finished demotion was last reported.
+	Finished string
+}
+
+// CurrentSwap is the swap the controller's latest request belongs to.
+func (f Facts) CurrentSwap() string {
+	switch {
+	case f.Request != nil:
+		return f.Request.Swap
+	case f.Handled != nil:
+		return f.Handled.Swap
+	}
+	return ""
+}
+
+// Step is one thing the daemon does on the host, in order.
+type Step string
+
+// The steps.
+const (
+	WriteServerRole Step = "write-role-server"
+	WriteAgentRole  Step = "write-role-agent"
+	StopAgent       Step = "stop-agent"
+	StartServer     Step = "start-server"
+	MoveLeader      Step = "move-leader"
+	StopServer      Step = "stop-server"
+	MoveDatastore   Step = "move-datastore"
+	StartAgent      Step = "start-agent"
+	TakeSnapshot    Step = "snapshot"
+)
+
+// What a decision carries out.
+const (
+	DoNone     = "none"
+	DoPromote  = RequestPromote
+	DoStepDown = RequestStepDown
+	DoSnapshot = RequestSnapshot
+	DoFinish   = "finish"
+	DoServe    = "serve" // the role file says server
+	DoWait     = "wait"  // the role file says agent, the member is not gone
+	DoAgent    = "agent" // the role file says agent, no datastore
+)
+
+// Report states.
+const (
+	StateDone    = "done"
+	StateRefused = "refused"
+	StateFailed  = "failed"
+)
+
+// Report is the report a decision makes once its steps are done (done),
+// or at once (refused, failed). The daemon adds the start of the unit the
+// steps left running, and what a snapshot made.
+type Report struct {
+	Swap    string
+	Action  string
+	State   string
+	Message string
+	// Answers is the request answered; nil for a finish.
+	Answers *Request
+}
+
+// Decision is what to do on the host now.
+type Decision struct {
+	Do     string
+	Steps  []Step
+	Report *Report
+	Why    string
+}
+
+// Decide decides from the facts. It is idempotent: the steps it returns
+// for a host where they are done are ones that change nothing.
+func Decide(f Facts) Decision {
+	if f.RoleErr != nil {
+		d := Decision{Do: DoNone, Why: fmt.Sprintf("%v: nothing is done until it is mended", f.RoleErr)}
+		if q := f.Request; q != nil && !q.Same(f.Handled) {
+			state := StateFailed
+			if q.Action == RequestPromote {
+				state = StateRefused
+			}
+			d.Report = &Report{Swap: q.Swap, Action: q.Action, State: state, Message: f.RoleErr.Error(), Answers: q}
+		}
+		return d
+	}
+	if q := f.Request; q != nil && !q.Same(f.Handled) {
+		return decideRequest(f, q)
+	}
+	gone := MemberGone(f.Tombstone, f.Member, f.RemovedNodeName, f.MemberGoneSwap, f.CurrentSwap())
+	switch {
+	case f.Tombstone || f.Role == Agent:
+		return decideAgent(f, gone)
+	case f.Role == Server:
+		return decideServer(f)
+	}
+	return Decision{Do: DoNone, Why: "there is no role file: nothing is done until one is written"}
+}
+
+func decideRequest(f Facts, q *Request) Decision {
+	answer := func(state, msg string) *Report {
+		return &Report{Swap: q.Swap, Action: q.Action, State: state, Message: msg, Answers: q}
+	}
+	switch q.Action {
+	case RequestPromote:
+		if !f.Staged && !f.Server.Active {
+			return Decision{Do: DoPromote, Report: answer(StateRefused, "this host is not staged as a standby"),
+				Why: "refusing the promotion: this host is not staged as a standby; nothing is changed"}
+		}
+		// Note: the role file is written first, so that an agent stopped
+		// midway keeps the server it started, rather than reading "agent"
+		// and stopping it again.
+		steps := []Step{}
+		if f.Role != Server {
+			steps = append(steps, WriteServerRole)
+		}
+		steps = append(steps, StopAgent, StartServer)
+		return Decision{Do: DoPromote, Steps: steps, Report: answer(StateDone, ""), Why: "promoting: the agent unit stops, the server unit starts"}
+	case RequestStepDown:
+		steps := []Step{}
+		if f.Role != Agent {
+			steps = append(steps, WriteAgentRole)
+		}
+		if f.Server.Active {
+			steps = append(steps, MoveLeader)
+		}
+		steps = append(steps, StopServer)
+		return Decision{Do: DoStepDown, Steps: steps, Report: answer(StateDone, ""), Why: "stepping down: leadership moved away, the server unit stops"}
+	case RequestSnapshot:
+		if !f.Server.Active {
+			return Decision{Do: DoSnapshot, Report: answer(StateFailed, "no server runs on this host"), Why: "no snapshot: no server runs here"}
+		}
+		return Decision{Do: DoSnapshot, Steps: []Step{TakeSnapshot}, Report: answer(StateDone, ""), Why: "taking an etcd snapshot"}
+	}
+	return Decision{Do: DoNone, Why: fmt.Sprintf("ignoring a request to %q, which this agent does not know", q.Action)}
+}
+
+// decideAgent: the role file says agent, or k3s left its tombstone.
+func decideAgent(f Facts, gone bool) Decision {
+	swap := f.CurrentSwap()
+	switch {
+	case f.Datastore && gone:
+		steps := []Step{}
+		if f.Role != Agent {
+			steps = append(steps, WriteAgentRole)
+		}
+		steps = append(steps, StopServer, MoveDatastore, StartAgent)
+		return Decision{Do: DoFinish, Steps: steps, Report: finishReport(f, swap),
+			Why: "finishing the demotion: the member is gone; the server stops, its datastore is moved aside, the agent starts"}
+	case f.Datastore:
+		if f.Server.Active {
+			return Decision{Do: DoWait, Steps: []Step{MoveLeader, StopServer},
+				Why: "the role file says agent: the server stops, and the agent waits for its member to be gone"}
+		}
+		return Decision{Do: DoWait, Why: "the role file says agent: waiting for this host's member to be gone"}
+	}
+	var steps []Step
+	if f.Server.Active {
+		steps = append(steps, StopServer)
+	}
+	if !f.Agent.Active {
+		steps = append(steps, StartAgent)
+	}
+	d := Decision{Do: DoAgent, Steps: steps, Why: "the role file says agent and no datastore is left: the agent runs"}
+	if f.demoted(swap) {
+		d.Report = finishReport(f, swap)
+	}
+	return d
+}
+
+// demoted says the swap demoted this host and its finish is not reported.
+func (f Facts) demoted(swap string) bool {
+	if swap == "" || f.Finished == swap {
+		return false
+	}
+	return f.MemberGoneSwap == swap || (f.Handled != nil && f.Handled.Swap == swap && f.Handled.Action == RequestStepDown)
+}
+
+func finishReport(f Facts, swap string) *Report {
+	if swap == "" || f.Finished == swap {
+		return nil
+	}
+	return &Report{Swap: swap, Action: DoFinish, State: StateDone}
+}
+
+func decideServer(f Facts) Decision {
+	if !f.Staged && !f.Datastore && !f.Server.Active {
+		return Decision{Do: DoNone, Why: "the role file says server, but this host is not staged to become one: nothing is done"}
+	}
+	var steps []Step
+	if f.Agent.Active {
+		steps = append(steps, StopAgent)
+	}
+	if !f.Server.Active {
+		steps = append(steps, StartServer)
+	}
+	return Decision{Do: DoServe, Steps: steps, Why: "the role file says server: the server runs"}
+}

@@ -1,0 +1,159 @@
+package role
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParse(t *testing.T) {
+	for in, want := range map[string]Role{"server": Server, "agent\n": Agent, "  server \n": Server} {
+		got, err := Parse([]byte(in))
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	}
+	for _, in := range []string{"", "voter", "server agent", "\x00\x01"} {
+		_, err := Parse([]byte(in))
+		assert.True(t, errors.Is(err, ErrCorrupt), "%q", in)
+	}
+	assert.Equal(t, "agent\n", string(Agent.Bytes()))
+}
+
+func TestMemberGone(t *testing.T) {
+	for _, tc := range []struct {
+		name                              string
+		tombstone                         bool
+		member, removed, memberGone, swap string
+		want                              bool
+	}{
+		{"the tombstone says so", true, "", "", "", "", true},
+		{"removed-node-name naming this host's member says so", false, "h-0a1b2c3d", "h-0a1b2c3d", "", "", true},
+		{"removed-node-name naming an older member does not", false, "h-0a1b2c3d", "h-99999999", "", "", false},
+		{"member-gone naming the current swap says so", false, "h-0a1b2c3d", "h-99999999", "s2", "s2", true},
+		{"member-gone naming another swap does not", false, "h-0a1b2c3d", "", "s1", "s2", false},
+		{"nothing says so", false, "h-0a1b2c3d", "", "", "s2", false},
+		{"an empty member and an empty removed-node-name are no match", false, "", "", "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, MemberGone(tc.tombstone, tc.member, tc.removed, tc.memberGone, tc.swap))
+		})
+	}
+}
+
+func TestAgentServerURL(t *testing.T) {
+	inv := []InventoryServer{{"h1", "10.0.0.1"}, {"h2", "10.0.0.2"}, {"h3", "10.0.0.3"}, {"h4", "fd00::4"}}
+	for _, tc := range []struct {
+		name   string
+		self   string
+		voters []string
+		want   string
+	}{
+		{"the first other server that is a current voter", "h1", []string{"h3", "h2"}, "https://10.0.0.2:6443"},
+		{"a server that is no voter is passed over", "h1", []string{"h3"}, "https://10.0.0.3:6443"},
+		{"with no voter known, the first other server", "h2", nil, "https://10.0.0.1:6443"},
+		{"the bootstrap host joins another server, never itself", "h1", []string{"h1"}, "https://10.0.0.2:6443"},
+		{"an IPv6 address is bracketed", "h1", []string{"h4"}, "https://[fd00::4]:6443"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := AgentServerURL(inv, tc.self, tc.voters)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+	_, err := AgentServerURL([]InventoryServer{{"h1", "10.0.0.1"}}, "h1", nil)
+	assert.ErrorIs(t, err, ErrNoServer)
+}
+
+var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func req(action string) *Request { return &Request{Swap: "s1", Action: action, At: at} }
+
+func TestDecide(t *testing.T) {
+	running := Unit{Active: true, StartedAt: at.Add(-time.Hour)}
+	for _, tc := range []struct {
+		name   string
+		facts  Facts
+		do     string
+		steps  []Step
+		report *Report
+	}{
+		{"a promotion of a staged standby writes the role first, then swaps the units",
+			Facts{Role: Agent, Agent: running, Staged: true, Request: req(RequestPromote)},
+			DoPromote, []Step{WriteServerRole, StopAgent, StartServer},
+			&Report{Swap: "s1", Action: RequestPromote, State: StateDone, Answers: req(RequestPromote)}},
+		{"a promotion of a host that is not staged is refused and changes nothing",
+			Facts{Role: Agent, Agent: running, Request: req(RequestPromote)},
+			DoPromote, nil,
+			&Report{Swap: "s1", Action: RequestPromote, State: StateRefused, Message: "this host is not staged as a standby", Answers: req(RequestPromote)}},
+		{"a promotion asked again of a running server starts nothing new",
+			Facts{Role: Server, Server: running, Request: req(RequestPromote)},
+			DoPromote, []Step{StopAgent, StartServer},
+			&Report{Swap: "s1", Action: RequestPromote, State: StateDone, Answers: req(RequestPromote)}},
+		{"a step-down writes the role, moves leadership away and stops the server",
+			Facts{Role: Server, Server: running, Datastore: true, Request: req(RequestStepDown)},
+			DoStepDown, []Step{WriteAgentRole, MoveLeader, StopServer},
+			&Report{Swap: "s1", Action: RequestStepDown, State: StateDone, Answers: req(RequestStepDown)}},
+		{"a snapshot is taken where a server runs",
+			Facts{Role: Server, Server: running, Request: req(RequestSnapshot)},
+			DoSnapshot, []Step{TakeSnapshot},
+			&Report{Swap: "s1", Action: RequestSnapshot, State: StateDone, Answers: req(RequestSnapshot)}},
+		{"a snapshot fails where no server runs",
+			Facts{Role: Agent, Request: req(RequestSnapshot)},
+			DoSnapshot, nil,
+			&Report{Swap: "s1", Action: RequestSnapshot, State: StateFailed, Message: "no server runs on this host", Answers: req(RequestSnapshot)}},
+		{"a handled request is not carried out again",
+			Facts{Role: Server, Server: running, Request: req(RequestSnapshot), Handled: req(RequestSnapshot)},
+			DoServe, nil, nil},
+		{"a corrupt role file is not acted on, and a promotion is refused",
+			Facts{RoleErr: ErrCorrupt, Agent: running, Staged: true, Request: req(RequestPromote)},
+			DoNone, nil,
+			&Report{Swap: "s1", Action: RequestPromote, State: StateRefused, Message: ErrCorrupt.Error(), Answers: req(RequestPromote)}},
+		{"a corrupt role file is not acted on, tombstone or not",
+			Facts{RoleErr: ErrCorrupt, Tombstone: true, Datastore: true, Server: running},
+			DoNone, nil, nil},
+		{"the tombstone finishes a server whose role file still says server",
+			Facts{Role: Server, Tombstone: true, Datastore: true, Server: running, Handled: req(RequestStepDown)},
+			DoFinish, []Step{WriteAgentRole, StopServer, MoveDatastore, StartAgent},
+			&Report{Swap: "s1", Action: DoFinish, State: StateDone}},
+		{"member-gone naming the swap finishes a demotion whose removed-node-name names another member",
+			Facts{Role: Agent, Datastore: true, Member: "h-0a1b2c3d", RemovedNodeName: "h-99999999", MemberGoneSwap: "s1", Handled: req(RequestStepDown)},
+			DoFinish, []Step{StopServer, MoveDatastore, StartAgent},
+			&Report{Swap: "s1", Action: DoFinish, State: StateDone}},
+		{"a stepped-down host waits while its member is not gone",
+			Facts{Role: Agent, Datastore: true, Member: "h-0a1b2c3d", Handled: req(RequestStepDown)},
+			DoWait, nil, nil},
+		{"a server the role file says is an agent is stepped down",
+			Facts{Role: Agent, Datastore: true, Member: "h-0a1b2c3d", Server: running},
+			DoWait, []Step{MoveLeader, StopServer}, nil},
+		{"an agent restarted after the datastore moved starts the agent and reports the finish once",
+			Facts{Role: Agent, Handled: req(RequestStepDown)},
+			DoAgent, []Step{StartAgent},
+			&Report{Swap: "s1", Action: DoFinish, State: StateDone}},
+		{"a finish already reported is not reported again",
+			Facts{Role: Agent, Agent: running, Handled: req(RequestStepDown), Finished: "s1"},
+			DoAgent, nil, nil},
+		{"a plain agent host keeps its agent running and reports nothing",
+			Facts{Role: Agent, Agent: running},
+			DoAgent, nil, nil},
+		{"a role file edited to server swaps the units on a staged host",
+			Facts{Role: Server, Agent: running, Staged: true},
+			DoServe, []Step{StopAgent, StartServer}, nil},
+		{"a role file edited to server does nothing on a host that is not staged",
+			Facts{Role: Server, Agent: running},
+			DoNone, nil, nil},
+		{"without a role file nothing is done",
+			Facts{RoleMissing: true, Agent: running},
+			DoNone, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.facts)
+			assert.Equal(t, tc.do, d.Do, d.Why)
+			assert.Equal(t, tc.steps, d.Steps, d.Why)
+			assert.Equal(t, tc.report, d.Report, d.Why)
+			assert.NotEmpty(t, d.Why)
+		})
+	}
+}
