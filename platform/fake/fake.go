@@ -1,0 +1,193 @@
+// Package fake is an in-memory platform for tests: it keeps the units'
+// states, records every call, and fails the calls it is told to.
+package fake
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fleet-role/fleet-role/platform"
+)
+
+// Call is one call made to the platform.
+type Call struct {
+	Op   string // start, stop
+	Unit platform.Unit
+	URL  string
+	At   time.Time
+}
+
+// Platform is the fake. The zero value is not usable; use New.
+type Platform struct {
+	mu        sync.Mutex
+	now       func() time.Time
+	units     map[platform.Unit]*unit
+	installed map[platform.Unit]bool
+	calls     []Call
+	fail      map[string]error
+	notify    chan Call
+}
+
+type unit struct {
+	active  bool
+	started time.Time
+	url     string
+}
+
+// New returns a fake with both units stopped and installed; now is its clock.
+func New(now func() time.Time) *Platform {
+	return &Platform{
+		now:       now,
+		units:     map[platform.Unit]*unit{platform.Server: {}, platform.Agent: {}},
+		installed: map[platform.Unit]bool{platform.Server: true, platform.Agent: true},
+		fail:      map[string]error{},
+	}
+}
+
+// Notify returns a channel that receives every start and stop call.
+func (p *Platform) Notify() <-chan Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.notify == nil {
+		p.notify = make(chan Call, 1024)
+	}
+	return p.notify
+}
+
+// Set puts a unit in a state, as the host was found.
+func (p *Platform) Set(u platform.Unit, active bool, started time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.units[u].active, p.units[u].started = active, started
+}
+
+// SetInstalled says whether a unit is installed.
+func (p *Platform) SetInstalled(u platform.Unit, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.installed[u] = ok
+}
+
+// Restart restarts a running unit behind the platform's back, as a unit's
+// restart policy would.
+func (p *Platform) Restart(u platform.Unit) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.units[u]; s.active {
+		s.started = p.now()
+	}
+}
+
+// Fail makes the next calls of op ("start", "stop") on the unit fail with
+// err, until Fail is called with a nil err.
+func (p *Platform) Fail(op string, u platform.Unit, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := op + "/" + string(u)
+	if err == nil {
+		delete(p.fail, key)
+		return
+	}
+	p.fail[key] = err
+}
+
+// Calls returns the start and stop calls so far.
+func (p *Platform) Calls() []Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Call(nil), p.calls...)
+}
+
+// URL returns the server URL the agent unit was last started with.
+func (p *Platform) URL() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.units[platform.Agent].url
+}
+
+func (p *Platform) record(c Call) {
+	p.calls = append(p.calls, c)
+	if p.notify != nil {
+		select {
+		case p.notify <- c:
+		default:
+		}
+	}
+}
+
+// Start implements platform.Platform.
+func (p *Platform) Start(ctx context.Context, u platform.Unit, opts platform.StartOptions) (time.Time, error) {
+	if err := platform.Check(u); err != nil {
+		return time.Time{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := Call{Op: "start", Unit: u, URL: opts.ServerURL, At: p.now()}
+	p.record(c)
+	if err := p.fail["start/"+string(u)]; err != nil {
+		return time.Time{}, fmt.Errorf("start %s: %w", u, err)
+	}
+	if u == platform.Agent && opts.ServerURL == "" {
+		return time.Time{}, platform.ErrNoServerURL
+	}
+	s := p.units[u]
+	if !s.active {
+		s.active, s.started = true, c.At
+		if u == platform.Agent {
+			s.url = opts.ServerURL
+		}
+	}
+	return s.started, nil
+}
+
+// Stop implements platform.Platform.
+func (p *Platform) Stop(ctx context.Context, u platform.Unit) error {
+	if err := platform.Check(u); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.record(Call{Op: "stop", Unit: u, At: p.now()})
+	if err := p.fail["stop/"+string(u)]; err != nil {
+		return fmt.Errorf("stop %s: %w", u, err)
+	}
+	s := p.units[u]
+	s.active, s.started = false, time.Time{}
+	return nil
+}
+
+// State implements platform.Platform.
+func (p *Platform) State(ctx context.Context, u platform.Unit) (platform.State, error) {
+	if err := platform.Check(u); err != nil {
+		return platform.State{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.units[u]
+	st := platform.State{Active: s.active, Status: "inactive", StartedAt: s.started}
+	if s.active {
+		st.Status = "active"
+	}
+	return st, nil
+}
+
+// Installed implements platform.Platform.
+func (p *Platform) Installed(ctx context.Context, u platform.Unit) (bool, error) {
+	if err := platform.Check(u); err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.installed[u], nil
+}
+
+// Close implements platform.Platform.
+func (p *Platform) Close() error { return nil }

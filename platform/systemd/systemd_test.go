@@ -1,0 +1,99 @@
+package systemd_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/platform"
+	"github.com/fleet-role/fleet-role/platform/platformtest"
+	"github.com/fleet-role/fleet-role/platform/systemd"
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+// newHarness starts a Debian host with systemd as PID 1 in a container
+// and drives it from this test binary over the host's system bus.
+func newHarness(t *testing.T) (platformtest.Harness, *testhost.SystemdHost, *systemd.Platform) {
+	h := testhost.StartSystemdHost(t)
+	p, err := systemd.New(systemd.Config{
+		ServerUnit:   "k3s.service",
+		AgentUnit:    "k3s-agent.service",
+		AgentEnvFile: filepath.Join(h.Shared, "k3s-agent.env"),
+		StateDir:     t.TempDir(),
+		Bus:          h.Bus,
+		JobTimeout:   time.Minute,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	units := map[platform.Unit]string{platform.Server: "k3s.service", platform.Agent: "k3s-agent.service"}
+	return platformtest.Harness{
+		Platform: p,
+		AgentServerURL: func(t *testing.T) string {
+			env := h.Exec(t, "sh", "-c", `tr '\0' '\n' </proc/$(systemctl show -p MainPID --value k3s-agent.service)/environ`)
+			for _, line := range strings.Split(env, "\n") {
+				if v, ok := strings.CutPrefix(line, "K3S_URL="); ok {
+					return v
+				}
+			}
+			return ""
+		},
+		Restart: func(t *testing.T, u platform.Unit) { h.Exec(t, "systemctl", "restart", units[u]) },
+	}, h, p
+}
+
+func TestConformance(t *testing.T) {
+	platformtest.Suite(t, func(t *testing.T) platformtest.Harness {
+		h, _, _ := newHarness(t)
+		return h
+	})
+}
+
+func TestAFailingUnitIsAnErrorNamingTheUnit(t *testing.T) {
+	_, host, p := newHarness(t)
+	host.Exec(t, "sh", "-c", "mkdir -p /run/systemd/system/k3s.service.d && printf '[Service]\\nExecStart=\\nExecStart=/bin/false\\nType=oneshot\\nRemainAfterExit=no\\n' > /run/systemd/system/k3s.service.d/fail.conf && systemctl daemon-reload")
+	_, err := p.Start(context.Background(), platform.Server, platform.StartOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "k3s.service")
+	assert.ErrorIs(t, err, systemd.ErrJob)
+}
+
+func TestAMissingUnitIsNotInstalledAndStopsCleanly(t *testing.T) {
+	_, host, _ := newHarness(t)
+	p, err := systemd.New(systemd.Config{ServerUnit: "k3s-missing.service", AgentUnit: "k3s-agent.service",
+		AgentEnvFile: filepath.Join(host.Shared, "env"), StateDir: t.TempDir(), Bus: host.Bus})
+	require.NoError(t, err)
+	defer p.Close()
+	ok, err := p.Installed(context.Background(), platform.Server)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	require.NoError(t, p.Stop(context.Background(), platform.Server))
+}
+
+func TestTheBackendReconnectsWhenDBusDrops(t *testing.T) {
+	_, host, p := newHarness(t)
+	ctx := context.Background()
+	_, err := p.State(ctx, platform.Server)
+	require.NoError(t, err)
+	host.Exec(t, "systemctl", "restart", "dbus.service")
+	require.Eventually(t, func() bool {
+		_, err := p.Start(ctx, platform.Server, platform.StartOptions{})
+		return err == nil
+	}, 30*time.Second, 500*time.Millisecond)
+	st, err := p.State(ctx, platform.Server)
+	require.NoError(t, err)
+	assert.True(t, st.Active)
+}
+
+func TestTheStartReturnedIsSystemdsActiveEnterTimestamp(t *testing.T) {
+	_, host, p := newHarness(t)
+	started, err := p.Start(context.Background(), platform.Server, platform.StartOptions{})
+	require.NoError(t, err)
+	show := host.Exec(t, "systemctl", "show", "-p", "ActiveEnterTimestamp", "--timestamp=unix", "k3s.service")
+	assert.Equal(t, fmt.Sprintf("ActiveEnterTimestamp=@%d", started.Unix()), show)
+}

@@ -1,0 +1,132 @@
+// Package testhost starts the test hosts the real-part suites run against:
+// containers on the local Docker engine, among them a Debian host with
+// systemd as PID 1, built without any registry by
+// tests/images/build-images.sh. Under CI a missing Docker engine or image
+// fails the test; elsewhere it skips it, saying what to run.
+package testhost
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// SystemdImage is the systemd host image build-images.sh tags.
+const SystemdImage = "fleet-role-test/systemd:latest"
+
+// Label marks every container the tests start, for a sweep.
+const Label = "fleet-role-test=1"
+
+// Unavailable skips the test, or fails it under CI, where a real part the
+// test needs is missing.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI=%s: %s", os.Getenv("CI"), msg)
+	}
+	t.Skip(msg)
+}
+
+// RequireDocker checks the Docker engine answers.
+func RequireDocker(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		Unavailable(t, "no Docker engine answers (%v: %s); start dockerd, as .ci/run does", err, bytes.TrimSpace(out))
+	}
+}
+
+// RequireImage checks a test image is loaded.
+func RequireImage(t testing.TB, image string) {
+	t.Helper()
+	RequireDocker(t)
+	if err := exec.Command("docker", "image", "inspect", image).Run(); err != nil {
+		Unavailable(t, "image %s is missing: run tests/images/build-images.sh", image)
+	}
+}
+
+// Docker runs the docker command and returns its trimmed output.
+func Docker(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("docker", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// SystemdHost is a container running systemd as PID 1, whose system bus
+// is reachable from the test binary at Bus, and whose /run/fleet-role-test
+// is the host directory Shared.
+type SystemdHost struct {
+	Name   string
+	Bus    string
+	Shared string
+}
+
+// privileges are what the container needs to run systemd: on engines that
+// refuse --privileged here (a capability missing from the bounding set),
+// every capability but that one, unconfined.
+func privileges() []string {
+	return []string{"--cap-add=ALL", "--cap-drop=SYS_RESOURCE", "--security-opt", "seccomp=unconfined",
+		"--security-opt", "apparmor=unconfined", "--security-opt", "systempaths=unconfined"}
+}
+
+// StartSystemdHost starts a systemd host and waits for it to be running.
+func StartSystemdHost(t testing.TB) *SystemdHost {
+	t.Helper()
+	RequireImage(t, SystemdImage)
+	dir := t.TempDir()
+	bus := filepath.Join(dir, "bus")
+	shared := filepath.Join(dir, "shared")
+	for _, d := range []string{bus, shared} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := fmt.Sprintf("fleet-role-test-sd-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	args := append([]string{"run", "-d", "--name", name, "--label", Label}, privileges()...)
+	args = append(args, "--cgroupns=host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+		"--tmpfs", "/run", "--tmpfs", "/run/lock",
+		"-v", bus+":/run/dbus", "-v", shared+":/run/fleet-role-test", SystemdImage)
+	Docker(t, args...)
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+	h := &SystemdHost{Name: name, Bus: "unix:path=" + filepath.Join(bus, "system_bus_socket"), Shared: shared}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, _ := exec.Command("docker", "exec", name, "systemctl", "is-system-running").Output()
+		state := strings.TrimSpace(string(out))
+		if state == "running" || state == "degraded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("systemd in %s is %q after 60s", name, state)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(bus, "system_bus_socket")); err != nil {
+		t.Fatalf("no system bus socket from %s: %v", name, err)
+	}
+	return h
+}
+
+// Exec runs a command in the host and returns its trimmed output.
+func (h *SystemdHost) Exec(t testing.TB, args ...string) string {
+	t.Helper()
+	return Docker(t, append([]string{"exec", h.Name}, args...)...)
+}
+
+// Root is the repository's root directory.
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
