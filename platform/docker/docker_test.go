@@ -1,0 +1,130 @@
+package docker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/platform"
+	"github.com/fleet-role/fleet-role/platform/docker"
+	"github.com/fleet-role/fleet-role/platform/platformtest"
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+const standinImage = "fleet-role-test/k3s-standin:latest"
+
+var buildOnce sync.Once
+
+// standin builds the k3s stand-in image from a static binary, FROM scratch,
+// with no registry.
+func standin(t *testing.T) {
+	testhost.RequireDocker(t)
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "k3s-standin")
+		require.NoError(t, err)
+		defer os.RemoveAll(dir)
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "k3s"), "./tests/images/k3sstandin")
+		build.Dir = testhost.Root()
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := build.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM scratch\nCOPY k3s /bin/k3s\nENTRYPOINT [\"/bin/k3s\"]\n"), 0o644))
+		testhost.Docker(t, "build", "-q", "-t", standinImage, dir)
+	})
+	testhost.RequireImage(t, standinImage)
+}
+
+func newPlatform(t *testing.T) (*docker.Platform, docker.Config) {
+	standin(t)
+	id := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	cfg := docker.Config{
+		Image:           standinImage,
+		ServerContainer: "fleet-role-test-server-" + id,
+		AgentContainer:  "fleet-role-test-agent-" + id,
+		ServerArgs:      []string{"server", "--cluster-init"},
+		AgentArgs:       []string{"agent"},
+		Volumes:         []string{"fleet-role-test-data-" + id + ":/var/lib/rancher/k3s"},
+		Network:         "none",
+		Env:             []string{"K3S_TOKEN=test-token"},
+		StopTimeout:     5 * time.Second,
+		Labels:          map[string]string{"fleet-role-test": "1"},
+	}
+	p, err := docker.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		p.Close()
+		_ = exec.Command("docker", "rm", "-f", cfg.ServerContainer, cfg.AgentContainer).Run()
+		_ = exec.Command("docker", "volume", "rm", "-f", "fleet-role-test-data-"+id).Run()
+	})
+	return p, cfg
+}
+
+func TestConformance(t *testing.T) {
+	platformtest.Suite(t, func(t *testing.T) platformtest.Harness {
+		p, cfg := newPlatform(t)
+		names := map[platform.Unit]string{platform.Server: cfg.ServerContainer, platform.Agent: cfg.AgentContainer}
+		return platformtest.Harness{
+			Platform: p,
+			AgentServerURL: func(t *testing.T) string {
+				logs := testhost.Docker(t, "logs", "--tail", "1", cfg.AgentContainer)
+				_, url, _ := strings.Cut(logs, "K3S_URL=")
+				return url
+			},
+			Restart: func(t *testing.T, u platform.Unit) { testhost.Docker(t, "restart", "-t", "1", names[u]) },
+		}
+	})
+}
+
+func TestTheServerAndTheAgentShareTheDataVolume(t *testing.T) {
+	p, cfg := newPlatform(t)
+	ctx := context.Background()
+	_, err := p.Start(ctx, platform.Server, platform.StartOptions{})
+	require.NoError(t, err)
+	_, err = p.Start(ctx, platform.Agent, platform.StartOptions{ServerURL: "https://10.0.0.9:6443"})
+	require.NoError(t, err)
+	mounts := func(name string) string {
+		return testhost.Docker(t, "inspect", "-f", "{{range .Mounts}}{{.Name}}:{{.Destination}}{{end}}", name)
+	}
+	assert.Equal(t, mounts(cfg.ServerContainer), mounts(cfg.AgentContainer))
+	assert.Contains(t, mounts(cfg.AgentContainer), ":/var/lib/rancher/k3s")
+	assert.Equal(t, "[agent]", testhost.Docker(t, "inspect", "-f", "{{.Config.Cmd}}", cfg.AgentContainer))
+	assert.Equal(t, "[server --cluster-init]", testhost.Docker(t, "inspect", "-f", "{{.Config.Cmd}}", cfg.ServerContainer))
+}
+
+func TestAStoppedAgentIsCreatedAnewForANewServer(t *testing.T) {
+	p, cfg := newPlatform(t)
+	ctx := context.Background()
+	_, err := p.Start(ctx, platform.Agent, platform.StartOptions{ServerURL: "https://10.0.0.1:6443"})
+	require.NoError(t, err)
+	first := testhost.Docker(t, "inspect", "-f", "{{.Id}}", cfg.AgentContainer)
+	require.NoError(t, p.Stop(ctx, platform.Agent))
+	_, err = p.Start(ctx, platform.Agent, platform.StartOptions{ServerURL: "https://10.0.0.1:6443"})
+	require.NoError(t, err)
+	assert.Equal(t, first, testhost.Docker(t, "inspect", "-f", "{{.Id}}", cfg.AgentContainer), "the same container, started again")
+	require.NoError(t, p.Stop(ctx, platform.Agent))
+	_, err = p.Start(ctx, platform.Agent, platform.StartOptions{ServerURL: "https://10.0.0.2:6443"})
+	require.NoError(t, err)
+	assert.NotEqual(t, first, testhost.Docker(t, "inspect", "-f", "{{.Id}}", cfg.AgentContainer), "created anew with the new server")
+}
+
+func TestAMissingImageIsNotInstalled(t *testing.T) {
+	testhost.RequireDocker(t)
+	p, err := docker.New(docker.Config{Image: "fleet-role-test/absent:none", ServerContainer: "a", AgentContainer: "b"})
+	require.NoError(t, err)
+	defer p.Close()
+	ok, err := p.Installed(context.Background(), platform.Server)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	st, err := p.State(context.Background(), platform.Server)
+	require.NoError(t, err)
+	assert.Equal(t, platform.State{Status: "missing"}, st)
+}
