@@ -27,6 +27,7 @@ type Platform struct {
 	installed map[platform.Unit]bool
 	calls     []Call
 	fail      map[string]error
+	block     map[string]chan struct{}
 	notify    chan Call
 }
 
@@ -43,6 +44,42 @@ func New(now func() time.Time) *Platform {
 		units:     map[platform.Unit]*unit{platform.Server: {}, platform.Agent: {}},
 		installed: map[platform.Unit]bool{platform.Server: true, platform.Agent: true},
 		fail:      map[string]error{},
+		block:     map[string]chan struct{}{},
+	}
+}
+
+// Block makes the next calls of op ("start", "stop") on the unit wait
+// until release is called or their context ends, as a slow or hung unit
+// would.
+func (p *Platform) Block(op string, u platform.Unit) (release func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := make(chan struct{})
+	p.block[op+"/"+string(u)] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			delete(p.block, op+"/"+string(u))
+			p.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// wait blocks a call while it is blocked.
+func (p *Platform) wait(ctx context.Context, op string, u platform.Unit) error {
+	p.mu.Lock()
+	ch := p.block[op+"/"+string(u)]
+	p.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -125,6 +162,9 @@ func (p *Platform) Start(ctx context.Context, u platform.Unit, opts platform.Sta
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
+	if err := p.wait(ctx, "start", u); err != nil {
+		return time.Time{}, fmt.Errorf("start %s: %w", u, err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := Call{Op: "start", Unit: u, URL: opts.ServerURL, At: p.now()}
@@ -152,6 +192,9 @@ func (p *Platform) Stop(ctx context.Context, u platform.Unit) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if err := p.wait(ctx, "stop", u); err != nil {
+		return fmt.Errorf("stop %s: %w", u, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -1,0 +1,420 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/platform"
+	"github.com/fleet-role/fleet-role/role"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// Etcd is what the agent needs of its host's etcd member.
+type Etcd interface {
+	Members(ctx context.Context) ([]etcdclient.Member, error)
+	MoveLeaderAway(ctx context.Context, preferNode string) (string, error)
+	Save(ctx context.Context, dir, name string) (etcdclient.Snapshot, error)
+}
+
+// Options are the agent's parts. Clock, Log and Notify may be nil.
+type Options struct {
+	Config   config.Agent
+	Platform platform.Platform
+	Kube     kubernetes.Interface
+	Etcd     Etcd
+	Clock    clock.WithTicker
+	Log      *slog.Logger
+	// Notify sends a state to systemd (sd_notify); nil sends nothing.
+	Notify func(state string) error
+	// WatchdogInterval is systemd's watchdog interval; 0 means none.
+	WatchdogInterval time.Duration
+}
+
+// Agent is the host daemon.
+type Agent struct {
+	cfg      config.Agent
+	platform platform.Platform
+	etcd     Etcd
+	clock    clock.WithTicker
+	log      *slog.Logger
+	notify   func(string) error
+	watchdog time.Duration
+	host     host
+	st       *store
+	node     *nodeClient
+	reports  *reporter
+	trigger  chan struct{}
+	// alive is when the loop last made progress, in UnixNano.
+	alive atomic.Int64
+	// problems already told as Events, so a bad annotation is told once.
+	mu   sync.Mutex
+	told map[string]string
+}
+
+// New assembles an agent; nothing runs until Run.
+func New(o Options) (*Agent, error) {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Notify == nil {
+		o.Notify = func(string) error { return nil }
+	}
+	st, err := openStore(o.Config.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	log := o.Log.With("component", "agent", "node", o.Config.NodeName)
+	a := &Agent{
+		cfg:      o.Config,
+		platform: o.Platform,
+		etcd:     o.Etcd,
+		clock:    o.Clock,
+		log:      log,
+		notify:   o.Notify,
+		watchdog: o.WatchdogInterval,
+		host:     host{roleFile: o.Config.RoleFile, dataDir: o.Config.DataDir, staged: o.Config.StagedFiles, keep: o.Config.KeepRemoved},
+		st:       st,
+		node:     newNodeClient(o.Kube, o.Config.NodeName, log),
+		trigger:  make(chan struct{}, 1),
+		told:     map[string]string{},
+	}
+	a.reports = newReporter(st, a.node.annotate, log.With("part", "reporter"))
+	return a, nil
+}
+
+// poke asks the loop for a look.
+func (a *Agent) poke() {
+	select {
+	case a.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the agent until ctx ends; an ended ctx is a clean exit. It
+// tells systemd READY after the first full look, pings its watchdog while
+// the loop makes progress, and tells it STOPPING on the way out.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := a.node.start(ctx, a.poke); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	w := &watcher{
+		dirs: []string{
+			filepath.Dir(a.cfg.RoleFile),
+			a.cfg.DataDir,
+			filepath.Join(a.cfg.DataDir, "server"),
+			a.host.dbDir(),
+			a.host.etcdDir(),
+		},
+		debounce: a.cfg.Debounce,
+		trigger:  a.poke,
+		log:      a.log,
+	}
+	wg.Go(func() { w.run(ctx) })
+	wg.Go(func() { a.reports.run(ctx) })
+	if a.watchdog > 0 {
+		wg.Go(func() { a.pingWatchdog(ctx) })
+	}
+
+	resync := a.clock.NewTicker(a.cfg.ResyncPeriod)
+	defer resync.Stop()
+	ready := false
+	a.alive.Store(a.clock.Now().UnixNano())
+	for {
+		a.reconcile(ctx)
+		a.alive.Store(a.clock.Now().UnixNano())
+		if !ready && a.node.synced() {
+			ready = true
+			_ = a.notify("READY=1")
+			a.log.Info("ready", "platform", a.cfg.Platform)
+		}
+		select {
+		case <-ctx.Done():
+			_ = a.notify("STOPPING=1")
+			a.log.Info("stopping")
+			return nil
+		case <-a.trigger:
+		case <-resync.C():
+		}
+	}
+}
+
+// pingWatchdog pings systemd's watchdog at half its interval, as long as
+// the loop has made progress within the interval plus the longest a look
+// may take.
+func (a *Agent) pingWatchdog(ctx context.Context) {
+	t := a.clock.NewTicker(a.watchdog / 2)
+	defer t.Stop()
+	stall := a.watchdog + a.cfg.ResyncPeriod + 10*time.Minute
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			if a.clock.Since(time.Unix(0, a.alive.Load())) < stall {
+				_ = a.notify("WATCHDOG=1")
+			}
+		}
+	}
+}
+
+// tell records a warning Event on the Node once per problem value.
+func (a *Agent) tell(key, reason, msg string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.told[key] == msg {
+		return
+	}
+	a.told[key] = msg
+	a.log.Warn(msg, "reason", reason)
+	a.node.event(true, reason, "%s", msg)
+}
+
+func (a *Agent) untell(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.told, key)
+}
+
+// look gathers the facts of the host.
+func (a *Agent) look(ctx context.Context) (role.Facts, error) {
+	var f role.Facts
+	r, missing, err := a.host.readRole()
+	switch {
+	case err != nil:
+		f.RoleErr = err
+		a.tell("role", "CorruptRoleFile", err.Error()+": not acted on until it is mended")
+	default:
+		f.Role, f.RoleMissing = r, missing
+		a.untell("role")
+	}
+	if n := a.node.node(); n != nil {
+		ann := n.Annotations
+		f.RemovedNodeName = ann[swapplan.AnnotationEtcdRemovedNodeName]
+		f.MemberGoneSwap = ann[swapplan.AnnotationMemberGone]
+		if v, ok := ann[swapplan.AnnotationRequest]; ok {
+			var q swapplan.Request
+			err := json.Unmarshal([]byte(v), &q)
+			if err == nil {
+				err = q.Validate()
+			}
+			if err != nil {
+				a.tell("request", "BadRequest", fmt.Sprintf("annotation %s: %v: ignored", swapplan.AnnotationRequest, err))
+			} else {
+				a.untell("request")
+				f.Request = &role.Request{Swap: q.Swap, Action: q.Action, At: q.At}
+			}
+		}
+	}
+	s := a.st.get()
+	if h := s.Handled; h != nil {
+		f.Handled = &role.Request{Swap: h.Swap, Action: h.Action, At: h.At}
+	}
+	f.Finished = s.Finished
+	f.Datastore, f.Tombstone, f.Member = a.host.datastore()
+	for _, u := range platform.Units {
+		st, err := a.platform.State(ctx, u)
+		if err != nil {
+			return f, fmt.Errorf("read the %s unit: %w", u, err)
+		}
+		unit := role.Unit{Active: st.Active, StartedAt: st.StartedAt}
+		if u == platform.Server {
+			f.Server = unit
+		} else {
+			f.Agent = unit
+		}
+	}
+	if ok, _ := a.host.stagedFiles(); ok {
+		installed, err := a.platform.Installed(ctx, platform.Server)
+		if err != nil {
+			return f, err
+		}
+		f.Staged = installed
+	}
+	return f, nil
+}
+
+// reconcile is one look: gather, decide, act, report.
+func (a *Agent) reconcile(ctx context.Context) {
+	f, err := a.look(ctx)
+	if err != nil {
+		a.log.Error("cannot look at the host; nothing is done", "err", err)
+		return
+	}
+	d := role.Decide(f)
+	if len(d.Steps) == 0 && d.Report == nil {
+		return
+	}
+	log := a.log.With("do", d.Do, "swap", f.CurrentSwap())
+	log.Info(d.Why, "steps", d.Steps)
+	done, err := a.carryOut(ctx, d, f)
+	if ctx.Err() != nil {
+		return // stopped midway: the next run takes it up again
+	}
+	if err != nil {
+		log.Error("a step failed", "err", err)
+	}
+	if d.Report == nil {
+		return
+	}
+	rep := a.report(d.Report, done, err)
+	if err := a.st.update(func(s *state) {
+		s.Pending = rep
+		if q := d.Report.Answers; q != nil {
+			s.Handled = &swapplan.Request{Swap: q.Swap, Action: q.Action, At: q.At}
+		}
+		if rep.Action == swapplan.ReportFinish && rep.State == swapplan.StateDone {
+			s.Finished = rep.Swap
+		}
+	}); err != nil {
+		log.Error("cannot keep the report; it is made again on the next look", "err", err)
+		return
+	}
+	a.reports.poke()
+}
+
+// outcome is what the steps left: the units' starts and the snapshot.
+type outcome struct {
+	serverStart, agentStart time.Time
+	snapshot                *etcdclient.Snapshot
+}
+
+// carryOut runs the steps in order, stopping at the first that fails.
+func (a *Agent) carryOut(ctx context.Context, d role.Decision, f role.Facts) (outcome, error) {
+	var out outcome
+	out.serverStart, out.agentStart = f.Server.StartedAt, f.Agent.StartedAt
+	for _, step := range d.Steps {
+		a.alive.Store(a.clock.Now().UnixNano())
+		if err := a.step(ctx, step, f, &out); err != nil {
+			return out, fmt.Errorf("%s: %w", step, err)
+		}
+	}
+	return out, nil
+}
+
+func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *outcome) error {
+	switch step {
+	case role.WriteServerRole:
+		return a.host.writeRole(role.Server)
+	case role.WriteAgentRole:
+		return a.host.writeRole(role.Agent)
+	case role.StopAgent:
+		out.agentStart = time.Time{}
+		return a.platform.Stop(ctx, platform.Agent)
+	case role.StopServer:
+		out.serverStart = time.Time{}
+		return a.platform.Stop(ctx, platform.Server)
+	case role.StartServer:
+		t, err := a.platform.Start(ctx, platform.Server, platform.StartOptions{})
+		out.serverStart = t
+		return err
+	case role.StartAgent:
+		servers := make([]role.InventoryServer, len(a.cfg.Servers))
+		for i, s := range a.cfg.Servers {
+			servers[i] = role.InventoryServer{Name: s.Name, Address: s.Address}
+		}
+		url, err := role.AgentServerURL(servers, a.cfg.NodeName, a.st.get().Voters)
+		if err != nil {
+			return err
+		}
+		t, err := a.platform.Start(ctx, platform.Agent, platform.StartOptions{ServerURL: url})
+		out.agentStart = t
+		return err
+	case role.MoveLeader:
+		a.rememberVoters(ctx)
+		to, err := a.etcd.MoveLeaderAway(ctx, "")
+		switch {
+		case errors.Is(err, etcdclient.ErrNoTransferee):
+			a.log.Warn("leadership stays: no other started voter", "err", err)
+		case err != nil:
+			// Note: the step-down goes on; the others elect a leader when
+			// this member stops, at the cost of an election's pause.
+			a.log.Warn("leadership not moved away; stopping the server anyway", "err", err)
+		case to != "":
+			a.log.Info("leadership moved away", "to", to)
+		}
+		return nil
+	case role.MoveDatastore:
+		to, err := a.host.moveDatastore(a.clock.Now())
+		if to != "" {
+			a.log.Info("datastore moved aside", "to", to)
+		}
+		return err
+	case role.TakeSnapshot:
+		name := fmt.Sprintf("fleet-role-%s-%d.db", f.CurrentSwap(), a.clock.Now().Unix())
+		snap, err := a.etcd.Save(ctx, filepath.Join(a.cfg.DataDir, "server", "db", "snapshots"), name)
+		if err != nil {
+			return err
+		}
+		out.snapshot = &snap
+		return nil
+	}
+	return fmt.Errorf("unknown step %q", step)
+}
+
+// rememberVoters keeps the nodes whose members vote, for the server a
+// demoted agent joins.
+func (a *Agent) rememberVoters(ctx context.Context) {
+	members, err := a.etcd.Members(ctx)
+	if err != nil {
+		a.log.Warn("voters not read", "err", err)
+		return
+	}
+	var voters []string
+	for _, m := range members {
+		if !m.Learner && m.Name != "" {
+			voters = append(voters, etcdclient.NodeOf(m.Name))
+		}
+	}
+	slices.Sort(voters)
+	if err := a.st.update(func(s *state) { s.Voters = voters }); err != nil {
+		a.log.Warn("voters not kept", "err", err)
+	}
+}
+
+// report builds the report of a decision from what its steps did.
+func (a *Agent) report(r *role.Report, done outcome, err error) *swapplan.Report {
+	rep := &swapplan.Report{Swap: r.Swap, Action: r.Action, State: r.State, Message: r.Message, At: a.clock.Now().UTC()}
+	if q := r.Answers; q != nil {
+		at := q.At
+		rep.RequestAt = &at
+	}
+	if err != nil {
+		rep.State, rep.Message = swapplan.StateFailed, err.Error()
+		return rep
+	}
+	var start time.Time
+	switch r.Action {
+	case role.RequestPromote:
+		start = done.serverStart
+	case role.DoFinish:
+		start = done.agentStart
+	}
+	if !start.IsZero() {
+		s := start.UTC()
+		rep.StartedAt = &s
+	}
+	if s := done.snapshot; s != nil {
+		rep.Snapshot = &swapplan.SnapshotFile{Path: s.Path, Size: s.Size, SHA256: s.SHA256}
+	}
+	return rep
+}

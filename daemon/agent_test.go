@@ -1,0 +1,420 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/platform"
+	"github.com/fleet-role/fleet-role/platform/fake"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// fakeEtcd is the host's etcd member as the agent sees it.
+type fakeEtcd struct {
+	mu      sync.Mutex
+	members []etcdclient.Member
+	moved   []string
+	saved   int
+}
+
+func (e *fakeEtcd) Members(context.Context) ([]etcdclient.Member, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]etcdclient.Member(nil), e.members...), nil
+}
+
+func (e *fakeEtcd) MoveLeaderAway(_ context.Context, prefer string) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.moved = append(e.moved, prefer)
+	return "h1-0a1b2c3d", nil
+}
+
+func (e *fakeEtcd) Save(_ context.Context, dir, name string) (etcdclient.Snapshot, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.saved++
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return etcdclient.Snapshot{}, err
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte("snapshot"), 0o600); err != nil {
+		return etcdclient.Snapshot{}, err
+	}
+	return etcdclient.Snapshot{Path: path, Size: 8, SHA256: strings.Repeat("ab", 32)}, nil
+}
+
+// fixture is one host: its files in a temp dir, the fake platform, a fake
+// API server holding its Node, and the agent running on them.
+type fixture struct {
+	t       *testing.T
+	dir     string
+	cfg     config.Agent
+	plat    *fake.Platform
+	kube    *k8sfake.Clientset
+	etcd    *fakeEtcd
+	notes   chan string
+	cancel  context.CancelFunc
+	done    chan error
+	patches atomic.Int32
+}
+
+func newFixture(t *testing.T) *fixture {
+	dir := t.TempDir()
+	cfg := config.DefaultAgent()
+	cfg.NodeName = "h2"
+	cfg.DataDir = filepath.Join(dir, "k3s")
+	cfg.RoleFile = filepath.Join(dir, "fleet-role", "role")
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.StagedFiles = []string{filepath.Join(dir, "etc", "config.yaml")}
+	cfg.Servers = []config.Server{{Name: "h1", Address: "10.0.0.1"}, {Name: "h2", Address: "10.0.0.2"}, {Name: "h3", Address: "10.0.0.3"}}
+	cfg.ResyncPeriod = 500 * time.Millisecond
+	cfg.Debounce = 10 * time.Millisecond
+	f := &fixture{
+		t:    t,
+		dir:  dir,
+		cfg:  cfg,
+		plat: fake.New(time.Now),
+		kube: k8sfake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h2", Annotations: map[string]string{}}}),
+		etcd: &fakeEtcd{members: []etcdclient.Member{{ID: 1, Name: "h1-0a1b2c3d"}, {ID: 2, Name: "h2-0a1b2c3d"}, {ID: 3, Name: "h3-0a1b2c3d"}}},
+	}
+	f.kube.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		f.patches.Add(1)
+		return false, nil, nil
+	})
+	return f
+}
+
+func (f *fixture) write(path, content string) {
+	f.t.Helper()
+	require.NoError(f.t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(f.t, os.WriteFile(path, []byte(content), 0o644))
+}
+
+func (f *fixture) staged()         { f.write(f.cfg.StagedFiles[0], "cluster-init: false\n") }
+func (f *fixture) role(r string)   { f.write(f.cfg.RoleFile, r+"\n") }
+func (f *fixture) etcdDir() string { return filepath.Join(f.cfg.DataDir, "server", "db", "etcd") }
+func (f *fixture) datastore(name string) {
+	f.write(filepath.Join(f.etcdDir(), "name"), name+"\n")
+	f.write(filepath.Join(f.etcdDir(), "member", "snap", "db"), "x")
+}
+
+func (f *fixture) start() {
+	f.t.Helper()
+	f.notes = make(chan string, 100)
+	a, err := New(Options{Config: f.cfg, Platform: f.plat, Kube: f.kube, Etcd: f.etcd,
+		Notify: func(s string) error { f.notes <- s; return nil }})
+	require.NoError(f.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel, f.done = cancel, make(chan error, 1)
+	go func() { f.done <- a.Run(ctx) }()
+	f.t.Cleanup(func() { f.stop() })
+}
+
+func (f *fixture) stop() {
+	if f.cancel == nil {
+		return
+	}
+	f.cancel()
+	select {
+	case err := <-f.done:
+		assert.NoError(f.t, err, "an ended context is a clean exit")
+	case <-time.After(10 * time.Second):
+		f.t.Error("the agent did not stop")
+	}
+	f.cancel = nil
+}
+
+func (f *fixture) annotate(key, value string) {
+	f.t.Helper()
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+	_, err := f.kube.CoreV1().Nodes().Patch(context.Background(), "h2", types.MergePatchType, patch, metav1.PatchOptions{})
+	require.NoError(f.t, err)
+}
+
+func (f *fixture) request(action string) swapplan.Request {
+	q := swapplan.Request{Swap: "s1", Action: action, At: time.Now().UTC().Truncate(time.Second)}
+	b, _ := json.Marshal(q)
+	f.annotate(swapplan.AnnotationRequest, string(b))
+	return q
+}
+
+// report is the report on the Node, nil if none.
+func (f *fixture) report() *swapplan.Report {
+	n, err := f.kube.CoreV1().Nodes().Get(context.Background(), "h2", metav1.GetOptions{})
+	require.NoError(f.t, err)
+	v, ok := n.Annotations[swapplan.AnnotationReport]
+	if !ok {
+		return nil
+	}
+	var r swapplan.Report
+	require.NoError(f.t, json.Unmarshal([]byte(v), &r))
+	return &r
+}
+
+func (f *fixture) waitReport(action, state string) *swapplan.Report {
+	f.t.Helper()
+	var r *swapplan.Report
+	require.Eventually(f.t, func() bool {
+		r = f.report()
+		return r != nil && r.Action == action && r.State == state
+	}, 10*time.Second, 20*time.Millisecond, "no %s %s report; last %+v", action, state, r)
+	return r
+}
+
+func (f *fixture) calls(op string, u platform.Unit) int {
+	n := 0
+	for _, c := range f.plat.Calls() {
+		if c.Op == op && c.Unit == u {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fixture) events(reason string) []corev1.Event {
+	list, err := f.kube.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	require.NoError(f.t, err)
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (f *fixture) removedDirs() []string {
+	m, _ := filepath.Glob(filepath.Join(f.cfg.DataDir, "server", "db", "etcd-removed-*"))
+	return m
+}
+
+func TestAPromotionOfAStagedStandbyStartsTheServerAndReportsItsStart(t *testing.T) {
+	f := newFixture(t)
+	f.staged()
+	f.role("agent")
+	f.plat.Set(platform.Agent, true, time.Now().Add(-time.Hour))
+	f.start()
+	q := f.request(swapplan.RequestPromote)
+	r := f.waitReport(swapplan.RequestPromote, swapplan.StateDone)
+	require.NotNil(t, r.StartedAt)
+	st, _ := f.plat.State(context.Background(), platform.Server)
+	assert.True(t, st.Active)
+	assert.Equal(t, st.StartedAt.UTC(), r.StartedAt.UTC())
+	assert.True(t, q.At.Equal(*r.RequestAt))
+	agent, _ := f.plat.State(context.Background(), platform.Agent)
+	assert.False(t, agent.Active)
+	b, _ := os.ReadFile(f.cfg.RoleFile)
+	assert.Equal(t, "server\n", string(b))
+}
+
+func TestAPromoteOnAHostThatIsNotStagedIsRefusedAndNothingChanges(t *testing.T) {
+	f := newFixture(t)
+	f.role("agent")
+	f.plat.Set(platform.Agent, true, time.Now().Add(-time.Hour))
+	f.start()
+	f.request(swapplan.RequestPromote)
+	r := f.waitReport(swapplan.RequestPromote, swapplan.StateRefused)
+	assert.Contains(t, r.Message, "not staged")
+	assert.Empty(t, f.plat.Calls(), "no unit started or stopped")
+	b, _ := os.ReadFile(f.cfg.RoleFile)
+	assert.Equal(t, "agent\n", string(b))
+}
+
+// stepDown puts the host where a step-down leaves it: the role file says
+// agent, the server stopped, its datastore there, the report written.
+func stepDown(t *testing.T, f *fixture) {
+	f.staged()
+	f.role("server")
+	f.datastore("h2-0a1b2c3d")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	f.start()
+	f.request(swapplan.RequestStepDown)
+	f.waitReport(swapplan.RequestStepDown, swapplan.StateDone)
+	b, _ := os.ReadFile(f.cfg.RoleFile)
+	require.Equal(t, "agent\n", string(b))
+	st, _ := f.plat.State(context.Background(), platform.Server)
+	require.False(t, st.Active)
+	require.Len(t, f.etcd.moved, 1, "leadership moved away before the server stopped")
+}
+
+func TestATombstoneWrittenFinishesTheDemotion(t *testing.T) {
+	f := newFixture(t)
+	f.etcd.members = []etcdclient.Member{{ID: 2, Name: "h2-0a1b2c3d"}, {ID: 3, Name: "h3-0a1b2c3d"}, {ID: 1, Name: "h1-0a1b2c3d", Learner: true}}
+	stepDown(t, f)
+	time.Sleep(100 * time.Millisecond)
+	assert.Zero(t, f.calls("start", platform.Agent), "waiting for the member to be gone")
+	f.write(filepath.Join(f.etcdDir(), "tombstone"), "")
+	r := f.waitReport(swapplan.ReportFinish, swapplan.StateDone)
+	require.NotNil(t, r.StartedAt)
+	assert.Equal(t, "s1", r.Swap)
+	assert.NoDirExists(t, f.etcdDir())
+	assert.Len(t, f.removedDirs(), 1)
+	assert.Equal(t, "https://10.0.0.3:6443", f.plat.URL(), "the first other server that votes: h1 was a learner")
+}
+
+func TestMemberGoneNamingTheSwapFinishesADemotionWhoseRemovedNodeNameNamesAnotherMember(t *testing.T) {
+	f := newFixture(t)
+	stepDown(t, f)
+	f.annotate(swapplan.AnnotationEtcdRemovedNodeName, "h2-99999999")
+	time.Sleep(100 * time.Millisecond)
+	assert.Zero(t, f.calls("start", platform.Agent))
+	f.annotate(swapplan.AnnotationMemberGone, "s1")
+	f.waitReport(swapplan.ReportFinish, swapplan.StateDone)
+	assert.Equal(t, "https://10.0.0.1:6443", f.plat.URL())
+}
+
+func TestARoleFileEditedByHandIsActedOn(t *testing.T) {
+	f := newFixture(t)
+	f.staged()
+	f.role("agent")
+	f.plat.Set(platform.Agent, true, time.Now().Add(-time.Hour))
+	f.start()
+	time.Sleep(100 * time.Millisecond)
+	assert.Empty(t, f.plat.Calls())
+	f.role("server")
+	require.Eventually(t, func() bool {
+		st, _ := f.plat.State(context.Background(), platform.Server)
+		return st.Active
+	}, 5*time.Second, 10*time.Millisecond)
+	agent, _ := f.plat.State(context.Background(), platform.Agent)
+	assert.False(t, agent.Active)
+	f.role("agent")
+	require.Eventually(t, func() bool {
+		st, _ := f.plat.State(context.Background(), platform.Agent)
+		return st.Active
+	}, 5*time.Second, 10*time.Millisecond)
+	st, _ := f.plat.State(context.Background(), platform.Server)
+	assert.False(t, st.Active)
+	assert.Nil(t, f.report(), "a hand edit is no swap: nothing to report")
+}
+
+func TestACorruptRoleFileIsReportedAndNothingIsDone(t *testing.T) {
+	f := newFixture(t)
+	f.staged()
+	f.write(f.cfg.RoleFile, "sever\n")
+	f.datastore("h2-0a1b2c3d")
+	f.write(filepath.Join(f.etcdDir(), "tombstone"), "")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	f.start()
+	require.Eventually(t, func() bool { return len(f.events("CorruptRoleFile")) == 1 }, 5*time.Second, 20*time.Millisecond)
+	assert.Contains(t, f.events("CorruptRoleFile")[0].Message, `found "sever"`)
+	f.request(swapplan.RequestPromote)
+	r := f.waitReport(swapplan.RequestPromote, swapplan.StateRefused)
+	assert.Contains(t, r.Message, "corrupt role file")
+	time.Sleep(3 * f.cfg.ResyncPeriod)
+	assert.Empty(t, f.plat.Calls(), "nothing done, tombstone or not")
+	assert.Len(t, f.events("CorruptRoleFile"), 1, "told once, not every resync")
+	assert.DirExists(t, f.etcdDir())
+}
+
+func TestAnAgentKilledMidFinishAndRestartedFinishesOnce(t *testing.T) {
+	f := newFixture(t)
+	stepDown(t, f)
+	release := f.plat.Block("start", platform.Agent)
+	f.write(filepath.Join(f.etcdDir(), "tombstone"), "")
+	require.Eventually(t, func() bool { return len(f.removedDirs()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	f.stop() // killed while starting the agent unit
+	release()
+	agent, _ := f.plat.State(context.Background(), platform.Agent)
+	require.False(t, agent.Active)
+	require.Equal(t, swapplan.RequestStepDown, f.report().Action, "no finish reported yet")
+
+	before := f.patches.Load()
+	f.start()
+	r := f.waitReport(swapplan.ReportFinish, swapplan.StateDone)
+	require.NotNil(t, r.StartedAt)
+	time.Sleep(4 * f.cfg.ResyncPeriod)
+	assert.Len(t, f.removedDirs(), 1, "the datastore moved once")
+	assert.Equal(t, int32(1), f.patches.Load()-before, "the finish reported once")
+	agent, _ = f.plat.State(context.Background(), platform.Agent)
+	assert.True(t, agent.Active)
+	assert.Equal(t, agent.StartedAt.UTC(), r.StartedAt.UTC())
+}
+
+func TestAReportThatCannotBeWrittenIsRetriedAndDeliveredOnceTheAPIAnswers(t *testing.T) {
+	f := newFixture(t)
+	f.role("server")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	var down atomic.Bool
+	down.Store(true)
+	var failed atomic.Int32
+	f.kube.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if p, ok := a.(k8stesting.PatchAction); ok && strings.Contains(string(p.GetPatch()), swapplan.AnnotationReport) && down.Load() {
+			failed.Add(1)
+			return true, nil, errors.New("dial tcp 10.0.0.1:6443: connect: no route to host")
+		}
+		return false, nil, nil
+	})
+	f.start()
+	f.request(swapplan.RequestSnapshot)
+	require.Eventually(t, func() bool { return failed.Load() >= 3 }, 10*time.Second, 10*time.Millisecond)
+	assert.Nil(t, f.report())
+
+	// The agent restarts while the API is still out of reach: the report
+	// is on disk, and the snapshot is not taken again.
+	f.stop()
+	b, err := os.ReadFile(filepath.Join(f.cfg.StateDir, "agent-state.json"))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"pending"`)
+	f.start()
+	time.Sleep(200 * time.Millisecond)
+	down.Store(false)
+	r := f.waitReport(swapplan.RequestSnapshot, swapplan.StateDone)
+	require.NotNil(t, r.Snapshot)
+	assert.True(t, r.Snapshot.Ready())
+	assert.Equal(t, 1, f.etcd.saved)
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(filepath.Join(f.cfg.StateDir, "agent-state.json"))
+		return !strings.Contains(string(b), `"pending"`)
+	}, 5*time.Second, 20*time.Millisecond, "the delivered report is no longer kept")
+}
+
+func TestABadRequestIsReportedAndIgnoredAndTheAgentGoesOn(t *testing.T) {
+	f := newFixture(t)
+	f.role("server")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	f.start()
+	f.annotate(swapplan.AnnotationRequest, `{"swap":"s1","action":"reboot","at":"2026-11-30T12:00:00Z"}`)
+	require.Eventually(t, func() bool { return len(f.events("BadRequest")) == 1 }, 5*time.Second, 20*time.Millisecond)
+	assert.Contains(t, f.events("BadRequest")[0].Message, `"reboot" is not one of`)
+	f.annotate(swapplan.AnnotationRequest, `{not json`)
+	require.Eventually(t, func() bool { return len(f.events("BadRequest")) == 2 }, 5*time.Second, 20*time.Millisecond)
+	assert.Empty(t, f.plat.Calls())
+	f.request(swapplan.RequestSnapshot)
+	f.waitReport(swapplan.RequestSnapshot, swapplan.StateDone)
+}
+
+func TestTheAgentTellsSystemdReadyAfterTheFirstLookAndStoppingOnTheWayOut(t *testing.T) {
+	f := newFixture(t)
+	f.role("agent")
+	f.start()
+	select {
+	case n := <-f.notes:
+		assert.Equal(t, "READY=1", n)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no READY=1")
+	}
+	f.stop()
+	assert.Equal(t, "STOPPING=1", <-f.notes)
+}

@@ -1,0 +1,243 @@
+// Package etcdclient is the agent's narrow wrapper over etcd's client: the
+// member list, the local member's status, moving leadership away, and a
+// snapshot streamed to a file and verified. Every call carries its own
+// timeout, so that no caller waits on an etcd that does not answer.
+package etcdclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Config is how to reach the local member.
+type Config struct {
+	Endpoint string
+	CAFile   string
+	CertFile string
+	KeyFile  string
+	// Timeout bounds each call; SnapshotTimeout a snapshot.
+	Timeout         time.Duration
+	SnapshotTimeout time.Duration
+}
+
+// Member is one member of the cluster.
+type Member struct {
+	ID         uint64
+	Name       string
+	Learner    bool
+	ClientURLs []string
+}
+
+// Status is the local member's view.
+type Status struct {
+	MemberID  uint64
+	Leader    uint64
+	RaftIndex uint64
+	DBSize    int64
+}
+
+// Snapshot is a snapshot saved and verified.
+type Snapshot struct {
+	Path   string
+	Size   int64
+	SHA256 string
+}
+
+// ErrNoTransferee: no other started voter to hand leadership to.
+var ErrNoTransferee = errors.New("no other started voter to move leadership to")
+
+// ErrCorruptSnapshot: the snapshot's appended checksum does not match.
+var ErrCorruptSnapshot = errors.New("snapshot checksum mismatch")
+
+// Client talks to the local member.
+type Client struct {
+	cfg Config
+	c   *clientv3.Client
+}
+
+// New returns a client of the local member; it does not wait for a
+// connection.
+func New(cfg Config) (*Client, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.SnapshotTimeout <= 0 {
+		cfg.SnapshotTimeout = 5 * time.Minute
+	}
+	cc := clientv3.Config{
+		Endpoints:   []string{cfg.Endpoint},
+		DialTimeout: cfg.Timeout,
+		Logger:      zap.NewNop(),
+	}
+	if strings.HasPrefix(cfg.Endpoint, "https://") {
+		tlsInfo := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CAFile}
+		tc, err := tlsInfo.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd TLS: %w", err)
+		}
+		cc.TLS = tc
+	}
+	c, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return &Client{cfg: cfg, c: c}, nil
+}
+
+// Close closes the client.
+func (c *Client) Close() error { return c.c.Close() }
+
+// Members lists the cluster's members, as the local member knows them.
+func (c *Client) Members(ctx context.Context) ([]Member, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	resp, err := c.c.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("etcd member list: %w", err)
+	}
+	out := make([]Member, 0, len(resp.Members))
+	for _, m := range resp.Members {
+		out = append(out, Member{ID: m.ID, Name: m.Name, Learner: m.IsLearner, ClientURLs: m.ClientURLs})
+	}
+	return out, nil
+}
+
+// Status reads the local member's status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	resp, err := c.c.Status(ctx, c.cfg.Endpoint)
+	if err != nil {
+		return Status{}, fmt.Errorf("etcd status: %w", err)
+	}
+	return Status{MemberID: resp.Header.MemberId, Leader: resp.Leader, RaftIndex: resp.RaftIndex, DBSize: resp.DbSize}, nil
+}
+
+// MoveLeaderAway hands leadership to another started voter if the local
+// member leads: the member of the preferred node if it is one, else the
+// first other. It returns the new leader's name, or "" when the local
+// member did not lead.
+func (c *Client) MoveLeaderAway(ctx context.Context, preferNode string) (string, error) {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return "", err
+	}
+	if st.Leader != st.MemberID {
+		return "", nil
+	}
+	members, err := c.Members(ctx)
+	if err != nil {
+		return "", err
+	}
+	var to *Member
+	for i := range members {
+		m := &members[i]
+		if m.ID == st.MemberID || m.Learner || m.Name == "" {
+			continue // the local member, a learner, or one not started
+		}
+		if to == nil || (preferNode != "" && NodeOf(m.Name) == preferNode) {
+			to = m
+		}
+	}
+	if to == nil {
+		return "", ErrNoTransferee
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	if _, err := c.c.MoveLeader(ctx, to.ID); err != nil {
+		return "", fmt.Errorf("etcd move leader to %s: %w", to.Name, err)
+	}
+	return to.Name, nil
+}
+
+// NodeOf is the node of a k3s member name, "<node>-<8 hex>".
+func NodeOf(member string) string {
+	i := strings.LastIndexByte(member, '-')
+	if i <= 0 || len(member)-i-1 != 8 {
+		return member
+	}
+	if _, err := hex.DecodeString(member[i+1:]); err != nil {
+		return member
+	}
+	return member[:i]
+}
+
+// Save streams a snapshot of the local member into dir/name, verifies the
+// checksum etcd appends to it, syncs it, and returns its size and sha256.
+// Nothing is left under the name unless the snapshot is whole.
+func (c *Client) Save(ctx context.Context, dir, name string) (Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout)
+	defer cancel()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	part := path + ".part"
+	defer os.Remove(part)
+	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
+	}
+	defer f.Close()
+	rc, err := c.c.Snapshot(ctx)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
+	}
+	defer rc.Close()
+	whole := sha256.New()
+	v := &verifier{h: sha256.New()}
+	size, err := io.Copy(io.MultiWriter(f, whole, v), rc)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("etcd snapshot: stream: %w", err)
+	}
+	if !v.ok() {
+		return Snapshot{}, fmt.Errorf("etcd snapshot of %d bytes: %w", size, ErrCorruptSnapshot)
+	}
+	if err := f.Sync(); err != nil {
+		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
+	}
+	if err := os.Rename(part, path); err != nil {
+		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
+	}
+	return Snapshot{Path: path, Size: size, SHA256: hex.EncodeToString(whole.Sum(nil))}, nil
+}
+
+// verifier checks the sha256 etcd appends to a snapshot: the hash of all
+// bytes but the last 32, which are the hash.
+type verifier struct {
+	h interface {
+		io.Writer
+		Sum([]byte) []byte
+	}
+	tail []byte
+}
+
+func (v *verifier) Write(p []byte) (int, error) {
+	buf := append(v.tail, p...)
+	if keep := len(buf) - sha256.Size; keep > 0 {
+		v.h.Write(buf[:keep])
+		buf = buf[keep:]
+	}
+	v.tail = append([]byte(nil), buf...)
+	return len(p), nil
+}
+
+func (v *verifier) ok() bool {
+	return len(v.tail) == sha256.Size && bytes.Equal(v.h.Sum(nil), v.tail)
+}

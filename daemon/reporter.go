@@ -1,0 +1,85 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// reporter writes the pending report on the Node, retrying with backoff
+// until the API server takes it; the report stays in the state file until
+// then, so that one made while the host had no route to the API server,
+// or before the agent restarted, is delivered after.
+type reporter struct {
+	st       *store
+	annotate func(ctx context.Context, key, value string) error
+	wake     chan struct{}
+	backoff  wait.Backoff
+	log      *slog.Logger
+}
+
+func newReporter(st *store, annotate func(ctx context.Context, key, value string) error, log *slog.Logger) *reporter {
+	return &reporter{
+		st:       st,
+		annotate: annotate,
+		wake:     make(chan struct{}, 1),
+		backoff:  wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 30 * time.Second},
+		log:      log,
+	}
+}
+
+// poke tells the reporter a report is pending.
+func (r *reporter) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *reporter) run(ctx context.Context) {
+	b := r.backoff
+	for {
+		p := r.st.get().Pending
+		if p == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.wake:
+				continue
+			}
+		}
+		data, err := json.Marshal(p)
+		if err != nil {
+			r.log.Error("a pending report cannot be encoded; dropping it", "err", err)
+			_ = r.st.update(func(s *state) { s.Pending = nil })
+			continue
+		}
+		if err := r.annotate(ctx, swapplan.AnnotationReport, string(data)); err != nil {
+			wait := b.Step()
+			r.log.Warn("report not written; retrying", "swap", p.Swap, "action", p.Action, "state", p.State, "retry_in", wait.Round(time.Millisecond), "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			continue
+		}
+		b = r.backoff
+		r.log.Info("report written", "swap", p.Swap, "action", p.Action, "state", p.State)
+		if err := r.st.update(func(s *state) {
+			if s.Pending != nil {
+				if cur, _ := json.Marshal(s.Pending); bytes.Equal(cur, data) {
+					s.Pending = nil
+				}
+			}
+		}); err != nil {
+			r.log.Error("a written report is still kept as pending", "err", err)
+		}
+	}
+}
