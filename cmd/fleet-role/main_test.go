@@ -77,3 +77,15 @@ func TestVersionPrintsTheVersion(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.True(t, strings.HasPrefix(out, "fleet-role "))
 }
+
+func TestAgentWithABadConfigExits2NamingTheKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.toml")
+	require.NoError(t, os.WriteFile(path, []byte("version = 1\nnode_name = \"h1\"\nplatfrom = \"docker\"\n[[servers]]\nname = \"h1\"\naddress = \"10.0.0.1\"\n"), 0o644))
+	code, _, stderr := runCLI(t, "agent", "--config", path)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `line 3: unknown key "platfrom"`)
+
+	code, _, stderr = runCLI(t, "agent", "--config", filepath.Join(t.TempDir(), "missing.toml"))
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "missing.toml")
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/daemon"
+	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/platform"
+	"github.com/fleet-role/fleet-role/platform/docker"
+	"github.com/fleet-role/fleet-role/platform/systemd"
+)
+
+func newAgentCommand() *cobra.Command {
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "agent --config FILE",
+		Short: "Run the host agent (fleet-role-agent.service)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.LoadAgent(configFile)
+			if err != nil {
+				return fmt.Errorf("%s: %w", configFile, err)
+			}
+			log := newLogger(cmd.ErrOrStderr())
+			plat, err := newPlatform(cfg)
+			if err != nil {
+				return err
+			}
+			defer plat.Close()
+			kube, err := kubeClient(cfg.Kubeconfig)
+			if err != nil {
+				return err
+			}
+			etcd, err := etcdclient.New(etcdclient.Config{
+				Endpoint: cfg.Etcd.Endpoint, CAFile: cfg.Etcd.CAFile, CertFile: cfg.Etcd.CertFile, KeyFile: cfg.Etcd.KeyFile,
+				Timeout: cfg.Etcd.Timeout,
+			})
+			if err != nil {
+				return err
+			}
+			defer etcd.Close()
+			watchdog, _ := sddaemon.SdWatchdogEnabled(false)
+			a, err := daemon.New(daemon.Options{
+				Config: cfg, Platform: plat, Kube: kube, Etcd: etcd, Log: log,
+				Notify:           func(state string) error { _, err := sddaemon.SdNotify(false, state); return err },
+				WatchdogInterval: watchdog,
+			})
+			if err != nil {
+				return err
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&configFile, "config", "/etc/fleet-role/agent.toml", "the agent configuration")
+	return cmd
+}
+
+// newPlatform chooses the backend by one explicit switch.
+func newPlatform(cfg config.Agent) (platform.Platform, error) {
+	switch cfg.Platform {
+	case config.PlatformSystemd:
+		s := cfg.Systemd
+		return systemd.New(systemd.Config{ServerUnit: s.ServerUnit, AgentUnit: s.AgentUnit, AgentEnvFile: s.AgentEnvFile,
+			StateDir: cfg.StateDir, Bus: s.Bus, JobTimeout: s.JobTimeout})
+	case config.PlatformDocker:
+		d := cfg.Docker
+		return docker.New(docker.Config{Host: d.Host, Image: d.Image, ServerContainer: d.ServerContainer, AgentContainer: d.AgentContainer,
+			ServerArgs: d.ServerArgs, AgentArgs: d.AgentArgs, Volumes: d.Volumes, Network: d.Network, Env: d.Env,
+			Privileged: d.Privileged, CapAdd: d.CapAdd, CapDrop: d.CapDrop, SecurityOpt: d.SecurityOpt, Tmpfs: d.Tmpfs, StopTimeout: d.StopTimeout})
+	}
+	return nil, fmt.Errorf("platform %q: %w", cfg.Platform, config.ErrInvalid)
+}
+
+// kubeClient reaches the API server by the kubeconfig, or in-cluster when
+// it is empty.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	rc.UserAgent = "fleet-role/" + versionString()
+	return kubernetes.NewForConfig(rc)
+}
+
+// newLogger is the one logger of the process, with client-go's klog
+// routed into it.
+func newLogger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
+	level := slog.LevelInfo
+	if os.Getenv("FLEET_ROLE_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	return log
+}
