@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,31 +18,8 @@ import (
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
-const standinImage = "fleet-role-test/k3s-standin:latest"
-
-var buildOnce sync.Once
-
-// standin builds the k3s stand-in image from a static binary, FROM scratch,
-// with no registry.
-func standin(t *testing.T) {
-	testhost.RequireDocker(t)
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "k3s-standin")
-		require.NoError(t, err)
-		defer os.RemoveAll(dir)
-		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "k3s"), "./tests/images/k3sstandin")
-		build.Dir = testhost.Root()
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := build.CombinedOutput()
-		require.NoError(t, err, "%s", out)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM scratch\nCOPY k3s /bin/k3s\nENTRYPOINT [\"/bin/k3s\"]\n"), 0o644))
-		testhost.Docker(t, "build", "-q", "-t", standinImage, dir)
-	})
-	testhost.RequireImage(t, standinImage)
-}
-
 func newPlatform(t *testing.T) (*docker.Platform, docker.Config) {
-	standin(t)
+	standinImage := testhost.Standin(t)
 	id := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
 	cfg := docker.Config{
 		Image:           standinImage,

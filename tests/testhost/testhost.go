@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -123,6 +124,38 @@ func StartSystemdHost(t testing.TB) *SystemdHost {
 func (h *SystemdHost) Exec(t testing.TB, args ...string) string {
 	t.Helper()
 	return Docker(t, append([]string{"exec", h.Name}, args...)...)
+}
+
+// StandinImage is the k3s stand-in image Standin builds.
+const StandinImage = "fleet-role-test/k3s-standin:latest"
+
+var standin sync.Once
+
+// Standin builds the k3s stand-in image (tests/images/k3sstandin) FROM
+// scratch with a static binary, with no registry, once per test binary,
+// and returns its name.
+func Standin(t testing.TB) string {
+	t.Helper()
+	RequireDocker(t)
+	standin.Do(func() {
+		dir, err := os.MkdirTemp("", "k3s-standin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "k3s"), "./tests/images/k3sstandin")
+		build.Dir = Root()
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build the k3s stand-in: %v: %s", err, out)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM scratch\nCOPY k3s /bin/k3s\nENTRYPOINT [\"/bin/k3s\"]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		Docker(t, "build", "-q", "-t", StandinImage, dir)
+	})
+	RequireImage(t, StandinImage)
+	return StandinImage
 }
 
 // Root is the repository's root directory.

@@ -1,0 +1,284 @@
+package agent_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/kubeapi"
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fleet-role-agent-test")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "fleet-role")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/fleet-role")
+	build.Dir = testhost.Root()
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		panic("build fleet-role: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// host is one Docker host: its files, its Node in the API server, and the
+// agent binary running for it as its own user, with only its Node's rights.
+type host struct {
+	tb     testing.TB
+	api    *kubeapi.Server
+	dir    string
+	node   string
+	config string
+	notify *net.UnixConn
+	cmd    *exec.Cmd
+	log    *bytes.Buffer
+	server string
+	agent  string
+	volume string
+	exited chan error
+}
+
+func newHost(tb testing.TB, api *kubeapi.Server) *host {
+	image := testhost.Standin(tb)
+	dir := tb.TempDir()
+	id := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	h := &host{tb: tb, api: api, dir: dir, node: "h2", server: "fleet-role-e2e-server-" + id, agent: "fleet-role-e2e-agent-" + id, volume: "fleet-role-e2e-data-" + id}
+	tb.Cleanup(func() {
+		_ = exec.Command("docker", "rm", "-f", h.server, h.agent).Run()
+		_ = exec.Command("docker", "volume", "rm", "-f", h.volume).Run()
+	})
+	ctx := context.Background()
+	_, err := api.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.node,
+		Labels: map[string]string{swapplan.LabelRole: swapplan.RoleStandby}}}, metav1.CreateOptions{})
+	require.NoError(tb, err)
+	h.grant()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	require.NoError(tb, api.WriteKubeconfig(kubeconfig, "fleet-role-agent-test", "fleet-role-agent-test"))
+	staged := filepath.Join(dir, "etc", "config.yaml")
+	require.NoError(tb, os.MkdirAll(filepath.Dir(staged), 0o755))
+	require.NoError(tb, os.WriteFile(staged, []byte("token-file: /etc/token\n"), 0o600))
+	h.config = filepath.Join(dir, "agent.toml")
+	cfg := fmt.Sprintf(`version = 1
+node_name = %q
+platform = "docker"
+data_dir = %q
+role_file = %q
+state_dir = %q
+kubeconfig = %q
+staged_files = [%q]
+resync_period = "30s"
+
+[[servers]]
+name = "h1"
+address = "10.0.0.1"
+
+[[servers]]
+name = "h2"
+address = "10.0.0.2"
+
+[etcd]
+endpoint = "http://127.0.0.1:1"
+timeout = "1s"
+
+[docker]
+image = %q
+server_container = %q
+agent_container = %q
+server_args = ["server"]
+agent_args = ["agent"]
+volumes = ["%s:/var/lib/rancher/k3s"]
+network = "none"
+privileged = false
+stop_timeout = "5s"
+`, h.node, filepath.Join(dir, "k3s"), filepath.Join(dir, "fleet-role", "role"), filepath.Join(dir, "state"), kubeconfig, staged,
+		image, h.server, h.agent, h.volume)
+	require.NoError(tb, os.WriteFile(h.config, []byte(cfg), 0o600))
+	return h
+}
+
+// grant gives the agent's user what the agent needs: its own Node, Events.
+func (h *host) grant() {
+	ctx := context.Background()
+	c := h.api.Client.RbacV1()
+	name := "fleet-role-agent-" + h.node
+	_, err := c.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, ResourceNames: []string{h.node}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}}, metav1.CreateOptions{})
+	require.NoError(h.tb, err)
+	_, err = c.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "fleet-role-agent-test"}}}, metav1.CreateOptions{})
+	require.NoError(h.tb, err)
+}
+
+func (h *host) role(r string) {
+	p := filepath.Join(h.dir, "fleet-role", "role")
+	require.NoError(h.tb, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(h.tb, os.WriteFile(p, []byte(r+"\n"), 0o644))
+}
+
+// start runs the agent with a notify socket standing in for systemd's.
+func (h *host) start() {
+	sock := filepath.Join(h.dir, "notify.sock")
+	_ = os.Remove(sock)
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	require.NoError(h.tb, err)
+	h.notify = conn
+	h.log = &bytes.Buffer{}
+	h.cmd = exec.Command(binary, "agent", "--config", h.config)
+	h.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
+	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(h.tb, h.cmd.Start())
+	h.exited = make(chan error, 1)
+	go func() { h.exited <- h.cmd.Wait() }()
+	h.tb.Cleanup(func() {
+		if h.cmd.ProcessState == nil {
+			_ = h.cmd.Process.Kill()
+		}
+		conn.Close()
+	})
+}
+
+// note waits for the agent to tell the notify socket a state.
+func (h *host) note(want string, timeout time.Duration) {
+	h.tb.Helper()
+	require.NoError(h.tb, h.notify.SetReadDeadline(time.Now().Add(timeout)))
+	buf := make([]byte, 4096)
+	for {
+		n, err := h.notify.Read(buf)
+		require.NoError(h.tb, err, "waiting for %s; agent log:\n%s", want, h.log)
+		if strings.Contains(string(buf[:n]), want) {
+			return
+		}
+	}
+}
+
+func (h *host) annotate(key, value string) {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+	_, err := h.api.Client.CoreV1().Nodes().Patch(context.Background(), h.node, types.MergePatchType, patch, metav1.PatchOptions{})
+	require.NoError(h.tb, err)
+}
+
+func (h *host) report() *swapplan.Report {
+	n, err := h.api.Client.CoreV1().Nodes().Get(context.Background(), h.node, metav1.GetOptions{})
+	require.NoError(h.tb, err)
+	v, ok := n.Annotations[swapplan.AnnotationReport]
+	if !ok {
+		return nil
+	}
+	var r swapplan.Report
+	require.NoError(h.tb, json.Unmarshal([]byte(v), &r))
+	return &r
+}
+
+func TestTheAgentBinaryPromotesAStagedDockerStandbyThroughTheRealAPIAndEngine(t *testing.T) {
+	api := kubeapi.Start(t)
+	h := newHost(t, api)
+	h.role("agent")
+	h.start()
+	h.note("READY=1", 30*time.Second)
+
+	at := time.Now().UTC().Truncate(time.Second)
+	q, _ := json.Marshal(swapplan.Request{Swap: "s1", Action: swapplan.RequestPromote, At: at})
+	h.annotate(swapplan.AnnotationRequest, string(q))
+	var r *swapplan.Report
+	require.Eventually(t, func() bool { r = h.report(); return r != nil }, 30*time.Second, 100*time.Millisecond, "agent log:\n%s", h.log)
+	assert.Equal(t, swapplan.StateDone, r.State, r.Message)
+	require.NotNil(t, r.StartedAt)
+	started := testhost.Docker(t, "inspect", "-f", "{{.State.StartedAt}}", h.server)
+	st, err := time.Parse(time.RFC3339Nano, started)
+	require.NoError(t, err)
+	assert.Equal(t, st.UTC(), r.StartedAt.UTC(), "the report carries the server container's start")
+	assert.Equal(t, "true", testhost.Docker(t, "inspect", "-f", "{{.State.Running}}", h.server))
+	role, _ := os.ReadFile(filepath.Join(h.dir, "fleet-role", "role"))
+	assert.Equal(t, "server\n", string(role))
+
+	require.NoError(t, h.cmd.Process.Signal(syscall.SIGTERM))
+	h.note("STOPPING=1", 10*time.Second)
+	select {
+	case err := <-h.exited:
+		assert.NoError(t, err, "a signal is a clean exit")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent did not exit on SIGTERM")
+	}
+}
+
+// BenchmarkAgentIdle runs the agent binary idle for a minute (a Docker
+// host, its own Node watched on a real API server, the default resync)
+// and reports its resident memory and the CPU it used.
+func BenchmarkAgentIdle(b *testing.B) {
+	for b.Loop() {
+		api := kubeapi.Start(b)
+		h := newHost(b, api)
+		h.role("agent")
+		h.start()
+		h.note("READY=1", 30*time.Second)
+		pid := h.cmd.Process.Pid
+		cpu0 := cpuSeconds(b, pid)
+		time.Sleep(time.Minute)
+		cpu := cpuSeconds(b, pid) - cpu0
+		rss, hwm := memory(b, pid)
+		b.ReportMetric(rss, "rss-MiB")
+		b.ReportMetric(hwm, "peak-rss-MiB")
+		b.ReportMetric(cpu, "cpu-s/min")
+		b.ReportMetric(cpu/60*100, "cpu-%")
+		_ = h.cmd.Process.Signal(syscall.SIGTERM)
+		<-h.exited
+		api.Stop()
+	}
+}
+
+func cpuSeconds(tb testing.TB, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(tb, err)
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+func memory(tb testing.TB, pid int) (rss, hwm float64) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(tb, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		switch k {
+		case "VmRSS":
+			rss = kb / 1024
+		case "VmHWM":
+			hwm = kb / 1024
+		}
+	}
+	return rss, hwm
+}

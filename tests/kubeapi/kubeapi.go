@@ -1,0 +1,295 @@
+// Package kubeapi starts a real kube-apiserver over a real etcd, built from
+// the Go module proxy by tests/testbins/build-k8s-bins.sh (make test-bins)
+// into a cache outside the repository, for the suites that need the
+// Kubernetes API. Under CI missing binaries fail the test; elsewhere they
+// skip it, naming make test-bins.
+package kubeapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+// K8sVersion is the version make test-bins builds.
+const K8sVersion = "v1.37.2"
+
+// AdminToken authenticates as a member of system:masters.
+const AdminToken = "fleet-role-test-admin"
+
+// BinDir is where make test-bins puts the binaries.
+func BinDir() string {
+	if d := os.Getenv("FLEET_ROLE_TEST_BINS"); d != "" {
+		return d
+	}
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(cache, "fleet-role", "k8s-bins", K8sVersion)
+}
+
+// Server is a running etcd and kube-apiserver.
+type Server struct {
+	// Config authenticates as an administrator.
+	Config *rest.Config
+	// Kubeconfig is a file holding Config.
+	Kubeconfig string
+	// Client is a clientset of Config.
+	Client kubernetes.Interface
+	// URL is the API server's address.
+	URL string
+	// CAFile is the API server's serving certificate.
+	CAFile string
+	dir    string
+	procs  []*exec.Cmd
+	once   sync.Once
+}
+
+// Start starts etcd and the API server in a temporary directory. Stop them
+// with Stop (Start registers it as a cleanup of tb too).
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	bins := BinDir()
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(bins, b)); err != nil {
+			testhost.Unavailable(tb, "no %s in %s: run make test-bins", b, bins)
+		}
+	}
+	dir, err := os.MkdirTemp("", "fleet-role-kubeapi-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &Server{dir: dir}
+	tb.Cleanup(s.Stop)
+	if err := s.start(bins); err != nil {
+		s.Stop()
+		tb.Fatalf("start the API server: %v", err)
+	}
+	return s
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) run(bin string, log string, args ...string) (*exec.Cmd, error) {
+	f, err := os.Create(filepath.Join(s.dir, log))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s.procs = append(s.procs, cmd)
+	return cmd, nil
+}
+
+func (s *Server) start(bins string) error {
+	clientPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	apiPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	if _, err := s.run(filepath.Join(bins, "etcd"), "etcd.log",
+		"--name", "test", "--data-dir", filepath.Join(s.dir, "etcd"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "test="+peerURL, "--unsafe-no-fsync", "--log-level", "warn"); err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	if err := waitHTTP(http.DefaultClient, etcdURL+"/health", s.procs[0], 30*time.Second); err != nil {
+		return fmt.Errorf("etcd: %w (log in %s)", err, s.dir)
+	}
+	if err := s.keys(); err != nil {
+		return err
+	}
+	certs := filepath.Join(s.dir, "certs")
+	api, err := s.run(filepath.Join(bins, "kube-apiserver"), "kube-apiserver.log",
+		"--etcd-servers", etcdURL,
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", strconv.Itoa(apiPort),
+		"--cert-dir", certs,
+		"--token-auth-file", filepath.Join(s.dir, "tokens.csv"),
+		"--authorization-mode", "RBAC",
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", filepath.Join(s.dir, "sa.pub"),
+		"--service-account-signing-key-file", filepath.Join(s.dir, "sa.key"),
+		"--service-cluster-ip-range", "10.96.0.0/16",
+		"--disable-admission-plugins", "ServiceAccount",
+		"--allow-privileged=true",
+		"--endpoint-reconciler-type", "none",
+		"--v", "0")
+	if err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	s.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	s.CAFile = filepath.Join(certs, "apiserver.crt")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(s.CAFile); err == nil {
+			break
+		}
+		if time.Now().After(deadline) || exited(api) {
+			return fmt.Errorf("kube-apiserver wrote no serving certificate (log in %s)", s.dir)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ca, err := os.ReadFile(s.CAFile)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Transport: &bearer{token: AdminToken, rt: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
+	if err := waitHTTP(hc, s.URL+"/readyz", api, 90*time.Second); err != nil {
+		return fmt.Errorf("kube-apiserver: %w (log in %s)", err, s.dir)
+	}
+	s.Config = &rest.Config{Host: s.URL, BearerToken: AdminToken, TLSClientConfig: rest.TLSClientConfig{CAFile: s.CAFile}, QPS: 200, Burst: 400}
+	if s.Client, err = kubernetes.NewForConfig(s.Config); err != nil {
+		return err
+	}
+	s.Kubeconfig = filepath.Join(s.dir, "kubeconfig")
+	return s.WriteKubeconfig(s.Kubeconfig, "admin", AdminToken)
+}
+
+// WriteKubeconfig writes a kubeconfig for the server with a token.
+func (s *Server) WriteKubeconfig(path, user, token string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: s.URL, CertificateAuthority: s.CAFile}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: user}
+	kc.CurrentContext = "test"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// keys writes the service account key pair and the token file.
+func (s *Server) keys() error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"sa.key":     pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
+		"sa.pub":     pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
+		"tokens.csv": []byte(AdminToken + ",admin,admin-uid,system:masters\n" + extraTokens()),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(s.dir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Users are the token users besides the administrator: name and token
+// alike, no group. Tests bind them to roles to check what those allow.
+var Users = []string{"fleet-role-agent-test"}
+
+func extraTokens() string {
+	out := ""
+	for _, u := range Users {
+		out += u + "," + u + "," + u + "-uid\n"
+	}
+	return out
+}
+
+// Stop stops the API server and etcd and removes their files.
+func (s *Server) Stop() {
+	s.once.Do(func() {
+		for i := len(s.procs) - 1; i >= 0; i-- {
+			p := s.procs[i]
+			_ = p.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = p.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = p.Process.Kill()
+				<-done
+			}
+		}
+		os.RemoveAll(s.dir)
+	})
+}
+
+type bearer struct {
+	token string
+	rt    http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.rt.RoundTrip(r)
+}
+
+func exited(cmd *exec.Cmd) bool {
+	return cmd.ProcessState != nil || cmd.Process.Signal(syscall.Signal(0)) != nil
+}
+
+func waitHTTP(c *http.Client, url string, proc *exec.Cmd, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last error
+	for ctx.Err() == nil {
+		if exited(proc) {
+			return fmt.Errorf("exited before %s answered", url)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Errorf("%s: %s", url, resp.Status)
+		} else {
+			last = err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer in %s: %v", url, timeout, last)
+}
