@@ -36,7 +36,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "fleet-role")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/fleet-role")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", binary, "./cmd/fleet-role")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Dir = testhost.Root()
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
@@ -242,14 +243,24 @@ func BenchmarkAgentIdle(b *testing.B) {
 		h.start()
 		h.note("READY=1", 30*time.Second)
 		pid := h.cmd.Process.Pid
+		idle := time.Minute
+		if d, err := time.ParseDuration(os.Getenv("FLEET_ROLE_IDLE")); err == nil {
+			idle = d
+		}
 		cpu0 := cpuSeconds(b, pid)
-		time.Sleep(time.Minute)
-		cpu := cpuSeconds(b, pid) - cpu0
-		rss, hwm := memory(b, pid)
-		b.ReportMetric(rss, "rss-MiB")
-		b.ReportMetric(hwm, "peak-rss-MiB")
+		time.Sleep(idle)
+		cpu := (cpuSeconds(b, pid) - cpu0) * float64(time.Minute) / float64(idle)
+		if os.Getenv("FLEET_ROLE_SMAPS") != "" {
+			out, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+			_ = os.WriteFile(os.Getenv("FLEET_ROLE_SMAPS"), out, 0o644)
+		}
+		m := memory(b, pid)
+		b.ReportMetric(m["VmRSS"], "rss-MiB")
+		b.ReportMetric(m["RssAnon"], "rss-anon-MiB")
+		b.ReportMetric(m["RssFile"], "rss-file-MiB")
+		b.ReportMetric(m["VmHWM"], "peak-rss-MiB")
 		b.ReportMetric(cpu, "cpu-s/min")
-		b.ReportMetric(cpu/60*100, "cpu-%")
+		b.ReportMetric(cpu/60*100, "cpu-%") // of one core
 		_ = h.cmd.Process.Signal(syscall.SIGTERM)
 		<-h.exited
 		api.Stop()
@@ -265,20 +276,20 @@ func cpuSeconds(tb testing.TB, pid int) float64 {
 	return (utime + stime) / 100 // USER_HZ
 }
 
-func memory(tb testing.TB, pid int) (rss, hwm float64) {
+// memory reads the process's memory figures of /proc/PID/status, in MiB:
+// VmRSS, VmHWM (its peak), RssAnon (its heap and stacks), RssFile (the
+// pages of its binary it touched).
+func memory(tb testing.TB, pid int) map[string]float64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	require.NoError(tb, err)
 	defer f.Close()
+	out := map[string]float64{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		k, v, _ := strings.Cut(sc.Text(), ":")
-		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-		switch k {
-		case "VmRSS":
-			rss = kb / 1024
-		case "VmHWM":
-			hwm = kb / 1024
+		if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64); err == nil {
+			out[k] = kb / 1024
 		}
 	}
-	return rss, hwm
+	return out
 }
