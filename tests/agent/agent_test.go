@@ -123,20 +123,22 @@ stop_timeout = "5s"
 	return h
 }
 
-// grant gives the agent's user what the agent needs: its own Node, Events.
-func (h *host) grant() {
+func (h *host) grant() { grantNode(h.tb, h.api, h.node) }
+
+// grantNode gives the agent's user what the agent needs: its own Node, Events.
+func grantNode(tb testing.TB, api *kubeapi.Server, node string) {
 	ctx := context.Background()
-	c := h.api.Client.RbacV1()
-	name := "fleet-role-agent-" + h.node
+	c := api.Client.RbacV1()
+	name := "fleet-role-agent-" + node
 	_, err := c.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, ResourceNames: []string{h.node}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, ResourceNames: []string{node}, Verbs: []string{"get", "list", "watch", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}}, metav1.CreateOptions{})
-	require.NoError(h.tb, err)
+	require.NoError(tb, err)
 	_, err = c.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
 		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "fleet-role-agent-test"}}}, metav1.CreateOptions{})
-	require.NoError(h.tb, err)
+	require.NoError(tb, err)
 }
 
 func (h *host) role(r string) {

@@ -82,8 +82,9 @@ func privileges() []string {
 		"--security-opt", "apparmor=unconfined", "--security-opt", "systempaths=unconfined"}
 }
 
-// StartSystemdHost starts a systemd host and waits for it to be running.
-func StartSystemdHost(t testing.TB) *SystemdHost {
+// StartSystemdHost starts a systemd host and waits for it to be running;
+// extra are more docker run flags (--network host, say).
+func StartSystemdHost(t testing.TB, extra ...string) *SystemdHost {
 	t.Helper()
 	RequireImage(t, SystemdImage)
 	dir := t.TempDir()
@@ -98,7 +99,8 @@ func StartSystemdHost(t testing.TB) *SystemdHost {
 	args := append([]string{"run", "-d", "--name", name, "--label", Label}, privileges()...)
 	args = append(args, "--cgroupns=host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
 		"--tmpfs", "/run", "--tmpfs", "/run/lock",
-		"-v", bus+":/run/dbus", "-v", shared+":/run/fleet-role-test", SystemdImage)
+		"-v", bus+":/run/dbus", "-v", shared+":/run/fleet-role-test")
+	args = append(append(args, extra...), SystemdImage)
 	Docker(t, args...)
 	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
 	h := &SystemdHost{Name: name, Bus: "unix:path=" + filepath.Join(bus, "system_bus_socket"), Shared: shared}
