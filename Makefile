@@ -11,13 +11,16 @@ TESTLOG     ?= $(BIN)/test.log
 NOW         ?= 2026-11-30T12:00:00Z
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: help build test bench fuzz lint fmt demo test-bins clean
+.PHONY: help build image test bench fuzz lint fmt demo test-bins clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build the static binary into bin/fleet-role
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/fleet-role ./cmd/fleet-role
+
+image: build ## build the controller's image FROM scratch (no registry): fleet-role:$(VERSION) and :latest
+	docker build -q -f packaging/Dockerfile -t fleet-role:$(VERSION) -t fleet-role:latest $(BIN)
 
 test: ## run every test, printing each result and the totals
 	@mkdir -p $(BIN)

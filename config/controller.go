@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"regexp"
 	"text/template"
 	"time"
@@ -31,7 +32,26 @@ type Controller struct {
 	ProbePeriod time.Duration `toml:"probe_period"`
 	// RunnerSelector is a label selector for the runner pods.
 	RunnerSelector string `toml:"runner_selector"`
-	Bounds         Bounds `toml:"bounds"`
+	// MinPassInterval is the least time between two passes, however
+	// often the cluster changes.
+	MinPassInterval time.Duration `toml:"min_pass_interval"`
+	// DrainTimeout bounds one drain action; the drain step's own bound
+	// is in [bounds].
+	DrainTimeout time.Duration `toml:"drain_timeout"`
+	// ListenAddress serves /metrics, /healthz and /readyz.
+	ListenAddress string `toml:"listen_address"`
+	// LeaderElection: one replica acts, the others wait.
+	LeaderElection LeaderElection `toml:"leader_election"`
+	Bounds         Bounds         `toml:"bounds"`
+}
+
+// LeaderElection is the controller replicas' election, on a Lease of its
+// own (not the regrade Lease).
+type LeaderElection struct {
+	Lease         string        `toml:"lease"`
+	LeaseDuration time.Duration `toml:"lease_duration"`
+	RenewDeadline time.Duration `toml:"renew_deadline"`
+	RetryPeriod   time.Duration `toml:"retry_period"`
 }
 
 // Bounds are the swap steps' own bounds.
@@ -52,14 +72,23 @@ type Bounds struct {
 // is silent.
 func DefaultController() Controller {
 	return Controller{
-		Version:        Version,
-		DryRun:         true,
-		Namespace:      swapplan.Namespace,
-		Period:         10 * time.Second,
-		LeaseDuration:  time.Minute,
-		Cooldown:       6 * time.Hour,
-		ProbePeriod:    time.Minute,
-		RunnerSelector: "app.kubernetes.io/component=runner",
+		Version:         Version,
+		DryRun:          true,
+		Namespace:       swapplan.Namespace,
+		Period:          10 * time.Second,
+		LeaseDuration:   time.Minute,
+		Cooldown:        6 * time.Hour,
+		ProbePeriod:     time.Minute,
+		RunnerSelector:  "app.kubernetes.io/component=runner",
+		MinPassInterval: 100 * time.Millisecond,
+		DrainTimeout:    30 * time.Second,
+		ListenAddress:   ":9090",
+		LeaderElection: LeaderElection{
+			Lease:         "fleet-role-controller",
+			LeaseDuration: 15 * time.Second,
+			RenewDeadline: 10 * time.Second,
+			RetryPeriod:   2 * time.Second,
+		},
 		Bounds: Bounds{
 			Snapshot:   10 * time.Minute,
 			Runners:    time.Hour,
@@ -117,6 +146,23 @@ func (c Controller) Validate() error {
 	}
 	if c.LeaseDuration > 0 && c.Period > 0 && c.LeaseDuration < 2*c.Period {
 		p.add("lease_duration", "must be at least twice the period (%s), got %s", c.Period, c.LeaseDuration)
+	}
+	if c.MinPassInterval < 0 || c.MinPassInterval > c.Period {
+		p.add("min_pass_interval", "must be between 0s and the period (%s), got %s", c.Period, c.MinPassInterval)
+	}
+	positive(&p, "drain_timeout", c.DrainTimeout)
+	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
+		p.add("listen_address", "%q is not host:port: %v", c.ListenAddress, err)
+	}
+	le := c.LeaderElection
+	if !dnsLabel.MatchString(le.Lease) {
+		p.add("leader_election.lease", "%q is not a valid Lease name", le.Lease)
+	} else if le.Lease == swapplan.LeaseName {
+		p.add("leader_election.lease", "must not be the regrade Lease %q", swapplan.LeaseName)
+	}
+	positive(&p, "leader_election.retry_period", le.RetryPeriod)
+	if !(le.RetryPeriod < le.RenewDeadline && le.RenewDeadline < le.LeaseDuration) {
+		p.add("leader_election", "want retry_period < renew_deadline < lease_duration, got %s, %s, %s", le.RetryPeriod, le.RenewDeadline, le.LeaseDuration)
 	}
 	if _, err := labels.Parse(c.RunnerSelector); err != nil || c.RunnerSelector == "" {
 		p.add("runner_selector", "%q is not a label selector: %v", c.RunnerSelector, err)
@@ -187,6 +233,23 @@ probe_period = "{{d .ProbePeriod}}"
 # Label selector of the GitHub Actions runner pods, which a swap waits for
 # before it drains a node.
 runner_selector = "{{.RunnerSelector}}"
+
+# The least time between two passes, however often the cluster changes.
+min_pass_interval = "{{d .MinPassInterval}}"
+
+# How long one drain action waits for its evictions; the drain step has
+# its own bound below.
+drain_timeout = "{{d .DrainTimeout}}"
+
+# Serves /metrics (Prometheus), /healthz and /readyz.
+listen_address = "{{.ListenAddress}}"
+
+# Replicas elect one to act, on a Lease of their own in the namespace.
+[leader_election]
+lease = "{{.LeaderElection.Lease}}"
+lease_duration = "{{d .LeaderElection.LeaseDuration}}"
+renew_deadline = "{{d .LeaderElection.RenewDeadline}}"
+retry_period = "{{d .LeaderElection.RetryPeriod}}"
 
 # Each step's own bound. A swap's whole wait is their sum.
 [bounds]

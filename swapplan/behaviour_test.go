@@ -413,3 +413,26 @@ func TestOnlyNodesThisSwapCordonedAreUncordoned(t *testing.T) {
 	assert.False(t, w.node("v1").Unschedulable)
 	assert.NotContains(t, strings.Join(w.actions(), ","), "uncordon s1")
 }
+
+func TestAManualRequestIsCheckedBeforeItIsWritten(t *testing.T) {
+	w := newWorld(t, 3, 1, 1)
+	s := w.snapshot()
+	require.NoError(t, swapplan.CheckRequest(s, "v1", "s1"))
+	for _, tc := range []struct{ out, in, want string }{
+		{"s1", "v1", "s1 is not a voter"},
+		{"v1", "a1", `a1's role is "agent", not "standby"`},
+		{"v1", "v2", "v2 is a voter already"},
+		{"v1", "nope", "there is no Node nope"},
+		{"v1", "v1", "the same node"},
+	} {
+		assert.ErrorContains(t, swapplan.CheckRequest(s, tc.out, tc.in), tc.want)
+	}
+	w.node("s1").Unschedulable = true
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1"), "s1 is cordoned")
+	w.node("s1").Unschedulable = false
+	w.requestSwap("v1", "s1")
+	w.pass()
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1"), "is under way")
+	w.lease = swapplan.Lease{Holder: "regrade", RenewTime: w.now, Duration: time.Minute}
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1"), `held by "regrade"`)
+}

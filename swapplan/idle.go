@@ -1,6 +1,7 @@
 package swapplan
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -158,4 +159,28 @@ func (p *planner) start(out, in *Node, origin string, requestAt *time.Time, why 
 // SwapID names a swap by its start and its outgoing voter.
 func SwapID(start time.Time, out string) string {
 	return start.UTC().Format("20060102-150405") + "-" + out
+}
+
+// CheckRequest says why a manual request to swap out for in would be
+// refused now: OUT not a voter, IN not an eligible standby, or a swap (or
+// a regrade) under way. It is what `fleet-role swap` checks before it
+// writes the request; the planner checks the same again, and the gates.
+func CheckRequest(s Snapshot, out, in string) error {
+	p := newPlanner(s)
+	if out == in {
+		return fmt.Errorf("OUT and IN are the same node %q", out)
+	}
+	if p.leaseHeldByOther() {
+		return fmt.Errorf("the Lease %s/%s is held by %q: a regrade is under way", Namespace, LeaseName, s.Lease.Holder)
+	}
+	if l := s.Lease; l.Holder == ControllerHolder && l.Swap != nil {
+		return fmt.Errorf("swap %s (%s out, %s in) is under way", l.Swap.ID, l.Swap.Out, l.Swap.In)
+	}
+	if rec := s.Status.Swap; rec != nil && (s.Status.Last == nil || s.Status.Last.ID != rec.ID) {
+		return fmt.Errorf("swap %s (%s out, %s in) is under way", rec.ID, rec.Out, rec.In)
+	}
+	if why := p.refusal(out, in, p.node(out), p.node(in), false); why != "" {
+		return errors.New(why)
+	}
+	return nil
 }

@@ -348,6 +348,8 @@ type Status struct {
 	Members    map[string][]Member `json:"members,omitempty"`
 	LastAction *LastAction         `json:"lastAction,omitempty"`
 	Pending    []string            `json:"pending,omitempty"`
+	// Problems are the malformed objects and annotations, read as absent.
+	Problems []string `json:"problems,omitempty"`
 	UpdatedAt  time.Time           `json:"updatedAt"`
 }
 

@@ -73,7 +73,7 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newAgentCommand(), newPlanCommand(), newConfigCommand(), newVersionCommand())
+	root.AddCommand(newAgentCommand(), newControllerCommand(), newSwapCommand(), newStatusCommand(), newPlanCommand(), newConfigCommand(), newVersionCommand())
 	return root
 }
 

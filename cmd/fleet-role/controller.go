@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/controller"
+	"github.com/fleet-role/fleet-role/controller/adapt"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// defaultControllerConfig is where the Deployment mounts the configuration.
+const defaultControllerConfig = "/etc/fleet-role/controller.toml"
+
+// controllerConfig loads the --config file; with none given, the mounted
+// one if there is one, else the defaults.
+func controllerConfig(path string) (config.Controller, error) {
+	if path == "" {
+		if _, err := os.Stat(defaultControllerConfig); err != nil {
+			return config.DefaultController(), nil
+		}
+		path = defaultControllerConfig
+	}
+	c, err := config.LoadController(path)
+	if err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+func newControllerCommand() *cobra.Command {
+	var configFile, kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "controller --config FILE",
+		Short: "Run the controller (the fleet-role-controller Deployment)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := controllerConfig(configFile)
+			if err != nil {
+				return err
+			}
+			log := newLogger(cmd.ErrOrStderr())
+			client, err := kubeClient(kubeconfig)
+			if err != nil {
+				return err
+			}
+			host, _ := os.Hostname()
+			c, err := controller.New(controller.Options{Config: cfg, Client: client, Log: log,
+				Identity: host + "-" + strconv.Itoa(os.Getpid())})
+			if err != nil {
+				return err
+			}
+			log.Info("starting", "version", versionString(), "dry_run", cfg.DryRun, "namespace", cfg.Namespace)
+			return c.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&configFile, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "a kubeconfig (default: the in-cluster configuration)")
+	return cmd
+}
+
+func newSwapCommand() *cobra.Command {
+	var configFile, kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "swap OUT IN",
+		Short: "Ask the controller to swap the voter OUT for the standby IN",
+		Long: `swap checks the request against the cluster (OUT a voter, IN an eligible
+standby, no swap under way) and writes it into the fleet-role-status
+ConfigMap as request.json; the controller carries it out, in a dry run
+too, through every gate but the cooldown and the verdicts.`,
+		Args: usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := controllerConfig(configFile)
+			if err != nil {
+				return err
+			}
+			client, err := kubeClient(kubeconfig)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			snap, cm, err := readCluster(ctx, client, cfg)
+			if err != nil {
+				return err
+			}
+			out, in := args[0], args[1]
+			if err := swapplan.CheckRequest(snap, out, in); err != nil {
+				return fmt.Errorf("refused: %w", err)
+			}
+			req := swapplan.ManualRequest{Out: out, In: in, At: time.Now().UTC().Truncate(time.Second), By: requester()}
+			if err := writeRequest(ctx, client, cfg.Namespace, cm, req); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "requested: swap %s out for %s in (by %s at %s); follow it with fleet-role status --watch\n",
+				out, in, req.By, req.At.Format(time.RFC3339))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&configFile, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "a kubeconfig (default: the in-cluster configuration)")
+	return cmd
+}
+
+// readCluster reads what a check needs: the Nodes, the kubelets'
+// heartbeats, the regrade Lease and the status ConfigMap.
+func readCluster(ctx context.Context, client kubernetes.Interface, cfg config.Controller) (swapplan.Snapshot, *corev1.ConfigMap, error) {
+	var in adapt.Input
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return swapplan.Snapshot{}, nil, fmt.Errorf("list nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		in.Nodes = append(in.Nodes, &nodes.Items[i])
+	}
+	beats, err := client.CoordinationV1().Leases(swapplan.NodeLeaseNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return swapplan.Snapshot{}, nil, fmt.Errorf("list the kubelets' leases: %w", err)
+	}
+	for i := range beats.Items {
+		in.NodeLeases = append(in.NodeLeases, &beats.Items[i])
+	}
+	lease, err := client.CoordinationV1().Leases(cfg.Namespace).Get(ctx, swapplan.LeaseName, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		in.Lease = lease
+	case !apierrors.IsNotFound(err):
+		return swapplan.Snapshot{}, nil, fmt.Errorf("read the Lease %s/%s: %w", cfg.Namespace, swapplan.LeaseName, err)
+	}
+	cm, err := client.CoreV1().ConfigMaps(cfg.Namespace).Get(ctx, swapplan.StatusConfigMap, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		in.Status = cm
+	case apierrors.IsNotFound(err):
+		cm = nil
+	default:
+		return swapplan.Snapshot{}, nil, fmt.Errorf("read %s/%s: %w", cfg.Namespace, swapplan.StatusConfigMap, err)
+	}
+	snap, _ := adapt.Build(in, cfg.Plan(), labels.Nothing(), time.Now())
+	return snap, cm, nil
+}
+
+func writeRequest(ctx context.Context, client kubernetes.Interface, ns string, cm *corev1.ConfigMap, req swapplan.ManualRequest) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if cm == nil {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: swapplan.StatusConfigMap},
+			Data: map[string]string{swapplan.RequestKey: string(b)}}
+		_, err = client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+	} else {
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[swapplan.RequestKey] = string(b)
+		_, err = client.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+	}
+	if apierrors.IsConflict(err) {
+		return errors.New("the status changed while the request was written: run the command again")
+	}
+	if err != nil {
+		return fmt.Errorf("write the request: %w", err)
+	}
+	return nil
+}
+
+func requester() string {
+	user := os.Getenv("USER")
+	if user == "" {
+		user = "unknown"
+	}
+	host, _ := os.Hostname()
+	return user + "@" + host
+}

@@ -1,0 +1,399 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/fleet-role/fleet-role/controller/adapt"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// cache is what the controller knows of the cluster, kept by informers:
+// every Node, the kubelets' Leases, the regrade Lease and the status
+// ConfigMap, each object stripped to what the planner reads and converted
+// to the planner's types once per change, not once per pass; and the Pods
+// of the swap's two Nodes only, by informers started for those Nodes and
+// stopped with the swap, so no cluster-wide Pod cache is ever held.
+type cache struct {
+	client  kubernetes.Interface
+	ns      string
+	runners labels.Selector
+	log     *slog.Logger
+	changed func()
+
+	factories []informers.SharedInformerFactory
+	synced    []toolscache.InformerSynced
+
+	mu       sync.Mutex
+	nodes    map[string]swapplan.Node
+	names    []string // sorted names of nodes
+	problems map[string]string
+	beats    map[string]time.Time
+	lease    *coordinationv1.Lease
+	cm       *corev1.ConfigMap
+	// watched are the Nodes whose kubelet heartbeats and Pods matter
+	// now: the swap's IN and OUT.
+	watched map[string]bool
+	pods    map[string]*podWatch
+	probes  func(node string, p *swapplan.Probe)
+}
+
+// podWatch is an informer of one Node's Pods.
+type podWatch struct {
+	stop     chan struct{}
+	informer toolscache.SharedIndexInformer
+}
+
+func newCache(client kubernetes.Interface, ns string, runners labels.Selector, log *slog.Logger, changed func()) *cache {
+	c := &cache{
+		client: client, ns: ns, runners: runners, log: log, changed: changed,
+		nodes: map[string]swapplan.Node{}, problems: map[string]string{}, beats: map[string]time.Time{},
+		watched: map[string]bool{}, pods: map[string]*podWatch{},
+		probes: func(string, *swapplan.Probe) {},
+	}
+	all := informers.NewSharedInformerFactory(client, 0)
+	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(swapplan.NodeLeaseNamespace))
+	regrade := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", swapplan.LeaseName).String()
+		}))
+	status := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", swapplan.StatusConfigMap).String()
+		}))
+	c.factories = []informers.SharedInformerFactory{all, leases, regrade, status}
+
+	nodes := all.Core().V1().Nodes().Informer()
+	_ = nodes.SetTransform(slimNode)
+	c.handle(nodes, c.nodeChanged, c.nodeDeleted)
+	beats := leases.Coordination().V1().Leases().Informer()
+	_ = beats.SetTransform(slimLease)
+	c.handle(beats, c.beatChanged, func(string) {})
+	lease := regrade.Coordination().V1().Leases().Informer()
+	c.handle(lease, func(obj any) {
+		c.mu.Lock()
+		c.lease = obj.(*coordinationv1.Lease)
+		c.mu.Unlock()
+		c.changed()
+	}, func(string) { c.mu.Lock(); c.lease = nil; c.mu.Unlock(); c.changed() })
+	cm := status.Core().V1().ConfigMaps().Informer()
+	c.handle(cm, func(obj any) {
+		c.mu.Lock()
+		c.cm = obj.(*corev1.ConfigMap)
+		c.mu.Unlock()
+		c.changed()
+	}, func(string) { c.mu.Lock(); c.cm = nil; c.mu.Unlock(); c.changed() })
+	c.synced = []toolscache.InformerSynced{nodes.HasSynced, beats.HasSynced, lease.HasSynced, cm.HasSynced}
+	return c
+}
+
+func (c *cache) handle(inf toolscache.SharedIndexInformer, upsert func(any), del func(name string)) {
+	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    upsert,
+		UpdateFunc: func(_, obj any) { upsert(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if m, ok := obj.(metav1.Object); ok {
+				del(m.GetName())
+			}
+		},
+	})
+}
+
+func (c *cache) start(ctx context.Context) {
+	for _, f := range c.factories {
+		f.Start(ctx.Done())
+	}
+}
+
+func (c *cache) hasSynced() bool {
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *cache) waitForSync(ctx context.Context) bool {
+	return toolscache.WaitForCacheSync(ctx.Done(), c.synced...)
+}
+
+// slimNode keeps of a Node what the planner reads: its labels, annotations,
+// cordon, taints and the two conditions.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels, Annotations: n.Annotations,
+	}}
+	out.Spec.Unschedulable, out.Spec.Taints = n.Spec.Unschedulable, n.Spec.Taints
+	for _, cd := range n.Status.Conditions {
+		if cd.Type == corev1.NodeReady || string(cd.Type) == swapplan.ConditionEtcdIsVoter {
+			out.Status.Conditions = append(out.Status.Conditions, cd)
+		}
+	}
+	return out, nil
+}
+
+// slimLease keeps of a kubelet's Lease its name and renew time.
+func slimLease(obj any) (any, error) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return obj, nil
+	}
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace, ResourceVersion: l.ResourceVersion},
+		Spec:       coordinationv1.LeaseSpec{RenewTime: l.Spec.RenewTime},
+	}, nil
+}
+
+// nodeChanged converts the Node once and asks for a pass when what the
+// planner reads of it changed: for a Node that is no voter, standby or
+// part of the swap, a new probe sample alone is no reason.
+func (c *cache) nodeChanged(obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	n, err := adapt.Node(node)
+	c.mu.Lock()
+	old, existed := c.nodes[n.Name]
+	c.nodes[n.Name] = n
+	if !existed {
+		i, _ := slices.BinarySearch(c.names, n.Name)
+		c.names = slices.Insert(c.names, i, n.Name)
+	}
+	was := c.problems[n.Name]
+	if err != nil {
+		c.problems[n.Name] = err.Error()
+	} else {
+		delete(c.problems, n.Name)
+	}
+	relevant := !existed || c.watched[n.Name] || n.Voter() || n.Role == swapplan.RoleStandby || old.Voter() || old.Role == swapplan.RoleStandby
+	c.mu.Unlock()
+	if err != nil && err.Error() != was {
+		c.log.Warn("a Node carries a malformed annotation; it is read as absent", "node", n.Name, "err", err)
+	}
+	if n.Probe != nil && (old.Probe == nil || !n.Probe.At.Equal(old.Probe.At)) {
+		c.probes(n.Name, n.Probe)
+	}
+	if relevant || differs(old, n) {
+		c.changed()
+	}
+}
+
+// differs compares two versions of a Node but for the probe and the
+// Ready condition's heartbeat.
+func differs(a, b swapplan.Node) bool {
+	a.Probe, b.Probe = nil, nil
+	a.Heartbeat, b.Heartbeat = time.Time{}, time.Time{}
+	return !reflect.DeepEqual(a, b)
+}
+
+func (c *cache) nodeDeleted(name string) {
+	c.mu.Lock()
+	delete(c.nodes, name)
+	delete(c.problems, name)
+	if i, ok := slices.BinarySearch(c.names, name); ok {
+		c.names = slices.Delete(c.names, i, i+1)
+	}
+	c.mu.Unlock()
+	c.changed()
+}
+
+// beatChanged keeps a kubelet's heartbeat; only those of the swap's Nodes
+// are a reason for a pass.
+func (c *cache) beatChanged(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok || l.Spec.RenewTime == nil {
+		return
+	}
+	c.mu.Lock()
+	c.beats[l.Name] = l.Spec.RenewTime.Time
+	watched := c.watched[l.Name]
+	c.mu.Unlock()
+	if watched {
+		c.changed()
+	}
+}
+
+// watch sets the Nodes whose Pods and heartbeats matter now, starting
+// and stopping their Pod informers; it says whether all their Pods are
+// synced, and whether the set changed.
+func (c *cache) watch(ctx context.Context, names ...string) (synced, changed bool) {
+	want := map[string]bool{}
+	for _, n := range names {
+		if n != "" {
+			want[n] = true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watched = want
+	for name, w := range c.pods {
+		if !want[name] {
+			close(w.stop)
+			delete(c.pods, name)
+			changed = true
+		}
+	}
+	synced = true
+	for name := range want {
+		w, ok := c.pods[name]
+		if !ok {
+			w = c.watchPods(ctx, name)
+			c.pods[name] = w
+			changed = true
+		}
+		synced = synced && w.informer.HasSynced()
+	}
+	return synced, changed
+}
+
+func (c *cache) watchPods(ctx context.Context, node string) *podWatch {
+	f := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+	}))
+	inf := f.Core().V1().Pods().Informer()
+	_ = inf.SetTransform(slimPod)
+	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.changed() },
+		UpdateFunc: func(any, any) { c.changed() },
+		DeleteFunc: func(any) { c.changed() },
+	})
+	w := &podWatch{stop: make(chan struct{}), informer: inf}
+	done, stop := make(chan struct{}), w.stop
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stop:
+		}
+		close(done)
+	}()
+	f.Start(done)
+	c.log.Debug("watching pods", "node", node)
+	return w
+}
+
+// slimPod keeps of a Pod what a swap's runner wait and drain read.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Labels: p.Labels,
+		OwnerReferences: p.OwnerReferences, DeletionTimestamp: p.DeletionTimestamp,
+	}}
+	if v, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; ok {
+		out.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: v}
+	}
+	out.Spec.NodeName = p.Spec.NodeName
+	out.Status.Phase = p.Status.Phase
+	return out, nil
+}
+
+// snapshot assembles the planner's snapshot from what is kept. Without
+// verdicts of its own, it takes those of the status.
+func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]swapplan.Verdict, now time.Time) (swapplan.Snapshot, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := swapplan.Snapshot{Now: now, Config: cfg, Nodes: make([]swapplan.Node, len(c.names))}
+	var problems []string
+	if c.lease != nil {
+		l, err := adapt.Lease(c.lease)
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		s.Lease = l
+	}
+	if c.cm != nil {
+		st, req, err := adapt.Status(c.cm)
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		s.Status, s.Request = st, req
+	}
+	if verdicts == nil {
+		verdicts = s.Status.Verdicts
+	}
+	for i, name := range c.names {
+		n := c.nodes[name]
+		if hb, ok := c.beats[name]; ok {
+			n.Heartbeat = hb
+		}
+		n.Verdict = verdicts[name]
+		if w, ok := c.pods[name]; ok {
+			for _, obj := range w.informer.GetStore().List() {
+				n.Pods = append(n.Pods, adapt.Pod(obj.(*corev1.Pod), c.runners))
+			}
+			slices.SortFunc(n.Pods, func(a, b swapplan.Pod) int {
+				if a.Namespace != b.Namespace {
+					return compare(a.Namespace, b.Namespace)
+				}
+				return compare(a.Name, b.Name)
+			})
+		}
+		s.Nodes[i] = n
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.problems)) {
+		problems = append(problems, c.problems[name])
+	}
+	return s, problems
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// leaseObject and statusObject are the cached objects, for the executor's
+// optimistic updates.
+func (c *cache) leaseObject() *coordinationv1.Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lease == nil {
+		return nil
+	}
+	return c.lease.DeepCopy()
+}
+
+func (c *cache) statusObject() *corev1.ConfigMap {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cm == nil {
+		return nil
+	}
+	return c.cm.DeepCopy()
+}
+
+func (c *cache) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("%d nodes, %d heartbeats, pods of %d nodes", len(c.nodes), len(c.beats), len(c.pods))
+}

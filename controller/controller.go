@@ -1,0 +1,351 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"reflect"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// Options are the controller's parts; Log, Now and Registry may be nil.
+type Options struct {
+	Config config.Controller
+	Client kubernetes.Interface
+	Log    *slog.Logger
+	// Identity names this replica in the leader election.
+	Identity string
+	// Now is the clock; nil is the real one.
+	Now func() time.Time
+	// Registry takes the metrics; nil makes a new one.
+	Registry *prometheus.Registry
+}
+
+// Controller reads the cluster, asks the planner, and carries out exactly
+// the action returned, one a pass.
+type Controller struct {
+	cfg      config.Controller
+	client   kubernetes.Interface
+	log      *slog.Logger
+	identity string
+	now      func() time.Time
+	registry *prometheus.Registry
+	metrics  *metrics
+	cache    *cache
+	exec     *executor
+	trigger  chan struct{}
+	events   record.EventBroadcaster
+	recorder record.EventRecorder
+	leading  atomic.Bool
+	passes   atomic.Int64
+	// lastPass is what the last pass planned and did, for the tests.
+	lastPass atomic.Pointer[PassResult]
+}
+
+// PassResult is what one pass planned and what became of its action.
+type PassResult struct {
+	Plan swapplan.Plan
+	Err  error
+	At   time.Time
+	Took time.Duration
+}
+
+// New assembles a controller; nothing runs until Run.
+func New(o Options) (*Controller, error) {
+	if err := o.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	runners, err := labels.Parse(o.Config.RunnerSelector)
+	if err != nil {
+		return nil, fmt.Errorf("runner_selector: %w", err)
+	}
+	log := o.Log.With("component", "controller")
+	c := &Controller{
+		cfg: o.Config, client: o.Client, log: log, identity: o.Identity, now: o.Now,
+		registry: o.Registry, metrics: newMetrics(o.Registry), trigger: make(chan struct{}, 1),
+	}
+	c.cache = newCache(o.Client, o.Config.Namespace, runners, log, c.poke)
+	c.exec = &executor{client: o.Client, ns: o.Config.Namespace, cache: c.cache,
+		leaseDuration: o.Config.LeaseDuration, drainTimeout: o.Config.DrainTimeout, now: o.Now}
+	c.events = record.NewBroadcaster()
+	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "fleet-role-controller"})
+	return c, nil
+}
+
+func (c *Controller) poke() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Handler serves /metrics, /healthz and /readyz.
+func (c *Controller) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(c.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !c.cache.hasSynced() {
+			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// Last is the last pass's result, nil before the first.
+func (c *Controller) Last() *PassResult { return c.lastPass.Load() }
+
+// Passes counts the passes made.
+func (c *Controller) Passes() int64 { return c.passes.Load() }
+
+// Run serves the metrics, keeps the caches, and, while this replica leads,
+// makes passes. An ended ctx is a clean exit; leadership lost is an error,
+// so the replica restarts and stands for election again.
+func (c *Controller) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+	defer c.events.Shutdown()
+	if c.cfg.ListenAddress != "" {
+		l, err := net.Listen("tcp", c.cfg.ListenAddress)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", c.cfg.ListenAddress, err)
+		}
+		srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Close()
+	}
+	c.cache.start(ctx)
+	le := c.cfg.LeaderElection
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metaName(c.cfg.Namespace, le.Lease),
+			Client:     c.client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: c.identity},
+		},
+		LeaseDuration:   le.LeaseDuration,
+		RenewDeadline:   le.RenewDeadline,
+		RetryPeriod:     le.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            "fleet-role-controller",
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				c.leading.Store(true)
+				c.metrics.leader.Set(1)
+				c.log.Info("leading", "identity", c.identity)
+				c.loop(ctx)
+			},
+			OnStoppedLeading: func() {
+				c.leading.Store(false)
+				c.metrics.leader.Set(0)
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	elector.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.New("leadership lost")
+}
+
+// loop makes a pass on each relevant change, at most every
+// min_pass_interval, and at least every period.
+func (c *Controller) loop(ctx context.Context) {
+	if !c.cache.waitForSync(ctx) {
+		return
+	}
+	tick := time.NewTicker(c.cfg.Period)
+	defer tick.Stop()
+	var last time.Time
+	for {
+		if wait := c.cfg.MinPassInterval - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
+		c.pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.trigger:
+		case <-tick.C:
+		}
+	}
+}
+
+// pass is one pass: snapshot, plan, act, publish.
+func (c *Controller) pass(ctx context.Context) {
+	start := time.Now()
+	now := c.now()
+	cfg := c.cfg.Plan()
+	snap, problems := c.cache.snapshot(cfg, nil, now)
+	in, out := swapNodes(snap)
+	synced, changed := c.cache.watch(ctx, in, out)
+	if !synced {
+		c.log.Debug("waiting for the pods of the swap's nodes", "in", in, "out", out)
+		return
+	}
+	if changed {
+		snap, problems = c.cache.snapshot(cfg, nil, now)
+	}
+	plan := swapplan.Next(snap)
+	var err error
+	if plan.Action.Type != swapplan.ActionNone || plan.RenewLease {
+		err = c.exec.do(ctx, plan, c.statusChange(snap, plan, problems))
+	}
+	a := plan.Action
+	log := c.log.With("step", plan.Step, "action", a.Type, "node", a.Node)
+	if plan.Swap != nil {
+		log = log.With("swap", plan.Swap.ID)
+	}
+	switch {
+	case err != nil:
+		kind := failureKind(err)
+		c.metrics.failures.WithLabelValues(a.Type, kind).Inc()
+		log.Error("the action failed; it is repeated next pass", "err", err, "kind", kind, "reason", plan.Reason)
+		if ref := eventObject(plan); ref != nil && a.Type != swapplan.ActionNone {
+			c.recorder.Eventf(ref, corev1.EventTypeWarning, "SwapActionFailed", "%s: %v", a.Type, err)
+		}
+	case a.Type != swapplan.ActionNone:
+		c.metrics.actions.WithLabelValues(a.Type).Inc()
+		log.Info(plan.Reason)
+		if ref := eventObject(plan); ref != nil {
+			c.recorder.Eventf(ref, corev1.EventTypeNormal, "Swap"+title(a.Type), "%s", plan.Reason)
+		}
+	default:
+		log.Debug(plan.Reason)
+	}
+	if a.Type != swapplan.ActionEnd || err != nil {
+		if serr := c.publish(ctx, snap, plan, problems, err); serr != nil {
+			log.Warn("status not written", "err", serr)
+		}
+	}
+	stepSeconds := 0.0
+	if plan.Since != nil {
+		stepSeconds = now.Sub(*plan.Since).Seconds()
+	}
+	c.metrics.observe(plan, stepSeconds, snap.Status.Verdicts)
+	took := time.Since(start)
+	c.metrics.passes.Observe(took.Seconds())
+	c.passes.Add(1)
+	c.lastPass.Store(&PassResult{Plan: plan, Err: err, At: now, Took: took})
+}
+
+// swapNodes are the swap's IN and OUT, from the Lease or the status.
+func metaName(ns, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: ns, Name: name}
+}
+
+func swapNodes(s swapplan.Snapshot) (in, out string) {
+	rec := s.Status.Swap
+	if s.Lease.Holder == swapplan.ControllerHolder && s.Lease.Swap != nil {
+		rec = s.Lease.Swap
+	}
+	if rec == nil {
+		return "", ""
+	}
+	return rec.In, rec.Out
+}
+
+func title(s string) string {
+	out := []byte{}
+	up := true
+	for i := range len(s) {
+		ch := s[i]
+		if ch == '-' {
+			up = true
+			continue
+		}
+		if up && ch >= 'a' && ch <= 'z' {
+			ch -= 'a' - 'A'
+		}
+		up = false
+		out = append(out, ch)
+	}
+	return string(out)
+}
+
+// statusChange sets what a pass publishes in status.json.
+func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, problems []string) func(*swapplan.Status, error) {
+	return func(st *swapplan.Status, err error) {
+		st.Swap = plan.Swap
+		if plan.Swap != nil && plan.Swap.Phase == swapplan.PhaseEnd && plan.Action.Type == swapplan.ActionEnd && err == nil {
+			st.Swap = nil
+		}
+		st.Step, st.Since, st.Bound, st.Reason, st.Decision = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision
+		st.Voters = plan.Voters
+		st.Members = map[string][]swapplan.Member{}
+		for _, n := range snap.Nodes {
+			if slices.Contains(plan.Voters, n.Name) && n.Probe != nil {
+				st.Members[n.Name] = n.Probe.Members
+			}
+		}
+		st.Request = snap.Request
+		st.Problems = problems
+		if plan.Action.Type != swapplan.ActionNone {
+			la := &swapplan.LastAction{Type: plan.Action.Type, Node: plan.Action.Node, At: c.now().UTC()}
+			if err != nil {
+				la.Error = err.Error()
+			}
+			st.LastAction = la
+		}
+	}
+}
+
+// publish writes status.json when what it says changed.
+func (c *Controller) publish(ctx context.Context, snap swapplan.Snapshot, plan swapplan.Plan, problems []string, actErr error) error {
+	next := snap.Status
+	c.statusChange(snap, plan, problems)(&next, actErr)
+	if sameStatus(snap.Status, next) && c.cache.statusObject() != nil {
+		return nil
+	}
+	return c.exec.updateStatus(ctx, func(st *swapplan.Status, _ map[string]string) {
+		c.statusChange(snap, plan, problems)(st, actErr)
+	})
+}
+
+// sameStatus compares two statuses but for when they were written.
+func sameStatus(a, b swapplan.Status) bool {
+	a.UpdatedAt, b.UpdatedAt = time.Time{}, time.Time{}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb) && reflect.DeepEqual(a.Problems, b.Problems)
+}

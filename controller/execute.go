@@ -1,0 +1,331 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubectl/pkg/drain"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// Failure kinds, for the metrics.
+const (
+	kindConflict = "conflict"
+	kindNotFound = "not-found"
+	kindDenied   = "denied"
+	kindTimeout  = "timeout"
+	kindAPI      = "api"
+)
+
+// failureKind sorts an action's error for the failures metric.
+func failureKind(err error) string {
+	switch {
+	case apierrors.IsConflict(err):
+		return kindConflict
+	case apierrors.IsNotFound(err):
+		return kindNotFound
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return kindDenied
+	case errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
+		return kindTimeout
+	}
+	return kindAPI
+}
+
+// executor carries out exactly the action a plan returns, and the Lease's
+// renewal the plan asks for.
+type executor struct {
+	client        kubernetes.Interface
+	ns            string
+	cache         *cache
+	leaseDuration time.Duration
+	drainTimeout  time.Duration
+	now           func() time.Time
+}
+
+// renew writes the plan's swap record to the regrade Lease and renews it,
+// unless the Lease is no longer ours.
+func (e *executor) renew(ctx context.Context, rec *swapplan.SwapRecord) error {
+	l := e.cache.leaseObject()
+	if l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != swapplan.ControllerHolder {
+		return fmt.Errorf("renew the Lease %s/%s: it is no longer held by %s", e.ns, swapplan.LeaseName, swapplan.ControllerHolder)
+	}
+	if err := setRecord(l, rec); err != nil {
+		return err
+	}
+	now := metav1.NewMicroTime(e.now())
+	l.Spec.RenewTime = &now
+	l.Spec.LeaseDurationSeconds = seconds(e.leaseDuration)
+	if _, err := e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("renew the Lease %s/%s: %w", e.ns, swapplan.LeaseName, err)
+	}
+	return nil
+}
+
+func setRecord(l *coordinationv1.Lease, rec *swapplan.SwapRecord) error {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	if rec == nil {
+		delete(l.Annotations, swapplan.AnnotationSwap)
+		return nil
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	l.Annotations[swapplan.AnnotationSwap] = string(b)
+	return nil
+}
+
+func seconds(d time.Duration) *int32 {
+	s := int32(d / time.Second)
+	return &s
+}
+
+// do carries out the action. The Lease's renewal, where the plan asks for
+// it, comes first: a pass that cannot renew acts on nothing.
+// The status a pass publishes is written by the end's own update, which
+// records the result before the Lease is released.
+func (e *executor) do(ctx context.Context, plan swapplan.Plan, status func(*swapplan.Status, error)) error {
+	if plan.RenewLease && plan.Action.Type != swapplan.ActionStart {
+		if err := e.renew(ctx, plan.Swap); err != nil {
+			return err
+		}
+	}
+	a := plan.Action
+	switch a.Type {
+	case swapplan.ActionNone, swapplan.ActionRollback, swapplan.ActionAbandon:
+		return nil // the record the renewal wrote is the whole of them
+	case swapplan.ActionStart:
+		return e.acquire(ctx, plan.Swap)
+	case swapplan.ActionSnapshot, swapplan.ActionPromote, swapplan.ActionStepDown:
+		b, err := json.Marshal(a.Request)
+		if err != nil {
+			return err
+		}
+		return e.patchNode(ctx, a.Node, annotations(map[string]any{swapplan.AnnotationRequest: string(b)}))
+	case swapplan.ActionCordonIn, swapplan.ActionCordonOut:
+		return e.patchNode(ctx, a.Node, map[string]any{
+			"spec":     map[string]any{"unschedulable": true},
+			"metadata": map[string]any{"annotations": map[string]any{swapplan.AnnotationCordonedBy: plan.Swap.ID}},
+		})
+	case swapplan.ActionUncordon:
+		return e.patchNode(ctx, a.Node, map[string]any{
+			"spec":     map[string]any{"unschedulable": nil},
+			"metadata": map[string]any{"annotations": map[string]any{swapplan.AnnotationCordonedBy: nil}},
+		})
+	case swapplan.ActionDrainIn, swapplan.ActionDrainOut:
+		return e.drain(ctx, a.Node)
+	case swapplan.ActionRemoveMember:
+		return e.patchNode(ctx, a.Node, annotations(map[string]any{swapplan.AnnotationEtcdRemove: "true"}))
+	case swapplan.ActionMemberGone:
+		return e.patchNode(ctx, a.Node, annotations(map[string]any{swapplan.AnnotationMemberGone: plan.Swap.ID}))
+	case swapplan.ActionCleanUp:
+		return e.patchNode(ctx, a.Node, cleanUp(a.Role))
+	case swapplan.ActionEnd:
+		return e.end(ctx, plan, status)
+	}
+	return fmt.Errorf("unknown action %q", a.Type)
+}
+
+func annotations(a map[string]any) map[string]any {
+	return map[string]any{"metadata": map[string]any{"annotations": a}}
+}
+
+// cleanUp is the patch of a Node's clean-up: its role, and for a standby
+// no server state left.
+func cleanUp(role string) map[string]any {
+	labels := map[string]any{swapplan.LabelRole: role}
+	if role != swapplan.RoleStandby {
+		return map[string]any{"metadata": map[string]any{"labels": labels}}
+	}
+	labels[swapplan.LabelLevel] = nil
+	for _, l := range swapplan.ServerLabels {
+		labels[l] = nil
+	}
+	ann := map[string]any{}
+	for _, a := range swapplan.EtcdAnnotations {
+		ann[a] = nil
+	}
+	return map[string]any{
+		"metadata": map[string]any{"labels": labels, "annotations": ann},
+		"spec":     map[string]any{"taints": []any{map[string]any{"key": swapplan.TaintEtcdOnly, "$patch": "delete"}}},
+	}
+}
+
+// patchNode applies a strategic merge patch to a Node.
+func (e *executor) patchNode(ctx context.Context, node string, patch map[string]any) error {
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	if _, err := e.client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, b, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch node %s: %w", node, err)
+	}
+	return nil
+}
+
+// acquire takes the regrade Lease with the swap record, creating it if
+// there is none; the update carries the cached version, so a Lease taken
+// by someone else meanwhile fails with a conflict.
+func (e *executor) acquire(ctx context.Context, rec *swapplan.SwapRecord) error {
+	now := metav1.NewMicroTime(e.now())
+	holder := swapplan.ControllerHolder
+	l := e.cache.leaseObject()
+	if l == nil {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: swapplan.LeaseName}}
+	}
+	l.Spec.HolderIdentity = &holder
+	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+	l.Spec.LeaseDurationSeconds = seconds(e.leaseDuration)
+	if err := setRecord(l, rec); err != nil {
+		return err
+	}
+	var err error
+	if l.ResourceVersion == "" {
+		_, err = e.client.CoordinationV1().Leases(e.ns).Create(ctx, l, metav1.CreateOptions{})
+	} else {
+		_, err = e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("acquire the Lease %s/%s: %w", e.ns, swapplan.LeaseName, err)
+	}
+	return nil
+}
+
+// drain evicts the Node's Pods with kubectl's drain helper, waiting for
+// them at most drainTimeout; the planner waits for what is left.
+func (e *executor) drain(ctx context.Context, node string) error {
+	h := &drain.Helper{
+		Ctx:                 ctx,
+		Client:              e.client,
+		Force:               true,
+		IgnoreAllDaemonSets: true,
+		DeleteEmptyDirData:  true,
+		GracePeriodSeconds:  -1,
+		Timeout:             e.drainTimeout,
+		Out:                 io.Discard,
+		ErrOut:              io.Discard,
+	}
+	list, errs := h.GetPodsForDeletion(node)
+	if len(errs) > 0 {
+		return fmt.Errorf("drain %s: %w", node, errors.Join(errs...))
+	}
+	if err := h.DeleteOrEvictPods(list.Pods()); err != nil {
+		return fmt.Errorf("drain %s: %w", node, err)
+	}
+	return nil
+}
+
+// end clears the swap's annotations from the Nodes, records the result in
+// the status, and releases the Lease; the record was marked ended by the
+// renewal before, so an end interrupted midway is ended again.
+func (e *executor) end(ctx context.Context, plan swapplan.Plan, status func(*swapplan.Status, error)) error {
+	clear := map[string]any{}
+	for _, a := range swapplan.SwapAnnotations {
+		clear[a] = nil
+	}
+	for _, node := range plan.Action.Clear {
+		if err := e.patchNode(ctx, node, annotations(clear)); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	if err := e.recordEnd(ctx, plan, status); err != nil {
+		return err
+	}
+	l := e.cache.leaseObject()
+	if l == nil {
+		return nil
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != swapplan.ControllerHolder {
+		return nil // released already
+	}
+	l.Spec.HolderIdentity, l.Spec.AcquireTime = nil, nil
+	now := metav1.NewMicroTime(e.now())
+	l.Spec.RenewTime = &now
+	if err := setRecord(l, nil); err != nil {
+		return err
+	}
+	if _, err := e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("release the Lease %s/%s: %w", e.ns, swapplan.LeaseName, err)
+	}
+	return nil
+}
+
+// recordEnd writes the swap's result and the cooldown into status.json,
+// and removes the manual request it carried out, in one update.
+func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status func(*swapplan.Status, error)) error {
+	rec := plan.Swap
+	return e.updateStatus(ctx, func(st *swapplan.Status, data map[string]string) {
+		status(st, nil)
+		st.Swap = nil
+		st.Last = &swapplan.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
+			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending}
+		st.CooldownUntil = plan.Action.CooldownUntil
+		st.Pending = rec.Pending
+		if req, ok := data[swapplan.RequestKey]; ok && rec.RequestAt != nil {
+			var q swapplan.ManualRequest
+			if json.Unmarshal([]byte(req), &q) == nil && q.At.Equal(*rec.RequestAt) {
+				delete(data, swapplan.RequestKey)
+				st.Request = nil
+			}
+		}
+	})
+}
+
+// updateStatus changes status.json (and the ConfigMap's other keys) by a
+// function, creating the ConfigMap if there is none.
+func (e *executor) updateStatus(ctx context.Context, change func(st *swapplan.Status, data map[string]string)) error {
+	cm := e.cache.statusObject()
+	create := cm == nil
+	if create {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: swapplan.StatusConfigMap}}
+	}
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	var st swapplan.Status
+	if v := cm.Data[swapplan.StatusKey]; v != "" {
+		_ = json.Unmarshal([]byte(v), &st) // a malformed status is written anew
+	}
+	change(&st, cm.Data)
+	st.UpdatedAt = e.now().UTC()
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	cm.Data[swapplan.StatusKey] = string(b)
+	if create {
+		_, err = e.client.CoreV1().ConfigMaps(e.ns).Create(ctx, cm, metav1.CreateOptions{})
+	} else {
+		_, err = e.client.CoreV1().ConfigMaps(e.ns).Update(ctx, cm, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("write %s/%s: %w", e.ns, swapplan.StatusConfigMap, err)
+	}
+	return nil
+}
+
+// event says what was done on the Node acted on.
+func eventObject(plan swapplan.Plan) *corev1.ObjectReference {
+	node := plan.Action.Node
+	if node == "" && plan.Swap != nil {
+		node = plan.Swap.Out
+	}
+	if node == "" {
+		return nil
+	}
+	return &corev1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node)}
+}

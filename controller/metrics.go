@@ -1,0 +1,55 @@
+package controller
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// metrics are the controller's Prometheus metrics.
+type metrics struct {
+	step        *prometheus.GaugeVec
+	stepSeconds prometheus.Gauge
+	actions     *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	passes      prometheus.Histogram
+	voters      prometheus.Gauge
+	leader      prometheus.Gauge
+	verdicts    *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		step: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_swap_step",
+			Help: "1 for the step the swap under way is at; none when no swap is under way."}, []string{"step"}),
+		stepSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_swap_step_seconds",
+			Help: "How long the swap has been at its step."}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_role_actions_total",
+			Help: "Actions carried out, by type."}, []string{"action"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_role_action_failures_total",
+			Help: "Actions that failed (and are repeated next pass), by type and kind of failure."}, []string{"action", "kind"}),
+		passes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleet_role_pass_seconds",
+			Help: "Duration of a pass: snapshot, plan, action and status.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
+		voters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_voters", Help: "Nodes whose etcd members vote."}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_leader", Help: "1 while this replica leads."}),
+		verdicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_verdict",
+			Help: "1 for each host's verdict."}, []string{"node", "state"}),
+	}
+	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.voters, m.leader, m.verdicts)
+	return m
+}
+
+func (m *metrics) observe(plan swapplan.Plan, stepSeconds float64, verdicts map[string]swapplan.Verdict) {
+	m.step.Reset()
+	step := plan.Step
+	if step == "" {
+		step = "none"
+	}
+	m.step.WithLabelValues(step).Set(1)
+	m.stepSeconds.Set(stepSeconds)
+	m.voters.Set(float64(len(plan.Voters)))
+	m.verdicts.Reset()
+	for node, v := range verdicts {
+		m.verdicts.WithLabelValues(node, v.State).Set(1)
+	}
+}
