@@ -349,8 +349,8 @@ type Status struct {
 	LastAction *LastAction         `json:"lastAction,omitempty"`
 	Pending    []string            `json:"pending,omitempty"`
 	// Problems are the malformed objects and annotations, read as absent.
-	Problems []string `json:"problems,omitempty"`
-	UpdatedAt  time.Time           `json:"updatedAt"`
+	Problems  []string  `json:"problems,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // Validate reports the fields that are wrong.
