@@ -84,22 +84,48 @@ func newCache(client kubernetes.Interface, ns string, runners labels.Selector, l
 	beats := leases.Coordination().V1().Leases().Informer()
 	_ = beats.SetTransform(slimLease)
 	c.handle(beats, c.beatChanged, func(string) {})
+	// Note: the controller's own writes (the Lease renewed every pass, the
+	// status it publishes) are no reason for another pass; who holds the
+	// Lease and what swap it carries, and the manual request, are.
 	lease := regrade.Coordination().V1().Leases().Informer()
 	c.handle(lease, func(obj any) {
+		l := obj.(*coordinationv1.Lease)
 		c.mu.Lock()
-		c.lease = obj.(*coordinationv1.Lease)
+		old := c.lease
+		c.lease = l
 		c.mu.Unlock()
-		c.changed()
+		if old == nil || holder(old) != holder(l) || old.Annotations[swapplan.AnnotationSwap] != l.Annotations[swapplan.AnnotationSwap] {
+			c.changed()
+		}
 	}, func(string) { c.mu.Lock(); c.lease = nil; c.mu.Unlock(); c.changed() })
 	cm := status.Core().V1().ConfigMaps().Informer()
 	c.handle(cm, func(obj any) {
+		m := obj.(*corev1.ConfigMap)
 		c.mu.Lock()
-		c.cm = obj.(*corev1.ConfigMap)
+		old := c.cm
+		c.cm = m
 		c.mu.Unlock()
-		c.changed()
+		if old == nil || old.Data[swapplan.RequestKey] != m.Data[swapplan.RequestKey] {
+			c.changed()
+		}
 	}, func(string) { c.mu.Lock(); c.cm = nil; c.mu.Unlock(); c.changed() })
 	c.synced = []toolscache.InformerSynced{nodes.HasSynced, beats.HasSynced, lease.HasSynced, cm.HasSynced}
 	return c
+}
+
+func holder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// node is the cached conversion of a Node.
+func (c *cache) node(name string) (swapplan.Node, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[name]
+	return n, ok
 }
 
 func (c *cache) handle(inf toolscache.SharedIndexInformer, upsert func(any), del func(name string)) {

@@ -133,7 +133,8 @@ func (e *executor) do(ctx context.Context, plan swapplan.Plan, status func(*swap
 	case swapplan.ActionMemberGone:
 		return e.patchNode(ctx, a.Node, annotations(map[string]any{swapplan.AnnotationMemberGone: plan.Swap.ID}))
 	case swapplan.ActionCleanUp:
-		return e.patchNode(ctx, a.Node, cleanUp(a.Role))
+		n, _ := e.cache.node(a.Node)
+		return e.patchNode(ctx, a.Node, cleanUp(a.Role, n.EtcdTaint))
 	case swapplan.ActionEnd:
 		return e.end(ctx, plan, status)
 	}
@@ -145,8 +146,10 @@ func annotations(a map[string]any) map[string]any {
 }
 
 // cleanUp is the patch of a Node's clean-up: its role, and for a standby
-// no server state left.
-func cleanUp(role string) map[string]any {
+// no server state left. Note: a delete directive for a taint the Node does
+// not carry would be taken for a taint to add, so it is sent only for one
+// it carries.
+func cleanUp(role string, taint bool) map[string]any {
 	labels := map[string]any{swapplan.LabelRole: role}
 	if role != swapplan.RoleStandby {
 		return map[string]any{"metadata": map[string]any{"labels": labels}}
@@ -159,10 +162,11 @@ func cleanUp(role string) map[string]any {
 	for _, a := range swapplan.EtcdAnnotations {
 		ann[a] = nil
 	}
-	return map[string]any{
-		"metadata": map[string]any{"labels": labels, "annotations": ann},
-		"spec":     map[string]any{"taints": []any{map[string]any{"key": swapplan.TaintEtcdOnly, "$patch": "delete"}}},
+	patch := map[string]any{"metadata": map[string]any{"labels": labels, "annotations": ann}}
+	if taint {
+		patch["spec"] = map[string]any{"taints": []any{map[string]any{"key": swapplan.TaintEtcdOnly, "$patch": "delete"}}}
 	}
+	return patch
 }
 
 // patchNode applies a strategic merge patch to a Node.

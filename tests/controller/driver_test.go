@@ -1,0 +1,409 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// driver plays, over the API alone, what the controller sees of the
+// fleet: each host's agent (it answers the requests and writes probes),
+// k3s (learners promoted, members removed on request, the server labels
+// and EtcdIsVoter kept) and the kubelets (their Leases, Ready, the Pods
+// they finish and delete). Its truth is etcd's member list and each host's
+// units; what it writes is what the real parts would.
+type driver struct {
+	t       testing.TB
+	c       kubernetes.Interface
+	period  time.Duration // the probe period
+	mu      sync.Mutex
+	hosts   map[string]*simHost
+	order   []string
+	members []simMember
+	// k3sPaused: k3s removes no member.
+	k3sPaused bool
+	stop      chan struct{}
+	done      chan struct{}
+	lastProbe time.Time
+	lastBeat  time.Time
+}
+
+type simMember struct {
+	name, node string
+	learner    bool
+}
+
+type simHost struct {
+	staged, server, agent bool
+	roleFile              string
+	member                string
+	incarnation           int
+	serverStart           time.Time
+	agentStart            time.Time
+	learnerSince          time.Time
+	handled               time.Time
+	swap                  string
+	// faults
+	neverJoin     bool
+	refusePromote bool
+	unhealthy     bool
+	fsyncMs       float64
+}
+
+func memberName(node string, incarnation int) string {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", node, incarnation)
+	return fmt.Sprintf("%s-%08x", node, h.Sum32())
+}
+
+// newDriver creates the fleet's Nodes (voters, standbys, agents), a pod
+// of an app and of a DaemonSet on each, and starts playing.
+func newDriver(tb testing.TB, c kubernetes.Interface, period time.Duration, voters, standbys, agents int) *driver {
+	d := &driver{t: tb, c: c, period: period, hosts: map[string]*simHost{}, stop: make(chan struct{}), done: make(chan struct{})}
+	ctx := context.Background()
+	for _, ns := range []string{swapplan.Namespace, swapplan.NodeLeaseNamespace, "apps", "arc-runners"} {
+		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			tb.Fatal(err)
+		}
+	}
+	ds, err := c.AppsV1().DaemonSets("kube-system").Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "svclb"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "svclb"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "svclb"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "lb", Image: "svclb"}}}},
+		}}, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	add := func(name, role string) {
+		h := &simHost{agent: true, roleFile: "agent", agentStart: time.Now().Add(-time.Hour), fsyncMs: 2}
+		labels := map[string]string{swapplan.LabelRole: role}
+		ann := map[string]string{}
+		switch role {
+		case swapplan.RoleVoter:
+			h.server, h.agent, h.roleFile, h.serverStart = true, false, "server", time.Now().Add(-time.Hour)
+			h.member = memberName(name, 0)
+			d.members = append(d.members, simMember{name: h.member, node: name})
+			for _, l := range swapplan.ServerLabels {
+				labels[l] = "true"
+			}
+			ann[swapplan.AnnotationEtcdNodeName] = h.member
+		case swapplan.RoleStandby:
+			h.staged = true
+		}
+		d.hosts[name] = h
+		d.order = append(d.order, name)
+		_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann}}, metav1.CreateOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		d.pod("apps", "web-"+name, name, nil)
+		d.pod("kube-system", "svclb-"+name, name, func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "svclb", UID: ds.UID, Controller: ptr.To(true)}}
+		})
+	}
+	for i := 1; i <= voters; i++ {
+		add(fmt.Sprintf("v%d", i), swapplan.RoleVoter)
+	}
+	for i := 1; i <= standbys; i++ {
+		add(fmt.Sprintf("s%d", i), swapplan.RoleStandby)
+	}
+	for i := 1; i <= agents; i++ {
+		add(fmt.Sprintf("a%d", i), swapplan.RoleAgent)
+	}
+	d.tick()
+	go d.run()
+	tb.Cleanup(d.close)
+	return d
+}
+
+func (d *driver) pod(ns, name, node string, edit func(*corev1.Pod)) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if edit != nil {
+		edit(p)
+	}
+	if _, err := d.c.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// runner puts a running runner pod on the node.
+func (d *driver) runner(name, node string) {
+	d.pod("arc-runners", name, node, func(p *corev1.Pod) { p.Labels["app.kubernetes.io/component"] = "runner" })
+}
+
+func (d *driver) close() {
+	select {
+	case <-d.stop:
+	default:
+		close(d.stop)
+		<-d.done
+	}
+}
+
+func (d *driver) run() {
+	defer close(d.done)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+			d.tick()
+		}
+	}
+}
+
+func (d *driver) host(name string) *simHost {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.hosts[name]
+}
+
+// with changes the driver's truth under its lock.
+func (d *driver) with(f func(d *driver)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f(d)
+}
+
+func (d *driver) isMember(name string) bool {
+	return slices.ContainsFunc(d.members, func(m simMember) bool { return m.name == name })
+}
+
+func (d *driver) tick() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := d.c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	probe := now.Sub(d.lastProbe) >= d.period
+	beat := now.Sub(d.lastBeat) >= 500*time.Millisecond
+	for i := range list.Items {
+		n := &list.Items[i]
+		h := d.hosts[n.Name]
+		if h == nil {
+			continue
+		}
+		ann := map[string]any{}
+		d.agent(n, h, ann, now)
+		d.k3s(n, h, ann, now)
+		if probe {
+			ann[swapplan.AnnotationProbe] = d.probe(h, now)
+		}
+		labels := map[string]any{}
+		if h.server {
+			for _, l := range swapplan.ServerLabels {
+				if n.Labels[l] != "true" {
+					labels[l] = "true"
+				}
+			}
+			if n.Annotations[swapplan.AnnotationEtcdNodeName] != h.member {
+				ann[swapplan.AnnotationEtcdNodeName] = h.member
+			}
+		}
+		if len(ann) > 0 || len(labels) > 0 {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann, "labels": labels}})
+			_, _ = d.c.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+		d.conditions(ctx, n, h, now)
+		if beat && (h.server || h.agent) {
+			d.heartbeat(ctx, n.Name, now)
+		}
+	}
+	if probe {
+		d.lastProbe = now
+	}
+	if beat {
+		d.lastBeat = now
+	}
+	d.kubelet(ctx)
+}
+
+func (d *driver) report(ann map[string]any, r swapplan.Report, now time.Time) {
+	r.At = now.UTC()
+	b, _ := json.Marshal(r)
+	ann[swapplan.AnnotationReport] = string(b)
+}
+
+// agent answers the request on the Node and finishes a demotion once the
+// member is gone, as fleet-role agent does.
+func (d *driver) agent(n *corev1.Node, h *simHost, ann map[string]any, now time.Time) {
+	var q swapplan.Request
+	if v := n.Annotations[swapplan.AnnotationRequest]; v != "" && json.Unmarshal([]byte(v), &q) == nil && !q.At.Equal(h.handled) {
+		h.handled = q.At
+		at := q.At
+		switch q.Action {
+		case swapplan.RequestPromote:
+			if !h.staged || h.refusePromote {
+				d.report(ann, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateRefused, RequestAt: &at, Message: "not staged"}, now)
+				break
+			}
+			if !h.server {
+				h.agent, h.server, h.serverStart = false, true, now
+				h.incarnation++
+				h.member = memberName(n.Name, h.incarnation)
+				h.learnerSince = now
+				d.members = append(d.members, simMember{name: h.member, node: n.Name, learner: true})
+			}
+			h.roleFile = "server"
+			start := h.serverStart.UTC()
+			d.report(ann, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, StartedAt: &start, RequestAt: &at}, now)
+		case swapplan.RequestStepDown:
+			h.roleFile, h.server, h.swap = "agent", false, q.Swap
+			d.report(ann, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at}, now)
+		case swapplan.RequestSnapshot:
+			d.report(ann, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at,
+				Snapshot: &swapplan.SnapshotFile{Path: "/var/lib/rancher/k3s/server/db/snapshots/s.db", Size: 4096,
+					SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}}, now)
+		}
+	}
+	if h.roleFile == "agent" && !h.agent && !h.server {
+		gone := h.member == "" || !d.isMember(h.member) || (n.Annotations[swapplan.AnnotationMemberGone] != "" && n.Annotations[swapplan.AnnotationMemberGone] == h.swap)
+		if gone && h.swap != "" {
+			h.agent, h.agentStart, h.member = true, now, ""
+			start := now.UTC()
+			d.report(ann, swapplan.Report{Swap: h.swap, Action: swapplan.ReportFinish, State: swapplan.StateDone, StartedAt: &start}, now)
+		}
+	}
+}
+
+// k3s promotes learners that caught up and removes a member on request.
+func (d *driver) k3s(n *corev1.Node, h *simHost, ann map[string]any, now time.Time) {
+	for i := range d.members {
+		m := &d.members[i]
+		if m.node == n.Name && m.learner && h.server && !h.neverJoin && now.Sub(h.learnerSince) >= time.Second {
+			m.learner = false
+		}
+	}
+	if !d.k3sPaused && n.Annotations[swapplan.AnnotationEtcdRemove] == "true" {
+		name := n.Annotations[swapplan.AnnotationEtcdNodeName]
+		if name != "" && d.isMember(name) {
+			d.members = slices.DeleteFunc(d.members, func(m simMember) bool { return m.name == name })
+			ann[swapplan.AnnotationEtcdRemovedNodeName] = name
+		}
+	}
+}
+
+func (d *driver) probe(h *simHost, now time.Time) string {
+	p := swapplan.Probe{At: now.UTC(), Period: swapplan.Duration(d.period), Healthy: !h.unhealthy, Staged: h.staged && !h.server, FsyncP99Ms: h.fsyncMs, RTTMs: 1}
+	if h.server {
+		p.Member = h.member
+		for _, m := range d.members {
+			p.Members = append(p.Members, swapplan.Member{Name: m.name, Learner: m.learner})
+		}
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
+// conditions writes Ready and EtcdIsVoter, as the kubelet and k3s's etcd
+// leader do, when they change.
+func (d *driver) conditions(ctx context.Context, n *corev1.Node, h *simHost, now time.Time) {
+	want := []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady"}}
+	if h.server || h.agent {
+		want[0].Status, want[0].Reason = corev1.ConditionTrue, "KubeletReady"
+	}
+	idx := slices.IndexFunc(d.members, func(m simMember) bool { return m.node == n.Name })
+	switch {
+	case idx < 0 && n.Labels[swapplan.LabelEtcd] == "true":
+		want = append(want, corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: swapplan.ReasonNotAMember})
+	case idx < 0:
+	case d.members[idx].learner:
+		want = append(want, corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: swapplan.ReasonMemberIsLearner})
+	case !h.server:
+		want = append(want, corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: swapplan.ReasonUnhealthy})
+	default:
+		want = append(want, corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionTrue, Reason: swapplan.ReasonMemberNotLearner})
+	}
+	same := len(want) == len(n.Status.Conditions)
+	for i := 0; same && i < len(want); i++ {
+		c := n.Status.Conditions[i]
+		same = c.Type == want[i].Type && c.Status == want[i].Status && c.Reason == want[i].Reason
+	}
+	if same {
+		return
+	}
+	for i := range want {
+		want[i].LastHeartbeatTime, want[i].LastTransitionTime = metav1.NewTime(now), metav1.NewTime(now)
+	}
+	n = n.DeepCopy()
+	n.Status.Conditions = want
+	_, _ = d.c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+}
+
+func (d *driver) heartbeat(ctx context.Context, node string, now time.Time) {
+	leases := d.c.CoordinationV1().Leases(swapplan.NodeLeaseNamespace)
+	renew := metav1.NewMicroTime(now)
+	l, err := leases.Get(ctx, node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, _ = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &renew}}, metav1.CreateOptions{})
+		return
+	}
+	if err != nil {
+		return
+	}
+	l.Spec.RenewTime = &renew
+	_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
+}
+
+// kubelet deletes the Pods being deleted, as a kubelet does once their
+// containers stopped.
+func (d *driver) kubelet(ctx context.Context) {
+	pods, err := d.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			_ = d.c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}
+	}
+}
+
+// finishRunners marks the node's runner pods Succeeded.
+func (d *driver) finishRunners(node string) {
+	ctx := context.Background()
+	pods, err := d.c.CoreV1().Pods("arc-runners").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		p.Status.Phase = corev1.PodSucceeded
+		if _, err := d.c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, &p, metav1.UpdateOptions{}); err != nil {
+			d.t.Fatal(err)
+		}
+	}
+}
+
+// memberCount is etcd's member count.
+func (d *driver) memberCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.members)
+}
