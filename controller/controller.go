@@ -321,7 +321,7 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 		st.Request = snap.Request
 		st.Problems = problems
 		if plan.Action.Type != swapplan.ActionNone {
-			la := &swapplan.LastAction{Type: plan.Action.Type, Node: plan.Action.Node, At: c.now().UTC()}
+			la := &swapplan.LastAction{Type: plan.Action.Type, Node: plan.Action.Node, At: snap.Now.UTC()}
 			if err != nil {
 				la.Error = err.Error()
 			}

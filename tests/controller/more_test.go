@@ -1,0 +1,331 @@
+package controller_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+func TestTheControllerKilledAndRestartedAtEveryStepResumesAndFinishesTheSwap(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	e.start()
+	_, stderr, code := e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	seen := []string{}
+	last := ""
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		st, _ := e.status()
+		if st.Last != nil && st.Swap == nil {
+			break
+		}
+		if st.Step != "" && st.Step != last {
+			last = st.Step
+			seen = append(seen, st.Step)
+			e.stop() // killed: all it knew in memory is gone
+			e.start()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res := e.waitEnd(time.Minute)
+	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assertCompleted(t, e, "v1", "s1")
+	t.Logf("restarted at %d steps: %v", len(seen), seen)
+	for _, step := range []string{swapplan.StepSnapshot, swapplan.StepPromote, swapplan.StepStepDown, swapplan.StepCleanUp} {
+		assert.Contains(t, seen, step)
+	}
+	assert.GreaterOrEqual(t, len(seen), 8)
+}
+
+func TestARegradeHoldingTheLeaseBlocksEveryAction(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	e.start()
+	_, stderr, code := e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	require.Eventually(t, func() bool { return e.node("s1").Spec.Unschedulable }, 30*time.Second, 50*time.Millisecond)
+
+	// Regrade takes the Lease (the controller's had expired, say) and
+	// holds it, renewing it.
+	leases := e.api.Client.CoordinationV1().Leases(swapplan.Namespace)
+	take := func() {
+		l, err := leases.Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+		require.NoError(t, err)
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = ptr.To("regrade"), &now, ptr.To[int32](30)
+		l.Annotations = map[string]string{"regrade.example/level": "etcd-only"}
+		_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	take()
+	// An action begun before regrade took the Lease may still end; after
+	// a pass has seen regrade hold it, none begins.
+	require.Eventually(t, func() bool {
+		p := e.ctrl.Last()
+		return p != nil && strings.Contains(p.Plan.Reason, `held by "regrade"`)
+	}, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
+	before, _ := e.status()
+	nodes := func() string {
+		var b strings.Builder
+		for _, n := range []string{"v1", "v2", "v3", "s1"} {
+			node := e.node(n)
+			b.WriteString(n + " " + node.Annotations[swapplan.AnnotationRequest] + node.Annotations[swapplan.AnnotationCordonedBy] +
+				node.Annotations[swapplan.AnnotationEtcdRemove] + node.Labels[swapplan.LabelRole])
+			if node.Spec.Unschedulable {
+				b.WriteString(" cordoned")
+			}
+			b.WriteString("\n")
+		}
+		return b.String()
+	}
+	held := nodes()
+	for range 6 {
+		time.Sleep(time.Second)
+		take()
+		l, err := leases.Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "regrade", *l.Spec.HolderIdentity, "never renewed by the controller")
+		assert.NotContains(t, l.Annotations, swapplan.AnnotationSwap)
+		assert.Equal(t, held, nodes(), "no action on any Node")
+		p := e.ctrl.Last()
+		require.NotNil(t, p)
+		assert.Equal(t, swapplan.ActionNone, p.Plan.Action.Type)
+		assert.False(t, p.Plan.RenewLease)
+		assert.Contains(t, p.Plan.Reason, `held by "regrade"`)
+	}
+	after, _ := e.status()
+	assert.Equal(t, before.LastAction, after.LastAction, "no action taken")
+	require.NotNil(t, after.Swap, "the swap is still reported")
+
+	// Regrade releases it, clearing its annotations: the swap resumes.
+	l, err := leases.Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+	require.NoError(t, err)
+	l.Spec.HolderIdentity, l.Annotations = nil, nil
+	_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	res := e.waitEnd(2 * time.Minute)
+	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, before.Swap.ID, res.ID, "the same swap, resumed")
+}
+
+// apply creates the objects of a packaged manifest, strictly decoded into
+// their types (an unknown field is an error).
+func apply(t *testing.T, c kubernetes.Interface, file string) {
+	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", file))
+	require.NoError(t, err)
+	codecs := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
+	dec := utilyaml.NewYAMLReader(bufioReader(b))
+	ctx := context.Background()
+	for {
+		doc, err := dec.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if strings.TrimSpace(string(doc)) == "" {
+			continue
+		}
+		obj, _, err := codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		require.NoError(t, err, "%s", file)
+		err = create(ctx, c, obj)
+		if !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err, "%s: %T", file, obj)
+		}
+	}
+}
+
+func create(ctx context.Context, c kubernetes.Interface, obj runtime.Object) error {
+	o := metav1.CreateOptions{}
+	var err error
+	switch v := obj.(type) {
+	case *corev1.Namespace:
+		_, err = c.CoreV1().Namespaces().Create(ctx, v, o)
+	case *corev1.ServiceAccount:
+		_, err = c.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, o)
+	case *corev1.ConfigMap:
+		_, err = c.CoreV1().ConfigMaps(v.Namespace).Create(ctx, v, o)
+	case *rbacv1.ClusterRole:
+		_, err = c.RbacV1().ClusterRoles().Create(ctx, v, o)
+	case *rbacv1.ClusterRoleBinding:
+		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
+	case *rbacv1.Role:
+		_, err = c.RbacV1().Roles(v.Namespace).Create(ctx, v, o)
+	case *rbacv1.RoleBinding:
+		_, err = c.RbacV1().RoleBindings(v.Namespace).Create(ctx, v, o)
+	default:
+		return errors.New("unexpected kind " + obj.GetObjectKind().GroupVersionKind().Kind)
+	}
+	return err
+}
+
+func TestTheControllerAsItsServiceAccountWithThePackagedRBACCanDoASwapAndNothingElse(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	apply(t, e.api.Client, "namespace.yaml")
+	apply(t, e.api.Client, "controller-rbac.yaml")
+	e.rest.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:fleet-role:fleet-role-controller"}
+	sa := e.client()
+
+	ctx := context.Background()
+	_, err := sa.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "it cannot read Secrets: %v", err)
+	_, err = sa.CoreV1().Secrets(swapplan.Namespace).Get(ctx, "anything", metav1.GetOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "not even in its own namespace: %v", err)
+	err = sa.CoreV1().Nodes().Delete(ctx, "a1", metav1.DeleteOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "it cannot delete Nodes: %v", err)
+	err = sa.CoreV1().Pods("apps").Delete(ctx, "web-v1", metav1.DeleteOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "it evicts Pods, it does not delete them: %v", err)
+	_, err = sa.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "no ConfigMap but its own: %v", err)
+	_, err = sa.AppsV1().Deployments(swapplan.Namespace).List(ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "no Deployments: %v", err)
+
+	e.start()
+	_, stderr, code := e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	res := e.waitEnd(2 * time.Minute)
+	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assertCompleted(t, e, "v1", "s1")
+	st, _ := e.status()
+	assert.Empty(t, st.Problems)
+}
+
+func TestFleetRoleSwapRefusesWhatTheControllerWouldNotDo(t *testing.T) {
+	e := newEnv(t, 3, 1, 1)
+	for _, tc := range []struct{ out, in, want string }{
+		{"s1", "v1", "refused: s1 is not a voter"},
+		{"v1", "a1", `refused: a1's role is "agent", not "standby"`},
+		{"v1", "v2", "refused: v2 is a voter already"},
+		{"v1", "ghost", "refused: there is no Node ghost"},
+	} {
+		_, stderr, code := e.cli("swap", tc.out, tc.in)
+		assert.Equal(t, 1, code)
+		assert.Contains(t, stderr, tc.want)
+	}
+	_, stderr, code := e.cli("swap", "v1")
+	assert.Equal(t, 2, code, "bad usage")
+	assert.Contains(t, stderr, "accepts 2 arg(s)")
+	_, data := e.status()
+	assert.NotContains(t, data, swapplan.RequestKey, "nothing written")
+
+	e.start()
+	_, stderr, code = e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	require.Eventually(t, func() bool { st, _ := e.status(); return st.Swap != nil }, 20*time.Second, 50*time.Millisecond)
+	_, stderr, code = e.cli("swap", "v2", "s1")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "is under way")
+}
+
+func TestDryRunAnAutomaticDecisionChangesNothingButTheStatus(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	e.cfg.DryRun = true
+	st := swapplan.Status{Verdicts: map[string]swapplan.Verdict{
+		"v2": {State: swapplan.VerdictUnfit, Score: 30, Reason: "fsync p99 over 10 ms in 20 of 25 samples"},
+		"s1": {State: swapplan.VerdictFit, Score: 2},
+	}}
+	b, _ := json.Marshal(st)
+	_, err := e.api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: swapplan.Namespace, Name: swapplan.StatusConfigMap},
+		Data:       map[string]string{swapplan.StatusKey: string(b)}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	before := map[string]string{}
+	for _, n := range []string{"v1", "v2", "v3", "s1"} {
+		before[n] = e.node(n).Labels[swapplan.LabelRole]
+	}
+	e.start()
+	require.Eventually(t, func() bool { st, _ = e.status(); return st.Decision != nil }, 20*time.Second, 50*time.Millisecond)
+	assert.Equal(t, "v2", st.Decision.Out)
+	assert.Equal(t, "s1", st.Decision.In)
+	assert.Contains(t, st.Reason, "dry run: would swap v2 for s1")
+	time.Sleep(3 * time.Second)
+	_, err = e.api.Client.CoordinationV1().Leases(swapplan.Namespace).Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "no Lease taken")
+	for n, role := range before {
+		node := e.node(n)
+		assert.Equal(t, role, node.Labels[swapplan.LabelRole])
+		assert.False(t, node.Spec.Unschedulable)
+		for _, a := range swapplan.SwapAnnotations {
+			assert.NotContains(t, node.Annotations, a)
+		}
+	}
+	st, _ = e.status()
+	assert.Nil(t, st.Swap)
+	assert.Nil(t, st.LastAction, "no action")
+	events, err := e.api.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, events.Items, "no Event: nothing was done")
+}
+
+// counter counts the requests a client makes.
+type counter struct {
+	mu   sync.Mutex
+	reqs []string
+	rt   http.RoundTripper
+}
+
+func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.reqs = append(c.reqs, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+	c.mu.Unlock()
+	return c.rt.RoundTrip(r)
+}
+
+func (c *counter) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.reqs
+	c.reqs = nil
+	return out
+}
+
+func TestAnIdlePassMakesNoRequestsAndStartUpAHandful(t *testing.T) {
+	e := newEnv(t, 3, 1, 2)
+	cnt := &counter{}
+	e.rest.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { cnt.rt = rt; return cnt }
+	e.start()
+	require.Eventually(t, func() bool { return e.ctrl.Passes() > 0 }, 20*time.Second, 10*time.Millisecond)
+	startup := cnt.take()
+	t.Logf("start-up: %d requests: %v", len(startup), startup)
+	assert.LessOrEqual(t, len(startup), 12, "a handful at start-up: %v", startup)
+	passes := e.ctrl.Passes()
+	time.Sleep(6 * time.Second)
+	idle := cnt.take()
+	assert.Greater(t, e.ctrl.Passes()-passes, int64(4), "passes went on (the period is 1s, the probes change)")
+	var other []string
+	for _, r := range idle {
+		if !strings.Contains(r, "/leases/fleet-role-controller") {
+			other = append(other, r)
+		}
+	}
+	assert.Empty(t, other, "idle passes make no requests; the only ones are the replicas' election")
+	t.Logf("%d idle passes, %d requests, all of them the election's", e.ctrl.Passes()-passes, len(idle))
+}
+
+func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
