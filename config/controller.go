@@ -38,7 +38,8 @@ type Controller struct {
 	// DrainTimeout bounds one drain action; the drain step's own bound
 	// is in [bounds].
 	DrainTimeout time.Duration `toml:"drain_timeout"`
-	// ListenAddress serves /metrics, /healthz and /readyz.
+	// ListenAddress serves /metrics, /healthz and /readyz; empty serves
+	// nothing.
 	ListenAddress string `toml:"listen_address"`
 	// LeaderElection: one replica acts, the others wait.
 	LeaderElection LeaderElection `toml:"leader_election"`
@@ -151,7 +152,7 @@ func (c Controller) Validate() error {
 		p.add("min_pass_interval", "must be between 0s and the period (%s), got %s", c.Period, c.MinPassInterval)
 	}
 	positive(&p, "drain_timeout", c.DrainTimeout)
-	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
+	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil && c.ListenAddress != "" {
 		p.add("listen_address", "%q is not host:port: %v", c.ListenAddress, err)
 	}
 	le := c.LeaderElection

@@ -68,7 +68,9 @@ type PassResult struct {
 	Plan swapplan.Plan
 	Err  error
 	At   time.Time
-	Took time.Duration
+	// Took is the whole pass; Decide the snapshot and the plan alone,
+	// without the action's requests.
+	Took, Decide time.Duration
 }
 
 // New assembles a controller; nothing runs until Run.
@@ -227,6 +229,7 @@ func (c *Controller) pass(ctx context.Context) {
 		snap, problems = c.cache.snapshot(cfg, nil, now)
 	}
 	plan := swapplan.Next(snap)
+	decide := time.Since(start)
 	var err error
 	if plan.Action.Type != swapplan.ActionNone || plan.RenewLease {
 		err = c.exec.do(ctx, plan, c.statusChange(snap, plan, problems))
@@ -266,7 +269,7 @@ func (c *Controller) pass(ctx context.Context) {
 	took := time.Since(start)
 	c.metrics.passes.Observe(took.Seconds())
 	c.passes.Add(1)
-	c.lastPass.Store(&PassResult{Plan: plan, Err: err, At: now, Took: took})
+	c.lastPass.Store(&PassResult{Plan: plan, Err: err, At: now, Took: took, Decide: decide})
 }
 
 // swapNodes are the swap's IN and OUT, from the Lease or the status.

@@ -26,6 +26,7 @@ import (
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller"
 	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/fleetsim"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -75,7 +76,7 @@ func testConfig() config.Controller {
 type env struct {
 	t      *testing.T
 	api    *kubeapi.Server
-	d      *driver
+	d      *fleetsim.Driver
 	cfg    config.Controller
 	rest   *rest.Config
 	ctrl   *controller.Controller
@@ -87,7 +88,7 @@ type env struct {
 func newEnv(t *testing.T, voters, standbys, agents int) *env {
 	api := kubeapi.Start(t)
 	e := &env{t: t, api: api, cfg: testConfig(), rest: rest.CopyConfig(api.Config)}
-	e.d = newDriver(t, api.Client, probePeriod, voters, standbys, agents)
+	e.d = fleetsim.New(t, api.Client, probePeriod, voters, standbys, agents)
 	t.Cleanup(e.stop)
 	require.Eventually(t, func() bool {
 		list, err := api.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
@@ -209,7 +210,7 @@ func assertCompleted(t *testing.T, e *env, out, in string) {
 			assert.NotContains(t, n.Annotations, a, "%s on %s", a, n.Name)
 		}
 	}
-	assert.Equal(t, 3, e.d.memberCount())
+	assert.Equal(t, 3, e.d.MemberCount())
 }
 
 func TestAManualSwapThroughFleetRoleSwapRunsToCompleted(t *testing.T) {
@@ -246,7 +247,7 @@ func TestAManualSwapThroughFleetRoleSwapRunsToCompleted(t *testing.T) {
 
 func TestASwapWhoseCandidateNeverVotesIsRolledBack(t *testing.T) {
 	e := newEnv(t, 3, 1, 0)
-	e.d.with(func(d *driver) { d.hosts["s1"].neverJoin = true })
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["s1"].NeverJoin = true })
 	e.start()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
@@ -258,12 +259,12 @@ func TestASwapWhoseCandidateNeverVotesIsRolledBack(t *testing.T) {
 	assert.False(t, s1.Spec.Unschedulable)
 	assert.Equal(t, swapplan.RoleVoter, e.node("v1").Labels[swapplan.LabelRole])
 	assert.False(t, e.node("v1").Spec.Unschedulable, "the outgoing voter was never touched")
-	assert.Equal(t, 3, e.d.memberCount())
+	assert.Equal(t, 3, e.d.MemberCount())
 }
 
 func TestASwapWhoseCandidateRefusesIsAbandoned(t *testing.T) {
 	e := newEnv(t, 3, 1, 0)
-	e.d.with(func(d *driver) { d.hosts["s1"].refusePromote = true })
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["s1"].RefusePromote = true })
 	e.start()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)

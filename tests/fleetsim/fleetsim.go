@@ -1,4 +1,10 @@
-package controller_test
+// Package fleetsim plays a k3s fleet over the Kubernetes API for the
+// controller's suites: each host's agent (reports, probes), k3s (learners
+// promoted, members removed on request, the server labels, EtcdIsVoter)
+// and the kubelets (heartbeat Leases, Ready, the Pods they delete). Its
+// truth is etcd's member list and each host's units; what it writes is
+// what the real parts would.
+package fleetsim
 
 import (
 	"context"
@@ -28,20 +34,35 @@ import (
 // and EtcdIsVoter kept) and the kubelets (their Leases, Ready, the Pods
 // they finish and delete). Its truth is etcd's member list and each host's
 // units; what it writes is what the real parts would.
-type driver struct {
+type Driver struct {
 	t       testing.TB
 	c       kubernetes.Interface
 	period  time.Duration // the probe period
 	mu      sync.Mutex
-	hosts   map[string]*simHost
+	Hosts   map[string]*Host
 	order   []string
 	members []simMember
 	// k3sPaused: k3s removes no member.
-	k3sPaused bool
+	K3sPaused bool
 	stop      chan struct{}
 	done      chan struct{}
 	lastProbe time.Time
 	lastBeat  time.Time
+	// Reports are the reports written, in order.
+	Reports []Written
+}
+
+// Label marks the Nodes the driver plays; other Nodes (a load test's)
+// it leaves alone.
+const Label = "fleet-role-test/sim"
+
+// Written is a report the driver wrote on a Node, and when.
+type Written struct {
+	At     time.Time
+	Node   string
+	Action string
+	State  string
+	Swap   string
 }
 
 type simMember struct {
@@ -49,7 +70,7 @@ type simMember struct {
 	learner    bool
 }
 
-type simHost struct {
+type Host struct {
 	staged, server, agent bool
 	roleFile              string
 	member                string
@@ -60,10 +81,10 @@ type simHost struct {
 	handled               time.Time
 	swap                  string
 	// faults
-	neverJoin     bool
-	refusePromote bool
-	unhealthy     bool
-	fsyncMs       float64
+	NeverJoin     bool
+	RefusePromote bool
+	Unhealthy     bool
+	FsyncMs       float64
 }
 
 func memberName(node string, incarnation int) string {
@@ -74,8 +95,8 @@ func memberName(node string, incarnation int) string {
 
 // newDriver creates the fleet's Nodes (voters, standbys, agents), a pod
 // of an app and of a DaemonSet on each, and starts playing.
-func newDriver(tb testing.TB, c kubernetes.Interface, period time.Duration, voters, standbys, agents int) *driver {
-	d := &driver{t: tb, c: c, period: period, hosts: map[string]*simHost{}, stop: make(chan struct{}), done: make(chan struct{})}
+func New(tb testing.TB, c kubernetes.Interface, period time.Duration, voters, standbys, agents int) *Driver {
+	d := &Driver{t: tb, c: c, period: period, Hosts: map[string]*Host{}, stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
 	for _, ns := range []string{swapplan.Namespace, swapplan.NodeLeaseNamespace, "apps", "arc-runners"} {
 		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
@@ -94,8 +115,8 @@ func newDriver(tb testing.TB, c kubernetes.Interface, period time.Duration, vote
 		tb.Fatal(err)
 	}
 	add := func(name, role string) {
-		h := &simHost{agent: true, roleFile: "agent", agentStart: time.Now().Add(-time.Hour), fsyncMs: 2}
-		labels := map[string]string{swapplan.LabelRole: role}
+		h := &Host{agent: true, roleFile: "agent", agentStart: time.Now().Add(-time.Hour), FsyncMs: 2}
+		labels := map[string]string{swapplan.LabelRole: role, Label: "true"}
 		ann := map[string]string{}
 		switch role {
 		case swapplan.RoleVoter:
@@ -109,7 +130,7 @@ func newDriver(tb testing.TB, c kubernetes.Interface, period time.Duration, vote
 		case swapplan.RoleStandby:
 			h.staged = true
 		}
-		d.hosts[name] = h
+		d.Hosts[name] = h
 		d.order = append(d.order, name)
 		_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann}}, metav1.CreateOptions{})
 		if err != nil {
@@ -131,11 +152,11 @@ func newDriver(tb testing.TB, c kubernetes.Interface, period time.Duration, vote
 	}
 	d.tick()
 	go d.run()
-	tb.Cleanup(d.close)
+	tb.Cleanup(d.Close)
 	return d
 }
 
-func (d *driver) pod(ns, name, node string, edit func(*corev1.Pod)) {
+func (d *Driver) pod(ns, name, node string, edit func(*corev1.Pod)) {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
 	if edit != nil {
@@ -147,11 +168,11 @@ func (d *driver) pod(ns, name, node string, edit func(*corev1.Pod)) {
 }
 
 // runner puts a running runner pod on the node.
-func (d *driver) runner(name, node string) {
+func (d *Driver) Runner(name, node string) {
 	d.pod("arc-runners", name, node, func(p *corev1.Pod) { p.Labels["app.kubernetes.io/component"] = "runner" })
 }
 
-func (d *driver) close() {
+func (d *Driver) Close() {
 	select {
 	case <-d.stop:
 	default:
@@ -160,7 +181,7 @@ func (d *driver) close() {
 	}
 }
 
-func (d *driver) run() {
+func (d *Driver) run() {
 	defer close(d.done)
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
@@ -174,27 +195,27 @@ func (d *driver) run() {
 	}
 }
 
-func (d *driver) host(name string) *simHost {
+func (d *Driver) Host(name string) *Host {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.hosts[name]
+	return d.Hosts[name]
 }
 
 // with changes the driver's truth under its lock.
-func (d *driver) with(f func(d *driver)) {
+func (d *Driver) With(f func(d *Driver)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f(d)
 }
 
-func (d *driver) isMember(name string) bool {
+func (d *Driver) isMember(name string) bool {
 	return slices.ContainsFunc(d.members, func(m simMember) bool { return m.name == name })
 }
 
-func (d *driver) tick() {
+func (d *Driver) tick() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	list, err := d.c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	list, err := d.c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: Label + "=true"})
 	if err != nil {
 		return
 	}
@@ -205,7 +226,7 @@ func (d *driver) tick() {
 	beat := now.Sub(d.lastBeat) >= 500*time.Millisecond
 	for i := range list.Items {
 		n := &list.Items[i]
-		h := d.hosts[n.Name]
+		h := d.Hosts[n.Name]
 		if h == nil {
 			continue
 		}
@@ -228,7 +249,12 @@ func (d *driver) tick() {
 		}
 		if len(ann) > 0 || len(labels) > 0 {
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann, "labels": labels}})
-			_, _ = d.c.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+			_, err := d.c.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+			if v, ok := ann[swapplan.AnnotationReport].(string); ok && err == nil {
+				var r swapplan.Report
+				_ = json.Unmarshal([]byte(v), &r)
+				d.Reports = append(d.Reports, Written{At: time.Now(), Node: n.Name, Action: r.Action, State: r.State, Swap: r.Swap})
+			}
 		}
 		d.conditions(ctx, n, h, now)
 		if beat && (h.server || h.agent) {
@@ -241,10 +267,10 @@ func (d *driver) tick() {
 	if beat {
 		d.lastBeat = now
 	}
-	d.kubelet(ctx)
+	d.kubelet(ctx, list.Items)
 }
 
-func (d *driver) report(ann map[string]any, r swapplan.Report, now time.Time) {
+func (d *Driver) report(ann map[string]any, r swapplan.Report, now time.Time) {
 	r.At = now.UTC()
 	b, _ := json.Marshal(r)
 	ann[swapplan.AnnotationReport] = string(b)
@@ -252,14 +278,14 @@ func (d *driver) report(ann map[string]any, r swapplan.Report, now time.Time) {
 
 // agent answers the request on the Node and finishes a demotion once the
 // member is gone, as fleet-role agent does.
-func (d *driver) agent(n *corev1.Node, h *simHost, ann map[string]any, now time.Time) {
+func (d *Driver) agent(n *corev1.Node, h *Host, ann map[string]any, now time.Time) {
 	var q swapplan.Request
 	if v := n.Annotations[swapplan.AnnotationRequest]; v != "" && json.Unmarshal([]byte(v), &q) == nil && !q.At.Equal(h.handled) {
 		h.handled = q.At
 		at := q.At
 		switch q.Action {
 		case swapplan.RequestPromote:
-			if !h.staged || h.refusePromote {
+			if !h.staged || h.RefusePromote {
 				d.report(ann, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateRefused, RequestAt: &at, Message: "not staged"}, now)
 				break
 			}
@@ -293,14 +319,14 @@ func (d *driver) agent(n *corev1.Node, h *simHost, ann map[string]any, now time.
 }
 
 // k3s promotes learners that caught up and removes a member on request.
-func (d *driver) k3s(n *corev1.Node, h *simHost, ann map[string]any, now time.Time) {
+func (d *Driver) k3s(n *corev1.Node, h *Host, ann map[string]any, now time.Time) {
 	for i := range d.members {
 		m := &d.members[i]
-		if m.node == n.Name && m.learner && h.server && !h.neverJoin && now.Sub(h.learnerSince) >= time.Second {
+		if m.node == n.Name && m.learner && h.server && !h.NeverJoin && now.Sub(h.learnerSince) >= time.Second {
 			m.learner = false
 		}
 	}
-	if !d.k3sPaused && n.Annotations[swapplan.AnnotationEtcdRemove] == "true" {
+	if !d.K3sPaused && n.Annotations[swapplan.AnnotationEtcdRemove] == "true" {
 		name := n.Annotations[swapplan.AnnotationEtcdNodeName]
 		if name != "" && d.isMember(name) {
 			d.members = slices.DeleteFunc(d.members, func(m simMember) bool { return m.name == name })
@@ -309,8 +335,8 @@ func (d *driver) k3s(n *corev1.Node, h *simHost, ann map[string]any, now time.Ti
 	}
 }
 
-func (d *driver) probe(h *simHost, now time.Time) string {
-	p := swapplan.Probe{At: now.UTC(), Period: swapplan.Duration(d.period), Healthy: !h.unhealthy, Staged: h.staged && !h.server, FsyncP99Ms: h.fsyncMs, RTTMs: 1}
+func (d *Driver) probe(h *Host, now time.Time) string {
+	p := swapplan.Probe{At: now.UTC(), Period: swapplan.Duration(d.period), Healthy: !h.Unhealthy, Staged: h.staged && !h.server, FsyncP99Ms: h.FsyncMs, RTTMs: 1}
 	if h.server {
 		p.Member = h.member
 		for _, m := range d.members {
@@ -323,7 +349,7 @@ func (d *driver) probe(h *simHost, now time.Time) string {
 
 // conditions writes Ready and EtcdIsVoter, as the kubelet and k3s's etcd
 // leader do, when they change.
-func (d *driver) conditions(ctx context.Context, n *corev1.Node, h *simHost, now time.Time) {
+func (d *Driver) conditions(ctx context.Context, n *corev1.Node, h *Host, now time.Time) {
 	want := []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady"}}
 	if h.server || h.agent {
 		want[0].Status, want[0].Reason = corev1.ConditionTrue, "KubeletReady"
@@ -356,7 +382,7 @@ func (d *driver) conditions(ctx context.Context, n *corev1.Node, h *simHost, now
 	_, _ = d.c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 }
 
-func (d *driver) heartbeat(ctx context.Context, node string, now time.Time) {
+func (d *Driver) heartbeat(ctx context.Context, node string, now time.Time) {
 	leases := d.c.CoordinationV1().Leases(swapplan.NodeLeaseNamespace)
 	renew := metav1.NewMicroTime(now)
 	l, err := leases.Get(ctx, node, metav1.GetOptions{})
@@ -374,20 +400,32 @@ func (d *driver) heartbeat(ctx context.Context, node string, now time.Time) {
 
 // kubelet deletes the Pods being deleted, as a kubelet does once their
 // containers stopped.
-func (d *driver) kubelet(ctx context.Context) {
-	pods, err := d.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return
-	}
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
-			_ = d.c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+func (d *Driver) kubelet(ctx context.Context, nodes []corev1.Node) {
+	for _, n := range nodes {
+		if !n.Spec.Unschedulable {
+			continue // only a drained Node has Pods being deleted
+		}
+		pods, err := d.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
+			continue
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				_ = d.c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			}
 		}
 	}
 }
 
+// Written returns the reports written so far.
+func (d *Driver) Written() []Written {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Written(nil), d.Reports...)
+}
+
 // finishRunners marks the node's runner pods Succeeded.
-func (d *driver) finishRunners(node string) {
+func (d *Driver) FinishRunners(node string) {
 	ctx := context.Background()
 	pods, err := d.c.CoreV1().Pods("arc-runners").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
@@ -402,7 +440,7 @@ func (d *driver) finishRunners(node string) {
 }
 
 // memberCount is etcd's member count.
-func (d *driver) memberCount() int {
+func (d *Driver) MemberCount() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.members)
