@@ -249,7 +249,7 @@ func (c *Controller) pass(ctx context.Context) {
 		}
 	case a.Type != swapplan.ActionNone:
 		c.metrics.actions.WithLabelValues(a.Type).Inc()
-		log.Info(plan.Reason)
+		log.Info(plan.Reason, "took", time.Since(start).Round(time.Microsecond))
 		if ref := eventObject(plan); ref != nil {
 			c.recorder.Eventf(ref, corev1.EventTypeNormal, "Swap"+title(a.Type), "%s", plan.Reason)
 		}

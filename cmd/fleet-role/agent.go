@@ -95,6 +95,9 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	rc.UserAgent = "fleet-role/" + versionString()
+	// Note: client-go's default of 5 requests a second would make a pass
+	// that renews the Lease, acts and publishes its status wait on itself.
+	rc.QPS, rc.Burst = 50, 100
 	return kubernetes.NewForConfig(rc)
 }
 

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller"
@@ -93,16 +94,25 @@ too, through every gate but the cooldown and the verdicts.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			snap, cm, err := readCluster(ctx, client, cfg)
-			if err != nil {
-				return err
-			}
 			out, in := args[0], args[1]
-			if err := swapplan.CheckRequest(snap, out, in); err != nil {
-				return fmt.Errorf("refused: %w", err)
+			var req swapplan.ManualRequest
+			// The status the controller publishes may change between the
+			// read and the write: read, check and write again then.
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				snap, cm, err := readCluster(ctx, client, cfg)
+				if err != nil {
+					return err
+				}
+				if err := swapplan.CheckRequest(snap, out, in); err != nil {
+					return fmt.Errorf("refused: %w", err)
+				}
+				req = swapplan.ManualRequest{Out: out, In: in, At: time.Now().UTC().Truncate(time.Second), By: requester()}
+				return writeRequest(ctx, client, cfg.Namespace, cm, req)
+			})
+			if apierrors.IsConflict(err) {
+				return errors.New("the status kept changing while the request was written: run the command again")
 			}
-			req := swapplan.ManualRequest{Out: out, In: in, At: time.Now().UTC().Truncate(time.Second), By: requester()}
-			if err := writeRequest(ctx, client, cfg.Namespace, cm, req); err != nil {
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "requested: swap %s out for %s in (by %s at %s); follow it with fleet-role status --watch\n",
@@ -168,9 +178,6 @@ func writeRequest(ctx context.Context, client kubernetes.Interface, ns string, c
 		}
 		cm.Data[swapplan.RequestKey] = string(b)
 		_, err = client.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
-	}
-	if apierrors.IsConflict(err) {
-		return errors.New("the status changed while the request was written: run the command again")
 	}
 	if err != nil {
 		return fmt.Errorf("write the request: %w", err)

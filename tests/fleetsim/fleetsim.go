@@ -71,15 +71,17 @@ type simMember struct {
 }
 
 type Host struct {
-	staged, server, agent bool
-	roleFile              string
-	member                string
-	incarnation           int
-	serverStart           time.Time
-	agentStart            time.Time
-	learnerSince          time.Time
-	handled               time.Time
-	swap                  string
+	// Staged: the host is staged to become a server.
+	Staged        bool
+	server, agent bool
+	roleFile      string
+	member        string
+	incarnation   int
+	serverStart   time.Time
+	agentStart    time.Time
+	learnerSince  time.Time
+	handled       time.Time
+	swap          string
 	// faults
 	NeverJoin     bool
 	RefusePromote bool
@@ -128,7 +130,7 @@ func New(tb testing.TB, c kubernetes.Interface, period time.Duration, voters, st
 			}
 			ann[swapplan.AnnotationEtcdNodeName] = h.member
 		case swapplan.RoleStandby:
-			h.staged = true
+			h.Staged = true
 		}
 		d.Hosts[name] = h
 		d.order = append(d.order, name)
@@ -285,7 +287,7 @@ func (d *Driver) agent(n *corev1.Node, h *Host, ann map[string]any, now time.Tim
 		at := q.At
 		switch q.Action {
 		case swapplan.RequestPromote:
-			if !h.staged || h.RefusePromote {
+			if !h.Staged || h.RefusePromote {
 				d.report(ann, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateRefused, RequestAt: &at, Message: "not staged"}, now)
 				break
 			}
@@ -336,7 +338,7 @@ func (d *Driver) k3s(n *corev1.Node, h *Host, ann map[string]any, now time.Time)
 }
 
 func (d *Driver) probe(h *Host, now time.Time) string {
-	p := swapplan.Probe{At: now.UTC(), Period: swapplan.Duration(d.period), Healthy: !h.Unhealthy, Staged: h.staged && !h.server, FsyncP99Ms: h.FsyncMs, RTTMs: 1}
+	p := swapplan.Probe{At: now.UTC(), Period: swapplan.Duration(d.period), Healthy: !h.Unhealthy, Staged: h.Staged && !h.server, FsyncP99Ms: h.FsyncMs, RTTMs: 1}
 	if h.server {
 		p.Member = h.member
 		for _, m := range d.members {
