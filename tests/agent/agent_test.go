@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -80,7 +80,7 @@ func newHost(tb testing.TB, api *kubeapi.Server) *host {
 	require.NoError(tb, err)
 	h.grant()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	require.NoError(tb, api.WriteKubeconfig(kubeconfig, "fleet-role-agent-test", "fleet-role-agent-test"))
+	agentKubeconfig(tb, api, h.node, kubeconfig)
 	staged := filepath.Join(dir, "etc", "config.yaml")
 	require.NoError(tb, os.MkdirAll(filepath.Dir(staged), 0o755))
 	require.NoError(tb, os.WriteFile(staged, []byte("token-file: /etc/token\n"), 0o600))
@@ -125,20 +125,21 @@ stop_timeout = "5s"
 
 func (h *host) grant() { grantNode(h.tb, h.api, h.node) }
 
-// grantNode gives the agent's user what the agent needs: its own Node, Events.
+// grantNode applies the packaged agent RBAC for the node: its own Node,
+// Events, nothing else.
 func grantNode(tb testing.TB, api *kubeapi.Server, node string) {
-	ctx := context.Background()
-	c := api.Client.RbacV1()
-	name := "fleet-role-agent-" + node
-	_, err := c.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, ResourceNames: []string{node}, Verbs: []string{"get", "list", "watch", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-	}}, metav1.CreateOptions{})
+	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "agent-rbac.yaml.j2"))
 	require.NoError(tb, err)
-	_, err = c.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
-		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "fleet-role-agent-test"}}}, metav1.CreateOptions{})
-	require.NoError(tb, err)
+	_, err = api.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: swapplan.Namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		tb.Fatal(err)
+	}
+	kubeapi.Apply(tb, api.Client, []byte(strings.ReplaceAll(string(b), "{{ node_name }}", node)))
+}
+
+// agentKubeconfig writes a kubeconfig acting as the node's agent.
+func agentKubeconfig(tb testing.TB, api *kubeapi.Server, node, path string) {
+	require.NoError(tb, api.WriteImpersonatingKubeconfig(path, "system:serviceaccount:fleet-role:fleet-role-agent-"+node))
 }
 
 func (h *host) role(r string) {

@@ -38,7 +38,7 @@ func TestTheAgentRunsAsItsHardenedSystemdServiceAndPromotesANativeStandby(t *tes
 
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	require.NoError(t, api.WriteKubeconfig(kubeconfig, "fleet-role-agent-test", "fleet-role-agent-test"))
+	agentKubeconfig(t, api, node, kubeconfig)
 	kc, err := os.ReadFile(kubeconfig)
 	require.NoError(t, err)
 	cfg := strings.ReplaceAll(string(config.DefaultAgentTOML()), `node_name = "runner-01"`, fmt.Sprintf("node_name = %q", node))

@@ -1,12 +1,8 @@
 package controller_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,18 +14,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
@@ -135,65 +128,31 @@ func TestARegradeHoldingTheLeaseBlocksEveryAction(t *testing.T) {
 	assert.Equal(t, before.Swap.ID, res.ID, "the same swap, resumed")
 }
 
-// apply creates the objects of a packaged manifest, strictly decoded into
-// their types (an unknown field is an error).
+// apply creates the objects of a packaged manifest, strictly decoded.
 func apply(t *testing.T, c kubernetes.Interface, file string) {
 	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", file))
 	require.NoError(t, err)
-	codecs := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
-	dec := utilyaml.NewYAMLReader(bufioReader(b))
-	ctx := context.Background()
-	for {
-		doc, err := dec.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err)
-		if strings.TrimSpace(string(doc)) == "" {
-			continue
-		}
-		obj, _, err := codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		require.NoError(t, err, "%s", file)
-		err = create(ctx, c, obj)
-		if !apierrors.IsAlreadyExists(err) {
-			require.NoError(t, err, "%s: %T", file, obj)
-		}
-	}
-}
-
-func create(ctx context.Context, c kubernetes.Interface, obj runtime.Object) error {
-	o := metav1.CreateOptions{}
-	var err error
-	switch v := obj.(type) {
-	case *corev1.Namespace:
-		_, err = c.CoreV1().Namespaces().Create(ctx, v, o)
-	case *corev1.ServiceAccount:
-		_, err = c.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, o)
-	case *corev1.ConfigMap:
-		_, err = c.CoreV1().ConfigMaps(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.ClusterRole:
-		_, err = c.RbacV1().ClusterRoles().Create(ctx, v, o)
-	case *rbacv1.ClusterRoleBinding:
-		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
-	case *rbacv1.Role:
-		_, err = c.RbacV1().Roles(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.RoleBinding:
-		_, err = c.RbacV1().RoleBindings(v.Namespace).Create(ctx, v, o)
-	default:
-		return errors.New("unexpected kind " + obj.GetObjectKind().GroupVersionKind().Kind)
-	}
-	return err
+	kubeapi.Apply(t, c, b)
 }
 
 func TestTheControllerAsItsServiceAccountWithThePackagedRBACCanDoASwapAndNothingElse(t *testing.T) {
 	e := newEnv(t, 3, 1, 0)
-	apply(t, e.api.Client, "namespace.yaml")
-	apply(t, e.api.Client, "controller-rbac.yaml")
+	for _, f := range []string{"namespace.yaml", "controller-rbac.yaml", "controller-config.yaml", "deployment.yaml"} {
+		apply(t, e.api.Client, f)
+	}
+	dep, err := e.api.Client.AppsV1().Deployments(swapplan.Namespace).Get(context.Background(), "fleet-role-controller", metav1.GetOptions{})
+	require.NoError(t, err, "the API server takes the packaged Deployment")
+	assert.Equal(t, "fleet-role-controller", dep.Spec.Template.Spec.ServiceAccountName)
+	cm, err := e.api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(context.Background(), "fleet-role-controller-config", metav1.GetOptions{})
+	require.NoError(t, err)
+	packaged, err := config.ParseController([]byte(cm.Data["controller.toml"]))
+	require.NoError(t, err)
+	assert.True(t, packaged.DryRun, "the package is a dry run until told otherwise")
 	e.rest.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:fleet-role:fleet-role-controller"}
 	sa := e.client()
 
 	ctx := context.Background()
-	_, err := sa.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+	_, err = sa.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "it cannot read Secrets: %v", err)
 	_, err = sa.CoreV1().Secrets(swapplan.Namespace).Get(ctx, "anything", metav1.GetOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "not even in its own namespace: %v", err)
@@ -327,5 +286,3 @@ func TestAnIdlePassMakesNoRequestsAndStartUpAHandful(t *testing.T) {
 	assert.Empty(t, other, "idle passes make no requests; the only ones are the replicas' election")
 	t.Logf("%d idle passes, %d requests, all of them the election's", e.ctrl.Passes()-passes, len(idle))
 }
-
-func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }

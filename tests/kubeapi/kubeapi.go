@@ -193,9 +193,21 @@ func (s *Server) start(bins string) error {
 
 // WriteKubeconfig writes a kubeconfig for the server with a token.
 func (s *Server) WriteKubeconfig(path, user, token string) error {
+	return s.writeKubeconfig(path, user, &clientcmdapi.AuthInfo{Token: token})
+}
+
+// WriteImpersonatingKubeconfig writes a kubeconfig that acts as the user
+// given (a ServiceAccount's "system:serviceaccount:NS:NAME"), through the
+// administrator's right to impersonate: the client has exactly the user's
+// permissions.
+func (s *Server) WriteImpersonatingKubeconfig(path, as string) error {
+	return s.writeKubeconfig(path, "as", &clientcmdapi.AuthInfo{Token: AdminToken, Impersonate: as})
+}
+
+func (s *Server) writeKubeconfig(path, user string, auth *clientcmdapi.AuthInfo) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: s.URL, CertificateAuthority: s.CAFile}
-	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	kc.AuthInfos[user] = auth
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: user}
 	kc.CurrentContext = "test"
 	return clientcmd.WriteToFile(*kc, path)
@@ -214,7 +226,7 @@ func (s *Server) keys() error {
 	files := map[string][]byte{
 		"sa.key":     pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
 		"sa.pub":     pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
-		"tokens.csv": []byte(AdminToken + ",admin,admin-uid,system:masters\n" + extraTokens()),
+		"tokens.csv": []byte(AdminToken + ",admin,admin-uid,system:masters\n"),
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(s.dir, name), data, 0o600); err != nil {
@@ -222,18 +234,6 @@ func (s *Server) keys() error {
 		}
 	}
 	return nil
-}
-
-// Users are the token users besides the administrator: name and token
-// alike, no group. Tests bind them to roles to check what those allow.
-var Users = []string{"fleet-role-agent-test"}
-
-func extraTokens() string {
-	out := ""
-	for _, u := range Users {
-		out += u + "," + u + "," + u + "-uid\n"
-	}
-	return out
 }
 
 // Stop stops the API server and etcd and removes their files.
