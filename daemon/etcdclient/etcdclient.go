@@ -126,10 +126,22 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return Status{MemberID: resp.Header.MemberId, Leader: resp.Leader, RaftIndex: resp.RaftIndex, DBSize: resp.DbSize}, nil
 }
 
-// MoveLeaderAway hands leadership to another started voter if the local
-// member leads: the member of the preferred node if it is one, else the
-// first other. It returns the new leader's name, or "" when the local
-// member did not lead.
+// Read times a linearizable read through the local member: the latency
+// a client of the cluster sees, quorum included.
+func (c *Client) Read(ctx context.Context) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.c.Get(ctx, "fleet-role-probe"); err != nil {
+		return 0, fmt.Errorf("etcd linearizable read: %w", err)
+	}
+	return time.Since(start), nil
+}
+
+// MoveLeaderAway hands leadership to a healthy voter if the local member
+// leads: the member of the preferred node (the swap's candidate) if it is
+// a started voter that answers, else the first other that does. It
+// returns the new leader's name, or "" when the local member did not lead.
 func (c *Client) MoveLeaderAway(ctx context.Context, preferNode string) (string, error) {
 	st, err := c.Status(ctx)
 	if err != nil {
@@ -142,25 +154,38 @@ func (c *Client) MoveLeaderAway(ctx context.Context, preferNode string) (string,
 	if err != nil {
 		return "", err
 	}
-	var to *Member
-	for i := range members {
-		m := &members[i]
-		if m.ID == st.MemberID || m.Learner || m.Name == "" {
+	var candidates []Member
+	for _, m := range members {
+		if m.ID == st.MemberID || m.Learner || m.Name == "" || len(m.ClientURLs) == 0 {
 			continue // the local member, a learner, or one not started
 		}
-		if to == nil || (preferNode != "" && NodeOf(m.Name) == preferNode) {
-			to = m
+		if preferNode != "" && NodeOf(m.Name) == preferNode {
+			candidates = append([]Member{m}, candidates...)
+		} else {
+			candidates = append(candidates, m)
 		}
 	}
-	if to == nil {
-		return "", ErrNoTransferee
+	for _, m := range candidates {
+		if !c.answers(ctx, m) {
+			continue
+		}
+		mctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		_, err := c.c.MoveLeader(mctx, m.ID)
+		cancel()
+		if err != nil {
+			return "", fmt.Errorf("etcd move leader to %s: %w", m.Name, err)
+		}
+		return m.Name, nil
 	}
+	return "", ErrNoTransferee
+}
+
+// answers says a member answers a status request on its client URL.
+func (c *Client) answers(ctx context.Context, m Member) bool {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	if _, err := c.c.MoveLeader(ctx, to.ID); err != nil {
-		return "", fmt.Errorf("etcd move leader to %s: %w", to.Name, err)
-	}
-	return to.Name, nil
+	_, err := c.c.Status(ctx, m.ClientURLs[0])
+	return err == nil
 }
 
 // NodeOf is the node of a k3s member name, "<node>-<8 hex>".

@@ -1,0 +1,375 @@
+package etcdclient_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+)
+
+// member is one embedded etcd member on loopback, named as k3s names
+// them: <node>-<8 hex>.
+type member struct {
+	name   string
+	client string
+	peer   string
+	dir    string
+	e      *embed.Etcd
+}
+
+func port(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+func newMember(t *testing.T, node string) *member {
+	return &member{name: node + "-0a1b2c3d", client: "http://127.0.0.1:" + port(t), peer: "http://127.0.0.1:" + port(t), dir: t.TempDir()}
+}
+
+func (m *member) start(t *testing.T, initialCluster, state string) {
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = m.name, m.dir
+	cu, _ := url.Parse(m.client)
+	pu, _ := url.Parse(m.peer)
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster, cfg.ClusterState = initialCluster, state
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.TickMs, cfg.ElectionMs = 50, 500
+	e, err := embed.StartEtcd(cfg)
+	require.NoError(t, err)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		t.Fatalf("member %s not ready", m.name)
+	}
+	m.e = e
+	t.Cleanup(m.stop)
+}
+
+func (m *member) stop() {
+	if m.e != nil {
+		m.e.Close()
+		m.e = nil
+	}
+}
+
+func cluster(t *testing.T, nodes ...string) []*member {
+	var ms []*member
+	var initial []string
+	for _, n := range nodes {
+		m := newMember(t, n)
+		ms = append(ms, m)
+		initial = append(initial, m.name+"="+m.peer)
+	}
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Go(func() { m.start(t, strings.Join(initial, ","), embed.ClusterStateFlagNew) })
+	}
+	wg.Wait()
+	return ms
+}
+
+func wrap(t *testing.T, m *member) *etcdclient.Client {
+	c, err := etcdclient.New(etcdclient.Config{Endpoint: m.client, Timeout: 3 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func raw(t *testing.T, ms ...*member) *clientv3.Client {
+	var eps []string
+	for _, m := range ms {
+		if m.e != nil {
+			eps = append(eps, m.client)
+		}
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func leaderOf(t *testing.T, ms []*member) (*member, []*member) {
+	st, err := wrap(t, ms[0]).Status(context.Background())
+	require.NoError(t, err)
+	var others []*member
+	var leader *member
+	for _, m := range ms {
+		if m.e != nil && uint64(m.e.Server.MemberID()) == st.Leader {
+			leader = m
+		} else if m.e != nil {
+			others = append(others, m)
+		}
+	}
+	require.NotNil(t, leader)
+	return leader, others
+}
+
+func TestMembersStatusAndAReadOfARealCluster(t *testing.T) {
+	ms := cluster(t, "h1", "h2", "h3")
+	c := wrap(t, ms[1])
+	ctx := context.Background()
+	members, err := c.Members(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, m := range members {
+		names = append(names, m.Name)
+		assert.False(t, m.Learner)
+	}
+	assert.ElementsMatch(t, []string{"h1-0a1b2c3d", "h2-0a1b2c3d", "h3-0a1b2c3d"}, names)
+	st, err := c.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(ms[1].e.Server.MemberID()), st.MemberID)
+	assert.NotZero(t, st.Leader)
+	assert.Positive(t, st.DBSize)
+	d, err := c.Read(ctx)
+	require.NoError(t, err)
+	assert.Less(t, d, time.Second)
+	assert.Equal(t, "h2", etcdclient.NodeOf(ms[1].name))
+}
+
+func TestALearnerIsAddedPromotedOnceCaughtUpAndAMemberRemoved(t *testing.T) {
+	ms := cluster(t, "h1", "h2", "h3")
+	ctx := context.Background()
+	admin := raw(t, ms...)
+	var err error
+	for i := range 200 {
+		_, err = admin.Put(ctx, fmt.Sprintf("k%03d", i), strings.Repeat("v", 100))
+		require.NoError(t, err)
+	}
+	// k3s joins a new server as a learner.
+	n := newMember(t, "s1")
+	var added *clientv3.MemberAddResponse
+	require.Eventually(t, func() bool {
+		added, err = admin.MemberAddAsLearner(ctx, []string{n.peer})
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond, "add a learner")
+	var initial []string
+	for _, m := range added.Members {
+		name := m.Name
+		if m.ID == added.Member.ID {
+			name = n.name
+		}
+		initial = append(initial, name+"="+m.PeerURLs[0])
+	}
+	n.start(t, strings.Join(initial, ","), embed.ClusterStateFlagExisting)
+	list, err := wrap(t, ms[0]).Members(ctx)
+	require.NoError(t, err)
+	learners := 0
+	for _, m := range list {
+		if m.Learner {
+			learners++
+			assert.Equal(t, n.name, m.Name)
+		}
+	}
+	assert.Equal(t, 1, learners)
+	// ... and promotes it once it caught up: etcd refuses before that.
+	require.Eventually(t, func() bool {
+		_, err := admin.MemberPromote(ctx, added.Member.ID)
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond)
+	list, err = wrap(t, n).Members(ctx)
+	require.NoError(t, err)
+	assert.Len(t, list, 4)
+	for _, m := range list {
+		assert.False(t, m.Learner, m.Name)
+	}
+	resp, err := raw(t, n).Get(ctx, "k199")
+	require.NoError(t, err)
+	assert.Len(t, resp.Kvs, 1, "the promoted member serves the data")
+
+	// k3s removes a member; the others list it gone. Note: etcd refuses
+	// ("unhealthy cluster") while a member that just joined is not yet
+	// counted active; k3s tries again, and so does this.
+	removeMember(t, admin, uint64(ms[2].e.Server.MemberID()))
+	ms[2].stop()
+	list, err = wrap(t, n).Members(ctx)
+	require.NoError(t, err)
+	assert.Len(t, list, 3)
+}
+
+func removeMember(t *testing.T, c *clientv3.Client, id uint64) {
+	var err error
+	require.Eventually(t, func() bool {
+		_, err = c.MemberRemove(context.Background(), id)
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond, "remove member %x: %v", id, err)
+}
+
+// electionTimeout is the members' (cfg.ElectionMs).
+const electionTimeout = 500 * time.Millisecond
+
+// writer puts a key every few milliseconds through a client of the given
+// members, each write given twice the election timeout, and counts the
+// writes that fail and the longest time from a failure to a success.
+type writer struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	failedAt   time.Time
+	worst      time.Duration
+	slowest    time.Duration
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+func write(t *testing.T, c *clientv3.Client) *writer {
+	w := &writer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*electionTimeout)
+			start := time.Now()
+			_, err := c.Put(ctx, fmt.Sprintf("w%06d", i), "x")
+			took := time.Since(start)
+			cancel()
+			w.mu.Lock()
+			w.slowest = max(w.slowest, took)
+			if err != nil {
+				w.failed.Add(1)
+				if w.failedAt.IsZero() {
+					w.failedAt = time.Now()
+				}
+			} else {
+				w.ok.Add(1)
+				if !w.failedAt.IsZero() {
+					w.worst = max(w.worst, time.Since(w.failedAt))
+					w.failedAt = time.Time{}
+				}
+			}
+			w.mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+func (w *writer) end() (ok, failed int64, recovery time.Duration) {
+	close(w.stop)
+	<-w.done
+	return w.ok.Load(), w.failed.Load(), w.worst
+}
+
+func (w *writer) slowestWrite() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.slowest.Round(time.Millisecond)
+}
+
+func TestWritesGoOnThroughALeaderMoveAndAMemberRemoval(t *testing.T) {
+	ms := cluster(t, "h1", "h2", "h3", "h4")
+	ctx := context.Background()
+	leader, others := leaderOf(t, ms)
+	w := write(t, raw(t, others...))
+	time.Sleep(300 * time.Millisecond)
+
+	// The step-down: leadership moved to the preferred healthy voter.
+	prefer := etcdclient.NodeOf(others[1].name)
+	to, err := wrap(t, leader).MoveLeaderAway(ctx, prefer)
+	require.NoError(t, err)
+	assert.Equal(t, others[1].name, to, "the preferred voter (the swap's candidate) leads")
+	time.Sleep(300 * time.Millisecond)
+	okMove, failedMove, recoverMove := w.end()
+	slowMove := w.slowestWrite()
+	to, err = wrap(t, others[0]).MoveLeaderAway(ctx, "")
+	require.NoError(t, err)
+	assert.Empty(t, to, "a member that does not lead moves nothing")
+
+	// The removal of the member stepped down, no longer leading.
+	w = write(t, raw(t, others...))
+	time.Sleep(200 * time.Millisecond)
+	removeMember(t, raw(t, others...), uint64(leader.e.Server.MemberID()))
+	leader.stop()
+	time.Sleep(500 * time.Millisecond)
+	okRemove, failedRemove, recoverRemove := w.end()
+	slowRemove := w.slowestWrite()
+
+	t.Logf("failed writes (each given %s): across the leader move %d of %d (slowest write %s, recovered within %s); "+
+		"across the member removal %d of %d (slowest %s, recovered within %s)",
+		2*electionTimeout, failedMove, okMove+failedMove, slowMove, recoverMove, failedRemove, okRemove+failedRemove, slowRemove, recoverRemove)
+	// The goal is no failed write across the move; a write in flight as
+	// leadership changes hands may still fail, and must be followed by a
+	// success within twice the election timeout, which quorum lost never
+	// meets.
+	assert.LessOrEqual(t, failedMove, int64(1), "at most the write in flight fails across a leader move")
+	assert.LessOrEqual(t, recoverMove, 2*electionTimeout)
+	assert.Zero(t, failedRemove, "no write fails across the removal of a member that does not lead")
+	assert.Positive(t, okMove)
+	assert.Positive(t, okRemove)
+}
+
+func TestLeadershipIsNotMovedToAVoterThatDoesNotAnswer(t *testing.T) {
+	ms := cluster(t, "h1", "h2", "h3")
+	ctx := context.Background()
+	leader, others := leaderOf(t, ms)
+	dead := others[0]
+	// Note: the stopped member still is a member; quorum holds with two.
+	dead.stop()
+	to, err := wrap(t, leader).MoveLeaderAway(ctx, etcdclient.NodeOf(dead.name))
+	require.NoError(t, err)
+	assert.Equal(t, others[1].name, to, "the preferred voter does not answer: the other one")
+}
+
+func TestASnapshotIsVerifiedAndRestoresIntoAFreshMemberWithTheSameKeys(t *testing.T) {
+	ms := cluster(t, "h1", "h2", "h3")
+	ctx := context.Background()
+	admin := raw(t, ms...)
+	want := map[string]string{}
+	for i := range 300 {
+		k, v := fmt.Sprintf("/registry/k%03d", i), fmt.Sprintf("value-%d", i)
+		_, err := admin.Put(ctx, k, v)
+		require.NoError(t, err)
+		want[k] = v
+	}
+	dir := t.TempDir()
+	snap, err := wrap(t, ms[1]).Save(ctx, dir, "pre-swap.db")
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(dir, "pre-swap.db"), snap.Path)
+	fi, err := os.Stat(snap.Path)
+	require.NoError(t, err)
+	assert.Equal(t, fi.Size(), snap.Size)
+	assert.Len(t, snap.SHA256, 64)
+	_, err = os.Stat(snap.Path + ".part")
+	assert.True(t, os.IsNotExist(err), "no partial file left")
+
+	// Restore it, as an operator would with etcdutl, into a fresh member.
+	fresh := newMember(t, "r1")
+	require.NoError(t, os.RemoveAll(fresh.dir))
+	err = snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+		SnapshotPath: snap.Path, Name: fresh.name, OutputDataDir: fresh.dir,
+		PeerURLs: []string{fresh.peer}, InitialCluster: fresh.name + "=" + fresh.peer, InitialClusterToken: "restored",
+	})
+	require.NoError(t, err)
+	fresh.start(t, fresh.name+"="+fresh.peer, embed.ClusterStateFlagExisting)
+	resp, err := raw(t, fresh).Get(ctx, "/registry/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, kv := range resp.Kvs {
+		got[string(kv.Key)] = string(kv.Value)
+	}
+	assert.Equal(t, want, got)
+}
