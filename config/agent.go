@@ -48,6 +48,7 @@ type Agent struct {
 	KeepRemoved int `toml:"keep_removed"`
 	// Servers is the inventory of servers, in order.
 	Servers []Server `toml:"servers"`
+	Probe   Probe    `toml:"probe"`
 	Etcd    Etcd     `toml:"etcd"`
 	Systemd Systemd  `toml:"systemd"`
 	Docker  Docker   `toml:"docker"`
@@ -57,6 +58,18 @@ type Agent struct {
 type Server struct {
 	Name    string `toml:"name"`
 	Address string `toml:"address"`
+}
+
+// Probe is how the host samples its own health every probe period.
+type Probe struct {
+	// FsyncLimit and ReadLimit: a sample over either is not healthy.
+	// etcd's own disk guidance: WAL fsync p99 under 10 ms.
+	FsyncLimit time.Duration `toml:"fsync_limit"`
+	ReadLimit  time.Duration `toml:"read_limit"`
+	// Writes is the small writes, each followed by fdatasync, a sample
+	// makes; the p99 is over the last History of them.
+	Writes  int `toml:"writes"`
+	History int `toml:"history"`
 }
 
 // Etcd is how the agent reaches its host's etcd member.
@@ -118,6 +131,7 @@ func DefaultAgent() Agent {
 		Debounce:     20 * time.Millisecond,
 		StagedFiles:  []string{"/etc/rancher/k3s/config.yaml"},
 		KeepRemoved:  3,
+		Probe:        Probe{FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond, Writes: 5, History: 100},
 		Etcd: Etcd{
 			Endpoint: "https://127.0.0.1:2379",
 			CAFile:   "/var/lib/rancher/k3s/server/tls/etcd/server-ca.crt",
@@ -215,6 +229,14 @@ func (a Agent) Validate() error {
 		} else if net.ParseIP(s.Address) == nil && strings.ContainsAny(s.Address, ":/ ") {
 			p.add(key+".address", "%q is neither an IP address nor a host name", s.Address)
 		}
+	}
+	positive(&p, "probe.fsync_limit", a.Probe.FsyncLimit)
+	positive(&p, "probe.read_limit", a.Probe.ReadLimit)
+	if a.Probe.Writes < 1 || a.Probe.Writes > 100 {
+		p.add("probe.writes", "must be between 1 and 100, got %d", a.Probe.Writes)
+	}
+	if a.Probe.History < a.Probe.Writes {
+		p.add("probe.history", "must be at least probe.writes (%d), got %d", a.Probe.Writes, a.Probe.History)
 	}
 	if !strings.HasPrefix(a.Etcd.Endpoint, "https://") && !strings.HasPrefix(a.Etcd.Endpoint, "http://") {
 		p.add("etcd.endpoint", "%q must be an http:// or https:// URL", a.Etcd.Endpoint)
@@ -331,6 +353,18 @@ address = "10.0.0.2"
 [[servers]]
 name = "runner-03"
 address = "10.0.0.3"
+
+# The probe: every probe_period, small writes each followed by fdatasync in
+# data_dir (as etcd's WAL does), and on a server the member list, the
+# status and a timed linearizable read through its etcd.
+[probe]
+# A sample over either limit is not healthy (etcd's disk guidance: WAL
+# fsync p99 under 10 ms).
+fsync_limit = "{{d .Probe.FsyncLimit}}"
+read_limit = "{{d .Probe.ReadLimit}}"
+# Writes a sample makes; its fsync p99 is over the last history of them.
+writes = {{.Probe.Writes}}
+history = {{.Probe.History}}
 
 # This host's etcd member, for snapshots, leadership moves and the probe.
 [etcd]

@@ -43,7 +43,16 @@ type Controller struct {
 	ListenAddress string `toml:"listen_address"`
 	// LeaderElection: one replica acts, the others wait.
 	LeaderElection LeaderElection `toml:"leader_election"`
+	Verdicts       Verdicts       `toml:"verdicts"`
 	Bounds         Bounds         `toml:"bounds"`
+}
+
+// Verdicts is how a host's fitness is judged over a window of its probe
+// samples.
+type Verdicts struct {
+	Window     int           `toml:"window"`
+	FsyncLimit time.Duration `toml:"fsync_limit"`
+	ReadLimit  time.Duration `toml:"read_limit"`
 }
 
 // LeaderElection is the controller replicas' election, on a Lease of its
@@ -90,6 +99,7 @@ func DefaultController() Controller {
 			RenewDeadline: 10 * time.Second,
 			RetryPeriod:   2 * time.Second,
 		},
+		Verdicts: Verdicts{Window: 25, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond},
 		Bounds: Bounds{
 			Snapshot:   10 * time.Minute,
 			Runners:    time.Hour,
@@ -165,6 +175,11 @@ func (c Controller) Validate() error {
 	if !(le.RetryPeriod < le.RenewDeadline && le.RenewDeadline < le.LeaseDuration) {
 		p.add("leader_election", "want retry_period < renew_deadline < lease_duration, got %s, %s, %s", le.RetryPeriod, le.RenewDeadline, le.LeaseDuration)
 	}
+	if c.Verdicts.Window < 1 {
+		p.add("verdicts.window", "must be at least 1 sample, got %d", c.Verdicts.Window)
+	}
+	positive(&p, "verdicts.fsync_limit", c.Verdicts.FsyncLimit)
+	positive(&p, "verdicts.read_limit", c.Verdicts.ReadLimit)
 	if _, err := labels.Parse(c.RunnerSelector); err != nil || c.RunnerSelector == "" {
 		p.add("runner_selector", "%q is not a label selector: %v", c.RunnerSelector, err)
 	}
@@ -186,6 +201,11 @@ func positive(p *problems, key string, d time.Duration) {
 	if d <= 0 {
 		p.add(key, "must be a positive duration such as \"90s\", got %s", d)
 	}
+}
+
+// Judge returns how the verdicts are judged.
+func (c Controller) Judge() swapplan.VerdictConfig {
+	return swapplan.VerdictConfig{Window: c.Verdicts.Window, FsyncLimit: c.Verdicts.FsyncLimit, ReadLimit: c.Verdicts.ReadLimit, Period: c.ProbePeriod}
 }
 
 // Plan returns what the planner needs of the configuration.
@@ -251,6 +271,16 @@ lease = "{{.LeaderElection.Lease}}"
 lease_duration = "{{d .LeaderElection.LeaseDuration}}"
 renew_deadline = "{{d .LeaderElection.RenewDeadline}}"
 retry_period = "{{d .LeaderElection.RetryPeriod}}"
+
+# A host's verdict, over its last window of probe samples: unfit when most
+# are bad (fsync p99 or a read over its limit, unhealthy, or an error); no
+# verdict on a partial window; silent after 3 probe periods without one.
+# The automatic decision swaps the worst unfit voter for the fittest
+# eligible standby. The default window is 25 minutes at a 60s period.
+[verdicts]
+window = {{.Verdicts.Window}}
+fsync_limit = "{{d .Verdicts.FsyncLimit}}"
+read_limit = "{{d .Verdicts.ReadLimit}}"
 
 # Each step's own bound. A swap's whole wait is their sum.
 [bounds]

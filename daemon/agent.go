@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +24,8 @@ import (
 // Etcd is what the agent needs of its host's etcd member.
 type Etcd interface {
 	Members(ctx context.Context) ([]etcdclient.Member, error)
+	Status(ctx context.Context) (etcdclient.Status, error)
+	Read(ctx context.Context) (time.Duration, error)
 	MoveLeaderAway(ctx context.Context, preferNode string) (string, error)
 	Save(ctx context.Context, dir, name string) (etcdclient.Snapshot, error)
 }
@@ -131,6 +132,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { w.run(ctx) })
 	wg.Go(func() { a.reports.run(ctx) })
+	wg.Go(func() { a.probeLoop(ctx) })
 	if a.watchdog > 0 {
 		wg.Go(func() { a.pingWatchdog(ctx) })
 	}
@@ -221,7 +223,7 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 				a.tell("request", "BadRequest", fmt.Sprintf("annotation %s: %v: ignored", swapplan.AnnotationRequest, err))
 			} else {
 				a.untell("request")
-				f.Request = &role.Request{Swap: q.Swap, Action: q.Action, At: q.At}
+				f.Request = &role.Request{Swap: q.Swap, Action: q.Action, At: q.At, Leader: q.Leader}
 			}
 		}
 	}
@@ -341,7 +343,11 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 		return err
 	case role.MoveLeader:
 		a.rememberVoters(ctx)
-		to, err := a.etcd.MoveLeaderAway(ctx, "")
+		prefer := ""
+		if f.Request != nil {
+			prefer = f.Request.Leader
+		}
+		to, err := a.etcd.MoveLeaderAway(ctx, prefer)
 		switch {
 		case errors.Is(err, etcdclient.ErrNoTransferee):
 			a.log.Warn("leadership stays: no other started voter", "err", err)
@@ -379,16 +385,7 @@ func (a *Agent) rememberVoters(ctx context.Context) {
 		a.log.Warn("voters not read", "err", err)
 		return
 	}
-	var voters []string
-	for _, m := range members {
-		if !m.Learner && m.Name != "" {
-			voters = append(voters, etcdclient.NodeOf(m.Name))
-		}
-	}
-	slices.Sort(voters)
-	if err := a.st.update(func(s *state) { s.Voters = voters }); err != nil {
-		a.log.Warn("voters not kept", "err", err)
-	}
+	a.keepVoters(members)
 }
 
 // report builds the report of a decision from what its steps did.

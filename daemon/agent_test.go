@@ -42,6 +42,12 @@ func (e *fakeEtcd) Members(context.Context) ([]etcdclient.Member, error) {
 	return append([]etcdclient.Member(nil), e.members...), nil
 }
 
+func (e *fakeEtcd) Status(context.Context) (etcdclient.Status, error) {
+	return etcdclient.Status{MemberID: 2, Leader: 1, DBSize: 1 << 20}, nil
+}
+
+func (e *fakeEtcd) Read(context.Context) (time.Duration, error) { return time.Millisecond, nil }
+
 func (e *fakeEtcd) MoveLeaderAway(_ context.Context, prefer string) (string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -97,8 +103,10 @@ func newFixture(t *testing.T) *fixture {
 		kube: k8sfake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h2", Annotations: map[string]string{}}}),
 		etcd: &fakeEtcd{members: []etcdclient.Member{{ID: 1, Name: "h1-0a1b2c3d"}, {ID: 2, Name: "h2-0a1b2c3d"}, {ID: 3, Name: "h3-0a1b2c3d"}}},
 	}
-	f.kube.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		f.patches.Add(1)
+	f.kube.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if p, ok := a.(k8stesting.PatchAction); ok && strings.Contains(string(p.GetPatch()), swapplan.AnnotationReport) {
+			f.patches.Add(1) // the reports' patches, not the probes'
+		}
 		return false, nil, nil
 	})
 	return f

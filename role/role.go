@@ -104,6 +104,8 @@ type Request struct {
 	Swap   string
 	Action string
 	At     time.Time
+	// Leader is the node a step-down hands etcd leadership to, if it can.
+	Leader string
 }
 
 // Requests the controller makes.

@@ -227,8 +227,9 @@ func (p *planner) prepareOut(in, out *Node) Plan {
 		}
 		return p.wait(StepDrainOut, "waiting for %d evicted pod(s) on the outgoing voter %s to go: %s", len(pods), out.Name, short(pods))
 	}
-	return p.act(StepStepDown, p.request(out, ActionStepDown, RequestStepDown),
-		"asking the outgoing voter %s to step down (leadership moved away, server stopped)", out.Name)
+	a := p.request(out, ActionStepDown, RequestStepDown)
+	a.Request.Leader = in.Name
+	return p.act(StepStepDown, a, "asking the outgoing voter %s to step down (leadership moved to %s, server stopped)", out.Name, in.Name)
 }
 
 func (p *planner) stepDownWait(in, out *Node) Plan {
@@ -236,8 +237,9 @@ func (p *planner) stepDownWait(in, out *Node) Plan {
 	gone := p.passed(StepStepDown)
 	switch {
 	case rep != nil && rep.State == StateFailed && out.Ready && !gone:
-		return p.act(StepStepDown, p.request(out, ActionStepDown, RequestStepDown),
-			"the step-down failed on %s (%s): asking again", out.Name, rep.Message)
+		a := p.request(out, ActionStepDown, RequestStepDown)
+		a.Request.Leader = in.Name
+		return p.act(StepStepDown, a, "the step-down failed on %s (%s): asking again", out.Name, rep.Message)
 	case rep == nil && out.Ready && !gone:
 		return p.wait(StepStepDown, "the removal waits for the step-down while %s is Ready and has not reported", out.Name)
 	}

@@ -77,6 +77,9 @@ type Request struct {
 	Swap   string    `json:"swap"`
 	Action string    `json:"action"`
 	At     time.Time `json:"at"`
+	// Leader is the node a step-down hands etcd leadership to if it can:
+	// the swap's candidate. Empty: any voter that answers.
+	Leader string `json:"leader,omitempty"`
 }
 
 // Validate reports the first field that is missing or wrong.

@@ -1,0 +1,191 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/platform"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// prober samples the host's health: small writes each followed by
+// fdatasync in the data dir, as etcd's WAL writes, the p99 over the last
+// writes; and on a server, through the local etcd, the member list, the
+// status and a timed linearizable read. A part that cannot be sampled
+// says so in the sample; no call waits past the etcd client's timeout.
+type prober struct {
+	dir     string
+	cfg     config.Probe
+	period  time.Duration
+	etcd    Etcd
+	fsyncs  []time.Duration // the last cfg.History, oldest first
+	file    *os.File
+	payload []byte
+}
+
+const probeFile = ".fleet-role-probe"
+
+func newProber(dir string, cfg config.Probe, period time.Duration, etcd Etcd) *prober {
+	return &prober{dir: dir, cfg: cfg, period: period, etcd: etcd, payload: make([]byte, 512)}
+}
+
+func (p *prober) close() {
+	if p.file != nil {
+		p.file.Close()
+		p.file = nil
+	}
+}
+
+// disk makes the writes and keeps their latencies.
+func (p *prober) disk() error {
+	if p.file == nil {
+		if err := os.MkdirAll(p.dir, 0o700); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(filepath.Join(p.dir, probeFile), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return err
+		}
+		p.file = f
+	}
+	for i := range p.cfg.Writes {
+		start := time.Now()
+		if _, err := p.file.WriteAt(p.payload, int64(i%8)*int64(len(p.payload))); err != nil {
+			p.close()
+			return err
+		}
+		if err := syscall.Fdatasync(int(p.file.Fd())); err != nil {
+			p.close()
+			return err
+		}
+		p.fsyncs = append(p.fsyncs, time.Since(start))
+	}
+	if over := len(p.fsyncs) - p.cfg.History; over > 0 {
+		p.fsyncs = slices.Delete(p.fsyncs, 0, over)
+	}
+	return nil
+}
+
+// p99 is the 99th percentile of the kept fsync latencies, in ms.
+func (p *prober) p99() float64 {
+	if len(p.fsyncs) == 0 {
+		return 0
+	}
+	s := slices.Clone(p.fsyncs)
+	slices.Sort(s)
+	i := (len(s)*99 + 99) / 100
+	return float64(s[min(i, len(s))-1]) / float64(time.Millisecond)
+}
+
+// sample takes one sample at now; server says a server runs here.
+func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool) (swapplan.Probe, []etcdclient.Member) {
+	s := swapplan.Probe{At: now.UTC(), Period: swapplan.Duration(p.period), Staged: staged}
+	var problems []string
+	if err := p.disk(); err != nil {
+		problems = append(problems, "disk: "+err.Error())
+	}
+	s.FsyncP99Ms = round(p.p99())
+	healthy := s.FsyncP99Ms <= ms(p.cfg.FsyncLimit)
+	var members []etcdclient.Member
+	if server {
+		var err error
+		members, err = p.etcd.Members(ctx)
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		names := map[uint64]string{}
+		for _, m := range members {
+			names[m.ID] = m.Name
+			s.Members = append(s.Members, swapplan.Member{Name: m.Name, Learner: m.Learner})
+		}
+		if st, err := p.etcd.Status(ctx); err != nil {
+			problems = append(problems, err.Error())
+		} else {
+			s.Member, s.Leader = names[st.MemberID], names[st.Leader]
+		}
+		if rtt, err := p.etcd.Read(ctx); err != nil {
+			problems = append(problems, err.Error())
+		} else {
+			s.RTTMs = round(ms(rtt))
+			healthy = healthy && rtt <= p.cfg.ReadLimit
+		}
+	}
+	s.Error = strings.Join(problems, "; ")
+	s.Healthy = healthy && len(problems) == 0
+	return s, members
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func round(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// probeLoop samples the host every probe period and writes the sample on
+// the Node; a sample that cannot be written is dropped, the next one comes.
+func (a *Agent) probeLoop(ctx context.Context) {
+	dir := a.cfg.DataDir
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		dir = a.cfg.StateDir
+	}
+	p := newProber(dir, a.cfg.Probe, a.cfg.ProbePeriod, a.etcd)
+	defer p.close()
+	t := a.clock.NewTicker(a.cfg.ProbePeriod)
+	defer t.Stop()
+	for {
+		a.probeOnce(ctx, p)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+func (a *Agent) probeOnce(ctx context.Context, p *prober) {
+	server := false
+	if st, err := a.platform.State(ctx, platform.Server); err == nil {
+		server = st.Active
+	}
+	staged := false
+	if ok, _ := a.host.stagedFiles(); ok {
+		staged, _ = a.platform.Installed(ctx, platform.Server)
+	}
+	s, members := p.sample(ctx, a.clock.Now(), server, staged)
+	if len(members) > 0 {
+		a.keepVoters(members)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return
+	}
+	if err := a.node.annotate(ctx, swapplan.AnnotationProbe, string(b)); err != nil && !errors.Is(err, context.Canceled) {
+		a.log.Warn("probe sample not written", "err", err)
+	}
+}
+
+// keepVoters keeps the nodes whose members vote, for the server a
+// demoted agent joins.
+func (a *Agent) keepVoters(members []etcdclient.Member) {
+	var voters []string
+	for _, m := range members {
+		if !m.Learner && m.Name != "" {
+			voters = append(voters, etcdclient.NodeOf(m.Name))
+		}
+	}
+	slices.Sort(voters)
+	if slices.Equal(voters, a.st.get().Voters) {
+		return
+	}
+	if err := a.st.update(func(s *state) { s.Voters = voters }); err != nil {
+		a.log.Warn("voters not kept", "err", err)
+	}
+}
+
