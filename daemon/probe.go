@@ -2,8 +2,8 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -188,4 +188,3 @@ func (a *Agent) keepVoters(members []etcdclient.Member) {
 		a.log.Warn("voters not kept", "err", err)
 	}
 }
-
