@@ -50,7 +50,9 @@ type cache struct {
 	// now: the swap's IN and OUT.
 	watched map[string]bool
 	pods    map[string]*podWatch
-	probes  func(node string, p *swapplan.Probe)
+	// sampled is told of each new probe sample of a Node, and of a Node gone.
+	sampled func(n swapplan.Node)
+	gone    func(name string)
 }
 
 // podWatch is an informer of one Node's Pods.
@@ -64,7 +66,7 @@ func newCache(client kubernetes.Interface, ns string, runners labels.Selector, l
 		client: client, ns: ns, runners: runners, log: log, changed: changed,
 		nodes: map[string]swapplan.Node{}, problems: map[string]string{}, beats: map[string]time.Time{},
 		watched: map[string]bool{}, pods: map[string]*podWatch{},
-		probes: func(string, *swapplan.Probe) {},
+		sampled: func(swapplan.Node) {}, gone: func(string) {},
 	}
 	all := informers.NewSharedInformerFactory(client, 0)
 	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(swapplan.NodeLeaseNamespace))
@@ -221,7 +223,7 @@ func (c *cache) nodeChanged(obj any) {
 		c.log.Warn("a Node carries a malformed annotation; it is read as absent", "node", n.Name, "err", err)
 	}
 	if n.Probe != nil && (old.Probe == nil || !n.Probe.At.Equal(old.Probe.At)) {
-		c.probes(n.Name, n.Probe)
+		c.sampled(n)
 	}
 	if relevant || differs(old, n) {
 		c.changed()
@@ -237,6 +239,7 @@ func differs(a, b swapplan.Node) bool {
 }
 
 func (c *cache) nodeDeleted(name string) {
+	c.gone(name)
 	c.mu.Lock()
 	delete(c.nodes, name)
 	delete(c.problems, name)
@@ -339,8 +342,8 @@ func slimPod(obj any) (any, error) {
 	return out, nil
 }
 
-// snapshot assembles the planner's snapshot from what is kept. Without
-// verdicts of its own, it takes those of the status.
+// snapshot assembles the planner's snapshot from what is kept, with the
+// verdicts given.
 func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]swapplan.Verdict, now time.Time) (swapplan.Snapshot, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -359,9 +362,6 @@ func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]swapplan.Verdi
 			problems = append(problems, err.Error())
 		}
 		s.Status, s.Request = st, req
-	}
-	if verdicts == nil {
-		verdicts = s.Status.Verdicts
 	}
 	for i, name := range c.names {
 		n := c.nodes[name]

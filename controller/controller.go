@@ -53,6 +53,7 @@ type Controller struct {
 	registry *prometheus.Registry
 	metrics  *metrics
 	cache    *cache
+	windows  *windows
 	exec     *executor
 	trigger  chan struct{}
 	events   record.EventBroadcaster
@@ -97,6 +98,8 @@ func New(o Options) (*Controller, error) {
 		registry: o.Registry, metrics: newMetrics(o.Registry), trigger: make(chan struct{}, 1),
 	}
 	c.cache = newCache(o.Client, o.Config.Namespace, runners, log, c.poke)
+	c.windows = newWindows(o.Config.Verdicts.Window)
+	c.cache.sampled, c.cache.gone = c.windows.add, c.windows.forget
 	c.exec = &executor{client: o.Client, ns: o.Config.Namespace, cache: c.cache,
 		leaseDuration: o.Config.LeaseDuration, drainTimeout: o.Config.DrainTimeout, now: o.Now}
 	c.events = record.NewBroadcaster()
@@ -218,7 +221,8 @@ func (c *Controller) pass(ctx context.Context) {
 	start := time.Now()
 	now := c.now()
 	cfg := c.cfg.Plan()
-	snap, problems := c.cache.snapshot(cfg, nil, now)
+	verdicts := c.windows.verdicts(now, c.cfg.Judge())
+	snap, problems := c.cache.snapshot(cfg, verdicts, now)
 	in, out := swapNodes(snap)
 	synced, changed := c.cache.watch(ctx, in, out)
 	if !synced {
@@ -226,7 +230,7 @@ func (c *Controller) pass(ctx context.Context) {
 		return
 	}
 	if changed {
-		snap, problems = c.cache.snapshot(cfg, nil, now)
+		snap, problems = c.cache.snapshot(cfg, verdicts, now)
 	}
 	plan := swapplan.Next(snap)
 	decide := time.Since(start)
@@ -265,7 +269,7 @@ func (c *Controller) pass(ctx context.Context) {
 	if plan.Since != nil {
 		stepSeconds = now.Sub(*plan.Since).Seconds()
 	}
-	c.metrics.observe(plan, stepSeconds, snap.Status.Verdicts)
+	c.metrics.observe(plan, stepSeconds, verdicts)
 	took := time.Since(start)
 	c.metrics.passes.Observe(took.Seconds())
 	c.passes.Add(1)
@@ -308,7 +312,14 @@ func title(s string) string {
 
 // statusChange sets what a pass publishes in status.json.
 func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, problems []string) func(*swapplan.Status, error) {
+	verdicts := map[string]swapplan.Verdict{}
+	for _, n := range snap.Nodes {
+		if n.Verdict.State != "" {
+			verdicts[n.Name] = n.Verdict
+		}
+	}
 	return func(st *swapplan.Status, err error) {
+		st.Verdicts = verdicts
 		st.Swap = plan.Swap
 		if plan.Swap != nil && plan.Swap.Phase == swapplan.PhaseEnd && plan.Action.Type == swapplan.ActionEnd && err == nil {
 			st.Swap = nil

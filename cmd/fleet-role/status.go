@@ -161,7 +161,7 @@ func renderStatus(w io.Writer, st swapplan.Status, now time.Time) {
 
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "VOTER\tVERDICT\tSAMPLES\tFSYNC P99\tREAD\tMEMBERS IT LISTS")
+	fmt.Fprintln(tw, "HOST\tVERDICT\tSAMPLES\tFSYNC P99\tREAD\tMEMBERS IT LISTS")
 	names := slices.Clone(st.Voters)
 	for n := range st.Verdicts {
 		if !slices.Contains(names, n) {

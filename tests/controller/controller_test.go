@@ -224,7 +224,7 @@ func TestAManualSwapThroughFleetRoleSwapRunsToCompleted(t *testing.T) {
 	require.Eventually(t, func() bool { st, _ := e.status(); return st.Swap != nil }, 20*time.Second, 100*time.Millisecond)
 	out, _, code := e.cli("status")
 	require.Equal(t, 0, code)
-	for _, want := range []string{"SWAP", "v1 out, s1 in (manual)", "STEP", "REASON", "VOTER", "MEMBERS IT LISTS", "v2-"} {
+	for _, want := range []string{"SWAP", "v1 out, s1 in (manual)", "STEP", "REASON", "HOST", "MEMBERS IT LISTS", "v2-"} {
 		assert.Contains(t, out, want)
 	}
 	t.Logf("fleet-role status during the swap:\n%s", out)

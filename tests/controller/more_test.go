@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/fleetsim"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -205,26 +204,21 @@ func TestFleetRoleSwapRefusesWhatTheControllerWouldNotDo(t *testing.T) {
 func TestDryRunAnAutomaticDecisionChangesNothingButTheStatus(t *testing.T) {
 	e := newEnv(t, 3, 1, 0)
 	e.cfg.DryRun = true
-	st := swapplan.Status{Verdicts: map[string]swapplan.Verdict{
-		"v2": {State: swapplan.VerdictUnfit, Score: 30, Reason: "fsync p99 over 10 ms in 20 of 25 samples"},
-		"s1": {State: swapplan.VerdictFit, Score: 2},
-	}}
-	b, _ := json.Marshal(st)
-	_, err := e.api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Create(context.Background(), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: swapplan.Namespace, Name: swapplan.StatusConfigMap},
-		Data:       map[string]string{swapplan.StatusKey: string(b)}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	e.cfg.Verdicts.Window = 3
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 40 })
 	before := map[string]string{}
 	for _, n := range []string{"v1", "v2", "v3", "s1"} {
 		before[n] = e.node(n).Labels[swapplan.LabelRole]
 	}
 	e.start()
-	require.Eventually(t, func() bool { st, _ = e.status(); return st.Decision != nil }, 20*time.Second, 50*time.Millisecond)
+	var st swapplan.Status
+	require.Eventually(t, func() bool { st, _ = e.status(); return st.Decision != nil }, 30*time.Second, 50*time.Millisecond)
 	assert.Equal(t, "v2", st.Decision.Out)
 	assert.Equal(t, "s1", st.Decision.In)
 	assert.Contains(t, st.Reason, "dry run: would swap v2 for s1")
+	assert.Equal(t, swapplan.VerdictUnfit, st.Verdicts["v2"].State)
 	time.Sleep(3 * time.Second)
-	_, err = e.api.Client.CoordinationV1().Leases(swapplan.Namespace).Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+	_, err := e.api.Client.CoordinationV1().Leases(swapplan.Namespace).Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "no Lease taken")
 	for n, role := range before {
 		node := e.node(n)
@@ -240,6 +234,35 @@ func TestDryRunAnAutomaticDecisionChangesNothingButTheStatus(t *testing.T) {
 	events, err := e.api.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, events.Items, "no Event: nothing was done")
+}
+
+func TestWithDryRunOffTheAutomaticDecisionSwapsAVoterMadeSlowForTheFitStandby(t *testing.T) {
+	e := newEnv(t, 3, 2, 0)
+	e.cfg.DryRun = false
+	e.cfg.Verdicts.Window = 4
+	e.d.With(func(d *fleetsim.Driver) {
+		d.Hosts["v2"].FsyncMs = 35 // its disk turned slow
+		d.Hosts["s2"].FsyncMs = 6  // a fit standby, but not the fittest
+	})
+	e.start()
+
+	// fleet-role status shows each host's verdict and its figures.
+	require.Eventually(t, func() bool { st, _ := e.status(); return st.Verdicts["v2"].State == swapplan.VerdictUnfit || st.Swap != nil }, 30*time.Second, 50*time.Millisecond)
+	out, _, code := e.cli("status")
+	require.Equal(t, 0, code)
+	t.Logf("fleet-role status:\n%s", out)
+	assert.Regexp(t, `v2 +unfit +\d bad of 4 +35\.0 ms`, out)
+	assert.Regexp(t, `s1 \(standby\) +fit +0 bad of 4 +2\.0 ms`, out)
+
+	res := e.waitEnd(3 * time.Minute)
+	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, swapplan.OriginAutomatic, res.Origin)
+	assert.Equal(t, "v2", res.Out)
+	assert.Equal(t, "s1", res.In, "the fittest eligible standby")
+	assertCompleted(t, e, "v2", "s1")
+	st, _ := e.status()
+	require.NotNil(t, st.CooldownUntil)
+	assert.True(t, st.CooldownUntil.After(time.Now().Add(50*time.Minute)), "the cooldown holds the next automatic swap")
 }
 
 // counter counts the requests a client makes.
