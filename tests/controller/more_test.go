@@ -247,7 +247,10 @@ func TestWithDryRunOffTheAutomaticDecisionSwapsAVoterMadeSlowForTheFitStandby(t 
 	e.start()
 
 	// fleet-role status shows each host's verdict and its figures.
-	require.Eventually(t, func() bool { st, _ := e.status(); return st.Verdicts["v2"].State == swapplan.VerdictUnfit || st.Swap != nil }, 30*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		st, _ := e.status()
+		return st.Verdicts["v2"].State == swapplan.VerdictUnfit || st.Swap != nil
+	}, 30*time.Second, 50*time.Millisecond)
 	out, _, code := e.cli("status")
 	require.Equal(t, 0, code)
 	t.Logf("fleet-role status:\n%s", out)
