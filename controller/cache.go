@@ -1,12 +1,14 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -374,10 +376,7 @@ func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]swapplan.Verdi
 				n.Pods = append(n.Pods, adapt.Pod(obj.(*corev1.Pod), c.runners))
 			}
 			slices.SortFunc(n.Pods, func(a, b swapplan.Pod) int {
-				if a.Namespace != b.Namespace {
-					return compare(a.Namespace, b.Namespace)
-				}
-				return compare(a.Name, b.Name)
+				return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 			})
 		}
 		s.Nodes[i] = n
@@ -386,16 +385,6 @@ func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]swapplan.Verdi
 		problems = append(problems, c.problems[name])
 	}
 	return s, problems
-}
-
-func compare(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // leaseObject and statusObject are the cached objects, for the executor's

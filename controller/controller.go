@@ -344,16 +344,34 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 	}
 }
 
-// publish writes status.json when what it says changed.
+// publish writes status.json when what it says changed. Note: the
+// verdicts' figures move with every probe sample; alone they are written
+// at most every five probe periods, so that an idle pass makes no request.
 func (c *Controller) publish(ctx context.Context, snap swapplan.Snapshot, plan swapplan.Plan, problems []string, actErr error) error {
 	next := snap.Status
 	c.statusChange(snap, plan, problems)(&next, actErr)
-	if sameStatus(snap.Status, next) && c.cache.statusObject() != nil {
-		return nil
+	if c.cache.statusObject() != nil {
+		if sameStatus(snap.Status, next) {
+			return nil
+		}
+		stale := snap.Now.Sub(snap.Status.UpdatedAt) > 5*c.cfg.ProbePeriod
+		if sameStatus(withoutFigures(snap.Status), withoutFigures(next)) && !stale {
+			return nil
+		}
 	}
 	return c.exec.updateStatus(ctx, func(st *swapplan.Status, _ map[string]string) {
 		c.statusChange(snap, plan, problems)(st, actErr)
 	})
+}
+
+// withoutFigures keeps of the verdicts their states and bad samples.
+func withoutFigures(st swapplan.Status) swapplan.Status {
+	v := make(map[string]swapplan.Verdict, len(st.Verdicts))
+	for n, x := range st.Verdicts {
+		v[n] = swapplan.Verdict{State: x.State, Bad: x.Bad}
+	}
+	st.Verdicts = v
+	return st
 }
 
 // sameStatus compares two statuses but for when they were written.

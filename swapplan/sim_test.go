@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,7 +122,7 @@ func newWorld(t testing.TB, voters, standbys, agents int) *world {
 		w.hosts[name] = &host{agent: true, roleFile: "agent", agentStart: epoch.Add(-24 * time.Hour)}
 		w.nodes = append(w.nodes, swapplan.Node{Name: name, Role: swapplan.RoleAgent})
 	}
-	slices.SortFunc(w.nodes, func(a, b swapplan.Node) int { return compare(a.Name, b.Name) })
+	slices.SortFunc(w.nodes, func(a, b swapplan.Node) int { return strings.Compare(a.Name, b.Name) })
 	for i := range w.nodes {
 		n := &w.nodes[i]
 		n.Pods = []swapplan.Pod{
@@ -132,16 +133,6 @@ func newWorld(t testing.TB, voters, standbys, agents int) *world {
 	}
 	w.react()
 	return w
-}
-
-func compare(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func memberName(node string, incarnation int) string {

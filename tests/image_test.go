@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,10 +17,8 @@ import (
 func TestTheControllerImageIsTheStaticBinaryFromScratch(t *testing.T) {
 	testhost.RequireDocker(t)
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "fleet-role"), "./cmd/fleet-role")
-	build.Dir, build.Env = testhost.Root(), append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	_, err := testhost.BuildFleetRole(dir)
+	require.NoError(t, err)
 	image := "fleet-role-test/controller:image-test"
 	testhost.Docker(t, "build", "-q", "-f", filepath.Join(testhost.Root(), "packaging", "Dockerfile"), "-t", image, dir)
 	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", image).Run() })

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -31,17 +30,12 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleet-role-agent-test")
+	dir, err := os.MkdirTemp("", "fleet-role-test")
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "fleet-role")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", binary, "./cmd/fleet-role")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Dir = testhost.Root()
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		panic("build fleet-role: " + err.Error())
+	if binary, err = testhost.BuildFleetRole(dir); err != nil {
+		panic(err)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -257,7 +251,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 			out, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
 			_ = os.WriteFile(os.Getenv("FLEET_ROLE_SMAPS"), out, 0o644)
 		}
-		m := memory(b, pid)
+		m := testhost.Memory(pid)
 		b.ReportMetric(m["VmRSS"], "rss-MiB")
 		b.ReportMetric(m["RssAnon"], "rss-anon-MiB")
 		b.ReportMetric(m["RssFile"], "rss-file-MiB")
@@ -277,22 +271,4 @@ func cpuSeconds(tb testing.TB, pid int) float64 {
 	utime, _ := strconv.ParseFloat(fields[11], 64)
 	stime, _ := strconv.ParseFloat(fields[12], 64)
 	return (utime + stime) / 100 // USER_HZ
-}
-
-// memory reads the process's memory figures of /proc/PID/status, in MiB:
-// VmRSS, VmHWM (its peak), RssAnon (its heap and stacks), RssFile (the
-// pages of its binary it touched).
-func memory(tb testing.TB, pid int) map[string]float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	require.NoError(tb, err)
-	defer f.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
-		if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64); err == nil {
-			out[k] = kb / 1024
-		}
-	}
-	return out
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -34,16 +33,12 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleet-role-controller-test")
+	dir, err := os.MkdirTemp("", "fleet-role-test")
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "fleet-role")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/fleet-role")
-	build.Dir = testhost.Root()
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		panic("build fleet-role: " + err.Error())
+	if binary, err = testhost.BuildFleetRole(dir); err != nil {
+		panic(err)
 	}
 	klog.SetLogger(logr.Discard())
 	code := m.Run()

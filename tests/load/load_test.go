@@ -48,11 +48,9 @@ func BenchmarkControllerLoad(b *testing.B) {
 
 func runLoad(b *testing.B, n int) {
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "fleet-role")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/fleet-role")
-	build.Dir, build.Env = testhost.Root(), append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build: %v: %s", err, out)
+	bin, err := testhost.BuildFleetRole(dir)
+	if err != nil {
+		b.Fatal(err)
 	}
 	api := kubeapi.Start(b)
 	cfg := rest.CopyConfig(api.Config)
@@ -133,7 +131,7 @@ join = "1m"
 		b.Fatalf("no report was followed by an action; log:\n%s", logs.String())
 	}
 	slices.Sort(lat)
-	m := memory(cmd.Process.Pid)
+	m := testhost.Memory(cmd.Process.Pid)
 	b.ReportMetric(m["VmRSS"], "rss-MiB")
 	b.ReportMetric(m["VmHWM"], "peak-rss-MiB")
 	b.ReportMetric(firstPass.Seconds(), "first-pass-s")
@@ -298,18 +296,6 @@ func freePort(b *testing.B) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-func memory(pid int) map[string]float64 {
-	out := map[string]float64{}
-	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(data), "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64); err == nil {
-			out[k] = kb / 1024
-		}
-	}
-	return out
 }
 
 type syncBuffer struct {

@@ -17,20 +17,18 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleet-role-plan-test")
+	dir, err := os.MkdirTemp("", "fleet-role-test")
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "fleet-role")
-	build := exec.Command("go", "build", "-o", binary, "github.com/fleet-role/fleet-role/cmd/fleet-role")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		panic("build fleet-role: " + err.Error())
+	if binary, err = testhost.BuildFleetRole(dir); err != nil {
+		panic(err)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -164,4 +165,32 @@ func Standin(t testing.TB) string {
 func Root() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// BuildFleetRole builds the fleet-role binary into dir as make build does
+// (static, stripped) and returns its path.
+func BuildFleetRole(dir string) (string, error) {
+	bin := filepath.Join(dir, "fleet-role")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/fleet-role")
+	build.Dir = Root()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build fleet-role: %v: %s", err, out)
+	}
+	return bin, nil
+}
+
+// Memory reads a process's memory figures from /proc/PID/status, in MiB:
+// VmRSS, VmHWM (its peak), RssAnon (heap and stacks), RssFile (the pages
+// of its binary it touched).
+func Memory(pid int) map[string]float64 {
+	out := map[string]float64{}
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64); err == nil {
+			out[k] = kb / 1024
+		}
+	}
+	return out
 }
