@@ -6,12 +6,13 @@ SHELL := bash
 GO          ?= go
 BIN         ?= bin
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+NFPM        ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 TESTFLAGS   ?=
 TESTLOG     ?= $(BIN)/test.log
 NOW         ?= 2026-11-30T12:00:00Z
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: help build image test bench fuzz lint fmt demo test-bins clean
+.PHONY: help build image package test test-ansible bench fuzz lint fmt demo test-bins clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -22,12 +23,22 @@ build: ## build the static binary into bin/fleet-role
 image: build ## build the controller's image FROM scratch (no registry): fleet-role:$(VERSION) and :latest
 	docker build -q -f packaging/Dockerfile -t fleet-role:$(VERSION) -t fleet-role:latest $(BIN)
 
+package: build ## build the .deb and the .rpm into bin/ with nfpm
+	@sed 's|src: bin/fleet-role$$|src: $(BIN)/fleet-role|' packaging/nfpm.yaml >$(BIN)/nfpm.yaml
+	@for p in deb rpm; do \
+		FLEET_ROLE_VERSION=$$(echo $(VERSION) | sed 's/^v//; s/^\([^0-9]\)/0.0.0~\1/') \
+			$(GO) run $(NFPM) package -f $(BIN)/nfpm.yaml -p $$p -t $(BIN)/; \
+	done
+
 test: ## run every test, printing each result and the totals
 	@mkdir -p $(BIN)
 	@status=0; $(GO) test -count=1 -v $(TESTFLAGS) ./... >$(TESTLOG) 2>&1 || status=$$?; \
 	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:' $(TESTLOG) || true; \
 	echo "tests: $$(grep -cE '^\s*--- PASS' $(TESTLOG)) passed, $$(grep -cE '^\s*--- FAIL' $(TESTLOG)) failed, $$(grep -cE '^\s*--- SKIP' $(TESTLOG)) skipped (full log: $(TESTLOG))"; \
 	exit $$status
+
+test-ansible: ## the Ansible roles' tests: lint, a prefix, a systemd host, the real API server, the package
+	$(GO) test -count=1 -v ./tests/ansible
 
 bench: ## run the benchmarks whose figures stand in the README
 	$(GO) test -run XXX -bench . -benchtime 2s ./swapplan

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -62,49 +63,78 @@ var ErrNoTransferee = errors.New("no other started voter to move leadership to")
 // ErrCorruptSnapshot: the snapshot's appended checksum does not match.
 var ErrCorruptSnapshot = errors.New("snapshot checksum mismatch")
 
-// Client talks to the local member.
+// Client talks to the local member. It connects on first use, and tries
+// again on the next use when that fails: a host that is no server has no
+// etcd, nor its certificates, until it is promoted.
 type Client struct {
 	cfg Config
+	mu  sync.Mutex
 	c   *clientv3.Client
 }
 
-// New returns a client of the local member; it does not wait for a
-// connection.
+// New returns a client of the local member; it connects on first use.
 func New(cfg Config) (*Client, error) {
+	if cfg.Endpoint == "" {
+		return nil, errors.New("etcd client: no endpoint")
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
 	}
 	if cfg.SnapshotTimeout <= 0 {
 		cfg.SnapshotTimeout = 5 * time.Minute
 	}
+	return &Client{cfg: cfg}, nil
+}
+
+// client returns the connected client, making it if need be.
+func (c *Client) client() (*clientv3.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c != nil {
+		return c.c, nil
+	}
 	cc := clientv3.Config{
-		Endpoints:   []string{cfg.Endpoint},
-		DialTimeout: cfg.Timeout,
+		Endpoints:   []string{c.cfg.Endpoint},
+		DialTimeout: c.cfg.Timeout,
 		Logger:      zap.NewNop(),
 	}
-	if strings.HasPrefix(cfg.Endpoint, "https://") {
-		tlsInfo := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CAFile}
+	if strings.HasPrefix(c.cfg.Endpoint, "https://") {
+		tlsInfo := transport.TLSInfo{CertFile: c.cfg.CertFile, KeyFile: c.cfg.KeyFile, TrustedCAFile: c.cfg.CAFile}
 		tc, err := tlsInfo.ClientConfig()
 		if err != nil {
 			return nil, fmt.Errorf("etcd TLS: %w", err)
 		}
 		cc.TLS = tc
 	}
-	c, err := clientv3.New(cc)
+	cl, err := clientv3.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
-	return &Client{cfg: cfg, c: c}, nil
+	c.c = cl
+	return cl, nil
 }
 
 // Close closes the client.
-func (c *Client) Close() error { return c.c.Close() }
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c == nil {
+		return nil
+	}
+	err := c.c.Close()
+	c.c = nil
+	return err
+}
 
 // Members lists the cluster's members, as the local member knows them.
 func (c *Client) Members(ctx context.Context) ([]Member, error) {
+	cl, err := c.client()
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	resp, err := c.c.MemberList(ctx)
+	resp, err := cl.MemberList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("etcd member list: %w", err)
 	}
@@ -117,9 +147,13 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 
 // Status reads the local member's status.
 func (c *Client) Status(ctx context.Context) (Status, error) {
+	cl, err := c.client()
+	if err != nil {
+		return Status{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	resp, err := c.c.Status(ctx, c.cfg.Endpoint)
+	resp, err := cl.Status(ctx, c.cfg.Endpoint)
 	if err != nil {
 		return Status{}, fmt.Errorf("etcd status: %w", err)
 	}
@@ -129,10 +163,14 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 // Read times a linearizable read through the local member: the latency
 // a client of the cluster sees, quorum included.
 func (c *Client) Read(ctx context.Context) (time.Duration, error) {
+	cl, err := c.client()
+	if err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	if _, err := c.c.Get(ctx, "fleet-role-probe"); err != nil {
+	if _, err := cl.Get(ctx, "fleet-role-probe"); err != nil {
 		return 0, fmt.Errorf("etcd linearizable read: %w", err)
 	}
 	return time.Since(start), nil
@@ -165,12 +203,16 @@ func (c *Client) MoveLeaderAway(ctx context.Context, preferNode string) (string,
 			candidates = append(candidates, m)
 		}
 	}
+	cl, err := c.client()
+	if err != nil {
+		return "", err
+	}
 	for _, m := range candidates {
-		if !c.answers(ctx, m) {
+		if !answers(ctx, cl, m, c.cfg.Timeout) {
 			continue
 		}
 		mctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-		_, err := c.c.MoveLeader(mctx, m.ID)
+		_, err := cl.MoveLeader(mctx, m.ID)
 		cancel()
 		if err != nil {
 			return "", fmt.Errorf("etcd move leader to %s: %w", m.Name, err)
@@ -181,10 +223,10 @@ func (c *Client) MoveLeaderAway(ctx context.Context, preferNode string) (string,
 }
 
 // answers says a member answers a status request on its client URL.
-func (c *Client) answers(ctx context.Context, m Member) bool {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+func answers(ctx context.Context, cl *clientv3.Client, m Member, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := c.c.Status(ctx, m.ClientURLs[0])
+	_, err := cl.Status(ctx, m.ClientURLs[0])
 	return err == nil
 }
 
@@ -204,6 +246,10 @@ func NodeOf(member string) string {
 // checksum etcd appends to it, syncs it, and returns its size and sha256.
 // Nothing is left under the name unless the snapshot is whole.
 func (c *Client) Save(ctx context.Context, dir, name string) (Snapshot, error) {
+	cl, err := c.client()
+	if err != nil {
+		return Snapshot{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout)
 	defer cancel()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -217,7 +263,7 @@ func (c *Client) Save(ctx context.Context, dir, name string) (Snapshot, error) {
 		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
 	}
 	defer f.Close()
-	rc, err := c.c.Snapshot(ctx)
+	rc, err := cl.Snapshot(ctx)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
 	}

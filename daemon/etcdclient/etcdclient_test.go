@@ -188,8 +188,12 @@ func TestALearnerIsAddedPromotedOnceCaughtUpAndAMemberRemoved(t *testing.T) {
 		_, err := admin.MemberPromote(ctx, added.Member.ID)
 		return err == nil
 	}, 30*time.Second, 100*time.Millisecond)
-	list, err = wrap(t, n).Members(ctx)
-	require.NoError(t, err)
+	// The promoted member serves the cluster's calls once it has applied
+	// its own promotion ("rpc not supported for learner" until then).
+	require.Eventually(t, func() bool {
+		list, err = wrap(t, n).Members(ctx)
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond)
 	assert.Len(t, list, 4)
 	for _, m := range list {
 		assert.False(t, m.Learner, m.Name)

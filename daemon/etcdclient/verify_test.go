@@ -32,3 +32,13 @@ func TestTheSnapshotChecksumIsVerifiedAcrossChunks(t *testing.T) {
 	assert.False(t, feed(stream[:len(stream)-1], 512), "a truncated stream")
 	assert.False(t, feed(sum[:16], 512), "shorter than a checksum")
 }
+
+func TestAClientOfAHostWithoutEtcdOrItsCertificatesIsMadeAndSaysSoOnUse(t *testing.T) {
+	c, err := New(Config{Endpoint: "https://127.0.0.1:2379", CAFile: "/nonexistent/ca.crt", CertFile: "/nonexistent/c.crt", KeyFile: "/nonexistent/c.key"})
+	if err != nil {
+		t.Fatalf("an agent host has no etcd certificates; its client is still made: %v", err)
+	}
+	defer c.Close()
+	_, err = c.Members(t.Context())
+	assert.ErrorContains(t, err, "etcd TLS")
+}

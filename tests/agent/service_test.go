@@ -56,7 +56,7 @@ func TestTheAgentRunsAsItsHardenedSystemdServiceAndPromotesANativeStandby(t *tes
 		h.Exec(t, "mkdir", "-p", filepath.Dir(path))
 		testhost.Docker(t, "cp", local, h.Name+":"+path)
 	}
-	testhost.Docker(t, "cp", binary, h.Name+":/usr/local/bin/fleet-role")
+	testhost.Docker(t, "cp", binary, h.Name+":/usr/bin/fleet-role")
 	testhost.Docker(t, "cp", filepath.Join(testhost.Root(), "packaging", "fleet-role-agent.service"), h.Name+":/etc/systemd/system/fleet-role-agent.service")
 	h.Exec(t, "sh", "-c", "mkdir -p /var/lib/fleet-role && echo agent > /var/lib/fleet-role/role && systemctl start k3s-agent.service")
 

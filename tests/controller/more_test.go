@@ -50,7 +50,10 @@ func TestTheControllerKilledAndRestartedAtEveryStepResumesAndFinishesTheSwap(t *
 	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
 	t.Logf("restarted at %d steps: %v", len(seen), seen)
-	for _, step := range []string{swapplan.StepSnapshot, swapplan.StepPromote, swapplan.StepStepDown, swapplan.StepCleanUp} {
+	// Note: a step the world answers at once may last less than a poll;
+	// those that wait on the world (k3s promoting the learner, the voters'
+	// next probes) are always seen.
+	for _, step := range []string{swapplan.StepJoin, swapplan.StepRemoveMember} {
 		assert.Contains(t, seen, step)
 	}
 	assert.GreaterOrEqual(t, len(seen), 8)

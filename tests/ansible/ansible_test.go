@@ -1,0 +1,364 @@
+package ansible_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/kubeapi"
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fleet-role-ansible-test")
+	if err != nil {
+		panic(err)
+	}
+	if binary, err = testhost.BuildFleetRole(dir); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func ansibleDir() string { return filepath.Join(testhost.Root(), "ansible") }
+
+// tool runs an Ansible tool from the ansible directory; under CI a missing
+// tool fails the test, elsewhere it skips it.
+func tool(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		testhost.Unavailable(t, "%s is not installed: apt-get install ansible ansible-lint yamllint python3-kubernetes python3-docker (.ci/run does)", name)
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Dir = ansibleDir()
+	cmd.Env = append(os.Environ(), "ANSIBLE_NOCOLOR=1", "ANSIBLE_FORCE_COLOR=0", "PY_COLORS=0", "ANSIBLE_PYTHON_INTERPRETER=/usr/bin/python3")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+var recap = regexp.MustCompile(`(?m)^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)`)
+
+// changed sums the changed tasks of a play recap, failing on a failure.
+func changed(t *testing.T, out string) int {
+	t.Helper()
+	m := recap.FindAllStringSubmatch(out, -1)
+	require.NotEmpty(t, m, "no play recap:\n%s", out)
+	total := 0
+	for _, r := range m {
+		require.Equal(t, "0", r[4], "unreachable:\n%s", out)
+		require.Equal(t, "0", r[5], "failed:\n%s", out)
+		n, _ := strconv.Atoi(r[3])
+		total += n
+	}
+	return total
+}
+
+func playbook(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := tool(t, "ansible-playbook", args...)
+	require.NoError(t, err, "%s", out)
+	return out
+}
+
+func TestTheRolesPassYamllintAnsibleLintAndASyntaxCheck(t *testing.T) {
+	out, err := tool(t, "yamllint", "-s", ".")
+	assert.NoError(t, err, out)
+	out, err = tool(t, "ansible-lint", "--offline")
+	assert.NoError(t, err, out)
+	assert.Contains(t, out, "Passed with production profile")
+	out, err = tool(t, "ansible-playbook", "-i", "inventory.example.yml", "deploy.yml", "--syntax-check")
+	assert.NoError(t, err, out)
+}
+
+// prefixInventory is one local host, a server of a fleet of three.
+func prefixInventory(t *testing.T) string {
+	inv := filepath.Join(t.TempDir(), "inventory.yml")
+	require.NoError(t, os.WriteFile(inv, []byte(`all:
+  children:
+    fleet_servers:
+      hosts:
+        runner-01: {ansible_connection: local, ansible_host: 10.0.0.1}
+        runner-02: {ansible_host: 10.0.0.2}
+        runner-03: {ansible_host: 10.0.0.3}
+`), 0o644))
+	return inv
+}
+
+func TestTheAgentRoleIntoAPrefixIsCheckModeSafeAndIdempotent(t *testing.T) {
+	prefix := t.TempDir()
+	play := filepath.Join(t.TempDir(), "agent.yml")
+	require.NoError(t, os.WriteFile(play, []byte(`- hosts: runner-01
+  gather_facts: false
+  roles:
+    - role: fleet_role_agent
+`), 0o644))
+	args := []string{"-i", prefixInventory(t), play, "-e", "fleet_role_agent_prefix=" + prefix,
+		"-e", "fleet_role_agent_manage_service=false", "-e", "fleet_role_agent_binary=" + binary,
+		"-e", "ansible_python_interpreter=/usr/bin/python3"}
+	out := playbook(t, append(args, "--check", "--diff")...)
+	assert.Positive(t, changed(t, out), "check mode reports what it would change")
+	assert.NoFileExists(t, filepath.Join(prefix, "etc", "fleet-role", "agent.toml"), "check mode changes nothing")
+
+	assert.Positive(t, changed(t, playbook(t, args...)))
+	assert.Zero(t, changed(t, playbook(t, args...)), "a second run changes nothing")
+
+	conf := filepath.Join(prefix, "etc", "fleet-role", "agent.toml")
+	a, err := config.LoadAgent(conf)
+	require.NoError(t, err)
+	assert.Equal(t, "runner-01", a.NodeName)
+	assert.Equal(t, config.PlatformSystemd, a.Platform)
+	assert.Equal(t, []config.Server{{Name: "runner-01", Address: "10.0.0.1"}, {Name: "runner-02", Address: "10.0.0.2"}, {Name: "runner-03", Address: "10.0.0.3"}}, a.Servers)
+	role, err := os.ReadFile(filepath.Join(prefix, "var", "lib", "fleet-role", "role"))
+	require.NoError(t, err)
+	assert.Equal(t, "server\n", string(role), "a server's role file starts as server")
+	assert.FileExists(t, filepath.Join(prefix, "usr", "bin", "fleet-role"))
+	assert.FileExists(t, filepath.Join(prefix, "etc", "systemd", "system", "fleet-role-agent.service"))
+}
+
+// agentKubeconfig is a kubeconfig, its CA inline, acting as the node's
+// agent through the administrator's right to impersonate.
+func agentKubeconfig(t *testing.T, api *kubeapi.Server, node string) string {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, api.WriteImpersonatingKubeconfig(path, "system:serviceaccount:fleet-role:fleet-role-agent-"+node))
+	kc, err := clientcmd.LoadFromFile(path)
+	require.NoError(t, err)
+	for _, c := range kc.Clusters {
+		ca, err := os.ReadFile(c.CertificateAuthority)
+		require.NoError(t, err)
+		c.CertificateAuthorityData, c.CertificateAuthority = ca, ""
+	}
+	b, err := clientcmd.Write(*kc)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestTheAgentRoleInstallsAndStartsTheAgentOnASystemdHost(t *testing.T) {
+	api := kubeapi.Start(t)
+	h := testhost.StartSystemdHost(t, "--network", "host")
+	ctx := context.Background()
+	_, err := api.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "runner-04"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	grant(t, api, "runner-04")
+
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "inventory.yml")
+	require.NoError(t, os.WriteFile(inv, []byte(fmt.Sprintf(`all:
+  children:
+    fleet_servers:
+      hosts:
+        runner-01: {ansible_host: 10.0.0.1}
+        runner-02: {ansible_host: 10.0.0.2}
+    fleet_standbys:
+      hosts:
+        runner-04:
+          ansible_connection: community.docker.docker
+          ansible_host: %s
+          ansible_python_interpreter: /usr/bin/python3
+`, h.Name)), 0o644))
+	kc := filepath.Join(dir, "kc.yml")
+	content := agentKubeconfig(t, api, "runner-04")
+	require.NoError(t, os.WriteFile(kc, []byte("fleet_role_agent_kubeconfig_content: |\n  "+strings.ReplaceAll(strings.TrimSpace(content), "\n", "\n  ")+"\n"), 0o644))
+	play := filepath.Join(dir, "agent.yml")
+	require.NoError(t, os.WriteFile(play, []byte(`- hosts: runner-04
+  roles:
+    - role: fleet_role_agent
+`), 0o644))
+	args := []string{"-i", inv, play, "-e", "fleet_role_agent_binary=" + binary, "-e", "@" + kc,
+		"-e", "fleet_role_agent_systemd_agent_env_file=/run/fleet-role-test/k3s-agent.env",
+		"-e", "fleet_role_agent_etcd_endpoint=http://127.0.0.1:1"}
+	out := playbook(t, append(args, "--check")...)
+	assert.Positive(t, changed(t, out), "check mode on a fresh host")
+	assert.Positive(t, changed(t, playbook(t, args...)))
+	assert.Equal(t, "active", h.Exec(t, "systemctl", "is-active", "fleet-role-agent.service"))
+	assert.Equal(t, "enabled", h.Exec(t, "systemctl", "is-enabled", "fleet-role-agent.service"))
+	rendered := h.Exec(t, "cat", "/etc/fleet-role/agent.toml")
+	assert.Contains(t, rendered, `node_name = "runner-04"`)
+	assert.Contains(t, h.Exec(t, "cat", "/var/lib/fleet-role/role"), "agent")
+	start := h.Exec(t, "systemctl", "show", "-p", "ActiveEnterTimestampMonotonic", "--value", "fleet-role-agent.service")
+	assert.Zero(t, changed(t, playbook(t, args...)), "a second run changes nothing")
+	assert.Equal(t, start, h.Exec(t, "systemctl", "show", "-p", "ActiveEnterTimestampMonotonic", "--value", "fleet-role-agent.service"),
+		"and restarts nothing")
+	// The agent it started answers on the Node: its probe.
+	require.Eventually(t, func() bool {
+		n, err := api.Client.CoreV1().Nodes().Get(ctx, "runner-04", metav1.GetOptions{})
+		return err == nil && n.Annotations[swapplan.AnnotationProbe] != ""
+	}, 30*time.Second, 200*time.Millisecond, "journal:\n%s", h.Exec(t, "journalctl", "-u", "fleet-role-agent", "--no-pager", "-n", "30"))
+
+	// A changed variable re-renders the config and restarts the agent.
+	playbook(t, append(args, "-e", "fleet_role_agent_probe_period=30s")...)
+	assert.Contains(t, h.Exec(t, "cat", "/etc/fleet-role/agent.toml"), `probe_period = "30s"`)
+	assert.NotEqual(t, start, h.Exec(t, "systemctl", "show", "-p", "ActiveEnterTimestampMonotonic", "--value", "fleet-role-agent.service"),
+		"the handler restarted it")
+}
+
+func grant(t *testing.T, api *kubeapi.Server, node string) {
+	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "agent-rbac.yaml.j2"))
+	require.NoError(t, err)
+	ns, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "namespace.yaml"))
+	require.NoError(t, err)
+	kubeapi.Apply(t, api.Client, ns)
+	kubeapi.Apply(t, api.Client, []byte(strings.ReplaceAll(string(b), "{{ node_name }}", node)))
+}
+
+func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
+	api := kubeapi.Start(t)
+	ctx := context.Background()
+	render := t.TempDir()
+	inv := filepath.Join(t.TempDir(), "inventory.yml")
+	require.NoError(t, os.WriteFile(inv, []byte(`all:
+  children:
+    fleet_servers:
+      hosts:
+        runner-01: {ansible_host: 10.0.0.1}
+    fleet_agents:
+      hosts:
+        runner-05: {ansible_host: 10.0.0.5}
+`), 0o644))
+	play := filepath.Join(t.TempDir(), "controller.yml")
+	require.NoError(t, os.WriteFile(play, []byte(`- hosts: localhost
+  connection: local
+  gather_facts: false
+  roles:
+    - role: fleet_role_controller
+`), 0o644))
+	args := []string{"-i", inv, play, "-e", "fleet_role_controller_kubeconfig=" + api.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
+		"-e", "fleet_role_controller_render_dir=" + render, "-e", "fleet_role_controller_wait=false",
+		"-e", "ansible_python_interpreter=/usr/bin/python3"}
+
+	// Check mode on a fresh cluster: a server-side dry run that keeps nothing.
+	out := playbook(t, append(args, "--check")...)
+	assert.Positive(t, changed(t, out))
+	assert.Contains(t, out, "The namespace fleet-role does not exist yet")
+	_, err := api.Client.CoreV1().Namespaces().Get(ctx, swapplan.Namespace, metav1.GetOptions{})
+	assert.Error(t, err, "nothing kept by the dry run")
+	_, err = api.Client.RbacV1().ClusterRoles().Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	assert.Error(t, err, "nothing kept by the dry run")
+
+	playbook(t, args...)
+	dep, err := api.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "fleet-role:latest", dep.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "fleet-role-controller-config", dep.Spec.Template.Spec.Volumes[0].ConfigMap.Name, "the Deployment carries the rendered config")
+	cm, err := api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(ctx, "fleet-role-controller-config", metav1.GetOptions{})
+	require.NoError(t, err)
+	c, err := config.ParseController([]byte(cm.Data["controller.toml"]))
+	require.NoError(t, err)
+	assert.True(t, c.DryRun, "a dry run unless told otherwise")
+	for _, sa := range []string{"fleet-role-controller", "fleet-role-agent-runner-01", "fleet-role-agent-runner-05"} {
+		_, err := api.Client.CoreV1().ServiceAccounts(swapplan.Namespace).Get(ctx, sa, metav1.GetOptions{})
+		assert.NoError(t, err, sa)
+	}
+	assert.Zero(t, changed(t, playbook(t, args...)), "a second run changes nothing")
+
+	// Check mode on the cluster now: every object tried by the API server,
+	// a change reported, nothing kept.
+	out = playbook(t, append(args, "--check", "-e", "fleet_role_controller_image=fleet-role:next")...)
+	assert.Positive(t, changed(t, out))
+	dep, err = api.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "fleet-role:latest", dep.Spec.Template.Spec.Containers[0].Image, "the dry run kept nothing")
+
+	// The rendered manifests decode strictly into their types.
+	manifests, err := os.ReadFile(filepath.Join(render, "fleet-role.yaml"))
+	require.NoError(t, err)
+	objs, err := kubeapi.Decode(manifests)
+	require.NoError(t, err)
+	assert.Equal(t, 1+7+1+1+2*3, len(objs), "the namespace, the controller's RBAC (7), its config, its Deployment, three objects per agent")
+
+	// -e dry_run=false flips exactly the config's line.
+	before, err := os.ReadFile(filepath.Join(render, "controller.toml"))
+	require.NoError(t, err)
+	playbook(t, append(args, "-e", "dry_run=false")...)
+	after, err := os.ReadFile(filepath.Join(render, "controller.toml"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"- dry_run = true", "+ dry_run = false"}, lineDiff(string(before), string(after)))
+	cm, err = api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(ctx, "fleet-role-controller-config", metav1.GetOptions{})
+	require.NoError(t, err)
+	c, err = config.ParseController([]byte(cm.Data["controller.toml"]))
+	require.NoError(t, err)
+	assert.False(t, c.DryRun)
+}
+
+// lineDiff lists the lines only in a ("- ") and only in b ("+ ").
+func lineDiff(a, b string) []string {
+	var out []string
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < max(len(al), len(bl)); i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			out = append(out, "- "+x, "+ "+y)
+		}
+	}
+	return out
+}
+
+func TestTheDebInstallsOnASystemdHostAndItsUnitStarts(t *testing.T) {
+	api := kubeapi.Start(t)
+	h := testhost.StartSystemdHost(t, "--network", "host")
+	ctx := context.Background()
+	_, err := api.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "runner-09"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	grant(t, api, "runner-09")
+
+	// make package: the binary and nfpm, from its Go module.
+	make := exec.Command("make", "package", "BIN="+t.TempDir())
+	make.Dir = testhost.Root()
+	var out bytes.Buffer
+	make.Stdout, make.Stderr = &out, &out
+	require.NoError(t, make.Run(), out.String())
+	debs, _ := filepath.Glob(filepath.Join(make.Args[2][len("BIN="):], "*.deb"))
+	require.Len(t, debs, 1, out.String())
+	rpms, _ := filepath.Glob(filepath.Join(make.Args[2][len("BIN="):], "*.rpm"))
+	assert.Len(t, rpms, 1)
+
+	testhost.Docker(t, "cp", debs[0], h.Name+":/tmp/fleet-role.deb")
+	h.Exec(t, "dpkg", "-i", "/tmp/fleet-role.deb")
+	assert.Equal(t, "/usr/bin/fleet-role", h.Exec(t, "sh", "-c", "command -v fleet-role"))
+	assert.Contains(t, h.Exec(t, "fleet-role", "version"), "fleet-role ")
+	assert.Contains(t, h.Exec(t, "cat", "/etc/fleet-role/agent.toml"), `node_name = "runner-01"`, "the example config")
+
+	// The operator writes the host's config; an upgrade keeps it.
+	cfg := strings.Replace(string(config.DefaultAgentTOML()), `node_name = "runner-01"`, `node_name = "runner-09"`, 1)
+	cfg = strings.Replace(cfg, `kubeconfig = "/etc/fleet-role/kubeconfig"`, `kubeconfig = "/etc/fleet-role/kubeconfig"`, 1)
+	cfg = strings.Replace(cfg, `agent_env_file = "/etc/systemd/system/k3s-agent.service.env"`, `agent_env_file = "/run/fleet-role-test/k3s-agent.env"`, 1)
+	local := filepath.Join(t.TempDir(), "agent.toml")
+	require.NoError(t, os.WriteFile(local, []byte(cfg), 0o600))
+	testhost.Docker(t, "cp", local, h.Name+":/etc/fleet-role/agent.toml")
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kc, []byte(agentKubeconfig(t, api, "runner-09")), 0o600))
+	testhost.Docker(t, "cp", kc, h.Name+":/etc/fleet-role/kubeconfig")
+	h.Exec(t, "sh", "-c", "echo agent > /var/lib/fleet-role/role")
+	h.Exec(t, "systemctl", "enable", "fleet-role-agent.service")
+	h.Exec(t, "sh", "-c", "systemctl start fleet-role-agent.service || true")
+	assert.Equal(t, "active", h.Exec(t, "sh", "-c", "systemctl is-active fleet-role-agent.service || true"),
+		"journal:\n%s", h.Exec(t, "journalctl", "-u", "fleet-role-agent", "--no-pager", "-n", "30"))
+
+	h.Exec(t, "dpkg", "-i", "--force-confold", "/tmp/fleet-role.deb")
+	assert.Contains(t, h.Exec(t, "cat", "/etc/fleet-role/agent.toml"), `node_name = "runner-09"`, "an upgrade keeps the config")
+}
