@@ -30,16 +30,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleet-role-test")
-	if err != nil {
-		panic(err)
-	}
-	if binary, err = testhost.BuildFleetRole(dir); err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testhost.RunWithFleetRole(m, &binary))
 }
 
 // host is one Docker host: its files, its Node in the API server, and the

@@ -28,16 +28,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleet-role-ansible-test")
-	if err != nil {
-		panic(err)
-	}
-	if binary, err = testhost.BuildFleetRole(dir); err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testhost.RunWithFleetRole(m, &binary))
 }
 
 func ansibleDir() string { return filepath.Join(testhost.Root(), "ansible") }

@@ -33,17 +33,8 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleet-role-test")
-	if err != nil {
-		panic(err)
-	}
-	if binary, err = testhost.BuildFleetRole(dir); err != nil {
-		panic(err)
-	}
 	klog.SetLogger(logr.Discard())
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testhost.RunWithFleetRole(m, &binary))
 }
 
 const probePeriod = 2 * time.Second

@@ -23,16 +23,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleet-role-test")
-	if err != nil {
-		panic(err)
-	}
-	if binary, err = testhost.BuildFleetRole(dir); err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testhost.RunWithFleetRole(m, &binary))
 }
 
 // planOf runs `fleet-role plan` on the cluster's List and decodes its answer.

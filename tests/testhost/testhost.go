@@ -194,3 +194,18 @@ func Memory(pid int) map[string]float64 {
 	}
 	return out
 }
+
+// RunWithFleetRole builds the fleet-role binary into a temporary
+// directory, sets *bin to it, runs the tests and removes the directory;
+// it returns the tests' exit code, for TestMain.
+func RunWithFleetRole(m *testing.M, bin *string) int {
+	dir, err := os.MkdirTemp("", "fleet-role-test")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = BuildFleetRole(dir); err != nil {
+		panic(err)
+	}
+	return m.Run()
+}
