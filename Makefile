@@ -12,7 +12,7 @@ TESTLOG     ?= $(BIN)/test.log
 NOW         ?= 2026-11-30T12:00:00Z
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: help build image package test test-ansible bench fuzz lint fmt demo test-bins clean
+.PHONY: help build image package test test-ansible bench fuzz lint fmt demo demo-plan test-bins clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -54,7 +54,10 @@ lint: ## gofmt, go vet and staticcheck
 fmt: ## format the code
 	gofmt -w .
 
-demo: build ## plan the example clusters of docs/examples, as an operator would
+demo: test-bins ## run fleet-role on a local simulated fleet: a real API server, a manual swap, a slow voter
+	$(GO) run ./tests/demo
+
+demo-plan: build ## plan the example clusters of docs/examples, as an operator would
 	@for f in docs/examples/*.json; do \
 		echo "== $(BIN)/fleet-role plan -f $$f --now $(NOW) -o text"; \
 		$(BIN)/fleet-role plan -f $$f --now $(NOW) -o text; echo; \

@@ -178,7 +178,10 @@ func renderStatus(w io.Writer, st swapplan.Status, now time.Time) {
 		verdict, samples, fsync, read := "-", "-", "-", "-"
 		if ok {
 			verdict = v.State
-			if v.Samples > 0 {
+			switch {
+			case v.State == swapplan.VerdictPartial:
+				samples = "filling"
+			case v.Samples > 0:
 				samples = fmt.Sprintf("%d bad of %d", v.Bad, v.Samples)
 			}
 			if v.FsyncP99Ms > 0 {

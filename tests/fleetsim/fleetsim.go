@@ -13,7 +13,6 @@ import (
 	"hash/fnv"
 	"slices"
 	"sync"
-	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // driver plays, over the API alone, what the controller sees of the
@@ -35,7 +35,7 @@ import (
 // they finish and delete). Its truth is etcd's member list and each host's
 // units; what it writes is what the real parts would.
 type Driver struct {
-	t       testing.TB
+	t       testhost.T
 	c       kubernetes.Interface
 	period  time.Duration // the probe period
 	mu      sync.Mutex
@@ -97,7 +97,7 @@ func memberName(node string, incarnation int) string {
 
 // newDriver creates the fleet's Nodes (voters, standbys, agents), a pod
 // of an app and of a DaemonSet on each, and starts playing.
-func New(tb testing.TB, c kubernetes.Interface, period time.Duration, voters, standbys, agents int) *Driver {
+func New(tb testhost.T, c kubernetes.Interface, period time.Duration, voters, standbys, agents int) *Driver {
 	d := &Driver{t: tb, c: c, period: period, Hosts: map[string]*Host{}, stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
 	for _, ns := range []string{swapplan.Namespace, swapplan.NodeLeaseNamespace, "apps", "arc-runners"} {

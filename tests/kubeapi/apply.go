@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +19,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // Decode reads the objects of a multi-document manifest, strictly: an
@@ -58,7 +59,7 @@ func nonComments(doc string) []string {
 }
 
 // Apply creates the objects of a manifest (those already there are left).
-func Apply(tb testing.TB, c kubernetes.Interface, manifest []byte) {
+func Apply(tb testhost.T, c kubernetes.Interface, manifest []byte) {
 	tb.Helper()
 	objs, err := Decode(manifest)
 	if err != nil {

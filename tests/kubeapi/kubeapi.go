@@ -21,7 +21,6 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -70,7 +69,7 @@ type Server struct {
 
 // Start starts etcd and the API server in a temporary directory. Stop them
 // with Stop (Start registers it as a cleanup of tb too).
-func Start(tb testing.TB) *Server {
+func Start(tb testhost.T) *Server {
 	tb.Helper()
 	bins := BinDir()
 	for _, b := range []string{"etcd", "kube-apiserver"} {

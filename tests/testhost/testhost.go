@@ -26,9 +26,19 @@ const SystemdImage = "fleet-role-test/systemd:latest"
 // Label marks every container the tests start, for a sweep.
 const Label = "fleet-role-test=1"
 
+// T is what the helpers need of a test. testing.TB has it; so does a
+// program that runs a simulated fleet (tests/demo).
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+	Cleanup(func())
+}
+
 // Unavailable skips the test, or fails it under CI, where a real part the
 // test needs is missing.
-func Unavailable(t testing.TB, format string, args ...any) {
+func Unavailable(t T, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
 	if os.Getenv("CI") != "" {
@@ -38,7 +48,7 @@ func Unavailable(t testing.TB, format string, args ...any) {
 }
 
 // RequireDocker checks the Docker engine answers.
-func RequireDocker(t testing.TB) {
+func RequireDocker(t T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -48,7 +58,7 @@ func RequireDocker(t testing.TB) {
 }
 
 // RequireImage checks a test image is loaded.
-func RequireImage(t testing.TB, image string) {
+func RequireImage(t T, image string) {
 	t.Helper()
 	RequireDocker(t)
 	if err := exec.Command("docker", "image", "inspect", image).Run(); err != nil {
@@ -57,7 +67,7 @@ func RequireImage(t testing.TB, image string) {
 }
 
 // Docker runs the docker command and returns its trimmed output.
-func Docker(t testing.TB, args ...string) string {
+func Docker(t T, args ...string) string {
 	t.Helper()
 	out, err := exec.Command("docker", args...).CombinedOutput()
 	if err != nil {
@@ -137,7 +147,7 @@ var standin sync.Once
 // Standin builds the k3s stand-in image (tests/images/k3sstandin) FROM
 // scratch with a static binary, with no registry, once per test binary,
 // and returns its name.
-func Standin(t testing.TB) string {
+func Standin(t T) string {
 	t.Helper()
 	RequireDocker(t)
 	standin.Do(func() {
