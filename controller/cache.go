@@ -3,7 +3,6 @@ package controller
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"log/slog"
 	"maps"
 	"reflect"
@@ -405,10 +404,4 @@ func (c *cache) statusObject() *corev1.ConfigMap {
 		return nil
 	}
 	return c.cm.DeepCopy()
-}
-
-func (c *cache) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return fmt.Sprintf("%d nodes, %d heartbeats, pods of %d nodes", len(c.nodes), len(c.beats), len(c.pods))
 }

@@ -42,6 +42,13 @@ func controllerConfig(path string) (config.Controller, error) {
 	return c, nil
 }
 
+// clusterFlags are the flags of the commands that reach the cluster as
+// the controller does: its configuration and a kubeconfig.
+func clusterFlags(cmd *cobra.Command, configFile, kubeconfig *string) {
+	cmd.Flags().StringVar(configFile, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
+	cmd.Flags().StringVar(kubeconfig, "kubeconfig", "", "a kubeconfig (default: the in-cluster configuration)")
+}
+
 func newControllerCommand() *cobra.Command {
 	var configFile, kubeconfig string
 	cmd := &cobra.Command{
@@ -68,8 +75,7 @@ func newControllerCommand() *cobra.Command {
 			return c.Run(cmd.Context())
 		},
 	}
-	cmd.Flags().StringVar(&configFile, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "a kubeconfig (default: the in-cluster configuration)")
+	clusterFlags(cmd, &configFile, &kubeconfig)
 	return cmd
 }
 
@@ -120,8 +126,7 @@ too, through every gate but the cooldown and the verdicts.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&configFile, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "a kubeconfig (default: the in-cluster configuration)")
+	clusterFlags(cmd, &configFile, &kubeconfig)
 	return cmd
 }
 

@@ -64,8 +64,7 @@ func newStatusCommand() *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "refresh in place")
 	cmd.Flags().DurationVar(&every, "interval", 2*time.Second, "how often --watch refreshes")
-	cmd.Flags().StringVar(&configFile, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "a kubeconfig (default: the in-cluster configuration)")
+	clusterFlags(cmd, &configFile, &kubeconfig)
 	return cmd
 }
 

@@ -1,5 +1,5 @@
 // Package fake is an in-memory platform for tests: it keeps the units'
-// states, records every call, and fails the calls it is told to.
+// states, records every call, and blocks the calls it is told to.
 package fake
 
 import (
@@ -21,14 +21,12 @@ type Call struct {
 
 // Platform is the fake. The zero value is not usable; use New.
 type Platform struct {
-	mu        sync.Mutex
-	now       func() time.Time
-	units     map[platform.Unit]*unit
-	installed map[platform.Unit]bool
-	calls     []Call
-	fail      map[string]error
-	block     map[string]chan struct{}
-	notify    chan Call
+	mu     sync.Mutex
+	now    func() time.Time
+	units  map[platform.Unit]*unit
+	calls  []Call
+	block  map[string]chan struct{}
+	notify chan Call
 }
 
 type unit struct {
@@ -40,11 +38,9 @@ type unit struct {
 // New returns a fake with both units stopped and installed; now is its clock.
 func New(now func() time.Time) *Platform {
 	return &Platform{
-		now:       now,
-		units:     map[platform.Unit]*unit{platform.Server: {}, platform.Agent: {}},
-		installed: map[platform.Unit]bool{platform.Server: true, platform.Agent: true},
-		fail:      map[string]error{},
-		block:     map[string]chan struct{}{},
+		now:   now,
+		units: map[platform.Unit]*unit{platform.Server: {}, platform.Agent: {}},
+		block: map[string]chan struct{}{},
 	}
 }
 
@@ -100,13 +96,6 @@ func (p *Platform) Set(u platform.Unit, active bool, started time.Time) {
 	p.units[u].active, p.units[u].started = active, started
 }
 
-// SetInstalled says whether a unit is installed.
-func (p *Platform) SetInstalled(u platform.Unit, ok bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.installed[u] = ok
-}
-
 // Restart restarts a running unit behind the platform's back, as a unit's
 // restart policy would.
 func (p *Platform) Restart(u platform.Unit) {
@@ -115,19 +104,6 @@ func (p *Platform) Restart(u platform.Unit) {
 	if s := p.units[u]; s.active {
 		s.started = p.now()
 	}
-}
-
-// Fail makes the next calls of op ("start", "stop") on the unit fail with
-// err, until Fail is called with a nil err.
-func (p *Platform) Fail(op string, u platform.Unit, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	key := op + "/" + string(u)
-	if err == nil {
-		delete(p.fail, key)
-		return
-	}
-	p.fail[key] = err
 }
 
 // Calls returns the start and stop calls so far.
@@ -169,9 +145,6 @@ func (p *Platform) Start(ctx context.Context, u platform.Unit, opts platform.Sta
 	defer p.mu.Unlock()
 	c := Call{Op: "start", Unit: u, URL: opts.ServerURL, At: p.now()}
 	p.record(c)
-	if err := p.fail["start/"+string(u)]; err != nil {
-		return time.Time{}, fmt.Errorf("start %s: %w", u, err)
-	}
 	if u == platform.Agent && opts.ServerURL == "" {
 		return time.Time{}, platform.ErrNoServerURL
 	}
@@ -199,9 +172,6 @@ func (p *Platform) Stop(ctx context.Context, u platform.Unit) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.record(Call{Op: "stop", Unit: u, At: p.now()})
-	if err := p.fail["stop/"+string(u)]; err != nil {
-		return fmt.Errorf("stop %s: %w", u, err)
-	}
 	s := p.units[u]
 	s.active, s.started = false, time.Time{}
 	return nil
@@ -227,9 +197,7 @@ func (p *Platform) Installed(ctx context.Context, u platform.Unit) (bool, error)
 	if err := platform.Check(u); err != nil {
 		return false, err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.installed[u], nil
+	return true, nil
 }
 
 // Close implements platform.Platform.

@@ -48,8 +48,8 @@ type Driver struct {
 	done      chan struct{}
 	lastProbe time.Time
 	lastBeat  time.Time
-	// Reports are the reports written, in order.
-	Reports []Written
+	// reports are the reports written, in order.
+	reports []Written
 }
 
 // Label marks the Nodes the driver plays; other Nodes (a load test's)
@@ -169,11 +169,6 @@ func (d *Driver) pod(ns, name, node string, edit func(*corev1.Pod)) {
 	}
 }
 
-// runner puts a running runner pod on the node.
-func (d *Driver) Runner(name, node string) {
-	d.pod("arc-runners", name, node, func(p *corev1.Pod) { p.Labels["app.kubernetes.io/component"] = "runner" })
-}
-
 func (d *Driver) Close() {
 	select {
 	case <-d.stop:
@@ -195,12 +190,6 @@ func (d *Driver) run() {
 			d.tick()
 		}
 	}
-}
-
-func (d *Driver) Host(name string) *Host {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.Hosts[name]
 }
 
 // with changes the driver's truth under its lock.
@@ -255,7 +244,7 @@ func (d *Driver) tick() {
 			if v, ok := ann[swapplan.AnnotationReport].(string); ok && err == nil {
 				var r swapplan.Report
 				_ = json.Unmarshal([]byte(v), &r)
-				d.Reports = append(d.Reports, Written{At: time.Now(), Node: n.Name, Action: r.Action, State: r.State, Swap: r.Swap})
+				d.reports = append(d.reports, Written{At: time.Now(), Node: n.Name, Action: r.Action, State: r.State, Swap: r.Swap})
 			}
 		}
 		d.conditions(ctx, n, h, now)
@@ -423,25 +412,10 @@ func (d *Driver) kubelet(ctx context.Context, nodes []corev1.Node) {
 func (d *Driver) Written() []Written {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]Written(nil), d.Reports...)
+	return append([]Written(nil), d.reports...)
 }
 
-// finishRunners marks the node's runner pods Succeeded.
-func (d *Driver) FinishRunners(node string) {
-	ctx := context.Background()
-	pods, err := d.c.CoreV1().Pods("arc-runners").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		p.Status.Phase = corev1.PodSucceeded
-		if _, err := d.c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, &p, metav1.UpdateOptions{}); err != nil {
-			d.t.Fatal(err)
-		}
-	}
-}
-
-// memberCount is etcd's member count.
+// MemberCount is etcd's member count.
 func (d *Driver) MemberCount() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
