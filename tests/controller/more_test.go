@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/fleet-role/fleet-role/config"
@@ -69,14 +70,20 @@ func TestARegradeHoldingTheLeaseBlocksEveryAction(t *testing.T) {
 	// Regrade takes the Lease (the controller's had expired, say) and
 	// holds it, renewing it.
 	leases := e.api.Client.CoordinationV1().Leases(swapplan.Namespace)
+	// Note: the controller renews the Lease until it sees regrade hold it,
+	// so regrade's first update may meet a conflict, and is made again.
 	take := func() {
-		l, err := leases.Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
-		require.NoError(t, err)
-		now := metav1.NewMicroTime(time.Now())
-		l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = ptr.To("regrade"), &now, ptr.To[int32](30)
-		l.Annotations = map[string]string{"regrade.example/level": "etcd-only"}
-		_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
-		require.NoError(t, err)
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			l, err := leases.Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			now := metav1.NewMicroTime(time.Now())
+			l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = ptr.To("regrade"), &now, ptr.To[int32](30)
+			l.Annotations = map[string]string{"regrade.example/level": "etcd-only"}
+			_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
+			return err
+		}))
 	}
 	take()
 	// An action begun before regrade took the Lease may still end; after
