@@ -33,7 +33,7 @@ package: build ## build the .deb and the .rpm into bin/ with nfpm
 test: ## run every test, printing each result and the totals
 	@mkdir -p $(BIN)
 	@status=0; $(GO) test -count=1 -v $(TESTFLAGS) ./... >$(TESTLOG) 2>&1 || status=$$?; \
-	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:' $(TESTLOG) || true; \
+	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:|^\s+(Error|Messages):' $(TESTLOG) || true; \
 	echo "tests: $$(grep -cE '^\s*--- PASS' $(TESTLOG)) passed, $$(grep -cE '^\s*--- FAIL' $(TESTLOG)) failed, $$(grep -cE '^\s*--- SKIP' $(TESTLOG)) skipped (full log: $(TESTLOG))"; \
 	exit $$status
 
