@@ -203,9 +203,23 @@ func (s *Server) WriteImpersonatingKubeconfig(path, as string) error {
 	return s.writeKubeconfig(path, "as", &clientcmdapi.AuthInfo{Token: AdminToken, Impersonate: as})
 }
 
+// WriteEmbeddedKubeconfig writes an administrator's kubeconfig that holds
+// the serving certificate itself, for a host that cannot see CAFile.
+func (s *Server) WriteEmbeddedKubeconfig(path string) error {
+	ca, err := os.ReadFile(s.CAFile)
+	if err != nil {
+		return err
+	}
+	return s.write(path, "admin", &clientcmdapi.AuthInfo{Token: AdminToken}, &clientcmdapi.Cluster{Server: s.URL, CertificateAuthorityData: ca})
+}
+
 func (s *Server) writeKubeconfig(path, user string, auth *clientcmdapi.AuthInfo) error {
+	return s.write(path, user, auth, &clientcmdapi.Cluster{Server: s.URL, CertificateAuthority: s.CAFile})
+}
+
+func (s *Server) write(path, user string, auth *clientcmdapi.AuthInfo, cluster *clientcmdapi.Cluster) error {
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: s.URL, CertificateAuthority: s.CAFile}
+	kc.Clusters["test"] = cluster
 	kc.AuthInfos[user] = auth
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: user}
 	kc.CurrentContext = "test"

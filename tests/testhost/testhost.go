@@ -66,6 +66,18 @@ func RequireImage(t T, image string) {
 	}
 }
 
+// Iptables runs iptables on this machine, which a test needs to cut a
+// link; a missing iptables is Unavailable.
+func Iptables(t T, args ...string) {
+	t.Helper()
+	if _, err := exec.LookPath("iptables"); err != nil {
+		Unavailable(t, "no iptables: install Debian's iptables, as .ci/run does")
+	}
+	if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+		t.Fatalf("iptables %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
 // Docker runs the docker command and returns its trimmed output.
 func Docker(t T, args ...string) string {
 	t.Helper()
@@ -97,8 +109,14 @@ func privileges() []string {
 // extra are more docker run flags (--network host, say).
 func StartSystemdHost(t testing.TB, extra ...string) *SystemdHost {
 	t.Helper()
+	return StartSystemdHostIn(t, t.TempDir(), extra...)
+}
+
+// StartSystemdHostIn is StartSystemdHost with the host's directories
+// (its bus, its shared directory) under dir.
+func StartSystemdHostIn(t T, dir string, extra ...string) *SystemdHost {
+	t.Helper()
 	RequireImage(t, SystemdImage)
-	dir := t.TempDir()
 	bus := filepath.Join(dir, "bus")
 	shared := filepath.Join(dir, "shared")
 	for _, d := range []string{bus, shared} {
@@ -134,7 +152,7 @@ func StartSystemdHost(t testing.TB, extra ...string) *SystemdHost {
 }
 
 // Exec runs a command in the host and returns its trimmed output.
-func (h *SystemdHost) Exec(t testing.TB, args ...string) string {
+func (h *SystemdHost) Exec(t T, args ...string) string {
 	t.Helper()
 	return Docker(t, append([]string{"exec", h.Name}, args...)...)
 }
@@ -156,19 +174,38 @@ func Standin(t T) string {
 			t.Fatal(err)
 		}
 		defer os.RemoveAll(dir)
-		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "k3s"), "./tests/images/k3sstandin")
-		build.Dir = Root()
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build the k3s stand-in: %v: %s", err, out)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM scratch\nCOPY k3s /bin/k3s\nENTRYPOINT [\"/bin/k3s\"]\n"), 0o644); err != nil {
+		bin, err := Build(dir, "k3s", "./tests/images/k3sstandin")
+		if err != nil {
 			t.Fatal(err)
 		}
-		Docker(t, "build", "-q", "-t", StandinImage, dir)
+		ImageOf(t, StandinImage, bin, "/bin/k3s")
 	})
 	RequireImage(t, StandinImage)
 	return StandinImage
+}
+
+// ImageOf builds an image FROM scratch holding the static binary at path,
+// its entrypoint, tags it and returns the tag. No registry is needed.
+func ImageOf(t T, tag, binary, path string) string {
+	t.Helper()
+	RequireDocker(t)
+	dir, err := os.MkdirTemp("", "image")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	data, err := os.ReadFile(binary)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "bin"), data, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(fmt.Sprintf("FROM scratch\nCOPY bin %s\nENTRYPOINT [%q]\n", path, path)), 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	Docker(t, "build", "-q", "-t", tag, dir)
+	return tag
 }
 
 // Root is the repository's root directory.
@@ -180,12 +217,18 @@ func Root() string {
 // BuildFleetRole builds the fleet-role binary into dir as make build does
 // (static, stripped) and returns its path.
 func BuildFleetRole(dir string) (string, error) {
-	bin := filepath.Join(dir, "fleet-role")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/fleet-role")
+	return Build(dir, "fleet-role", "./cmd/fleet-role")
+}
+
+// Build builds a package of the module, static and stripped, into
+// dir/name and returns its path.
+func Build(dir, name, pkg string) (string, error) {
+	bin := filepath.Join(dir, name)
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
 	build.Dir = Root()
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build fleet-role: %v: %s", err, out)
+		return "", fmt.Errorf("build %s: %v: %s", pkg, err, out)
 	}
 	return bin, nil
 }

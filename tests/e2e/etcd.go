@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// Etcd is a client of the fleet's etcd cluster through every server's
+// endpoint.
+func (f *Fleet) Etcd() *clientv3.Client {
+	f.t.Helper()
+	var eps []string
+	for _, s := range f.servers() {
+		eps = append(eps, clientURL(s.IP))
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func clientURL(ip string) string { return "http://" + ip + ":2379" }
+
+// Membership is etcd's member list as one server sees it.
+type Membership struct {
+	ClusterID uint64
+	Voters    []string
+	Learners  []string
+}
+
+// Members reads the member list.
+func (f *Fleet) Members(c *clientv3.Client) (Membership, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	resp, err := c.MemberList(ctx)
+	if err != nil {
+		return Membership{}, err
+	}
+	m := Membership{ClusterID: resp.Header.ClusterId}
+	for _, x := range resp.Members {
+		if x.IsLearner {
+			m.Learners = append(m.Learners, x.Name)
+		} else {
+			m.Voters = append(m.Voters, x.Name)
+		}
+	}
+	slices.Sort(m.Voters)
+	return m, nil
+}
+
+// Writes puts a key every few milliseconds until Stop, counting the
+// writes that failed and the longest time from a failure to the next
+// success.
+type Writes struct {
+	c       *clientv3.Client
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	ok      int
+	failed  int
+	since   time.Time // the first failure of the current run of failures
+	longest time.Duration
+	errs    []string
+}
+
+// StartWrites starts writing.
+func (f *Fleet) StartWrites(c *clientv3.Client) *Writes {
+	w := &Writes{c: c, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	f.t.Cleanup(w.Stop)
+	return w
+}
+
+func (w *Writes) run() {
+	defer close(w.done)
+	for i := 0; ; i++ {
+		select {
+		case <-w.stop:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*ElectionTimeout)
+		_, err := w.c.Put(ctx, fmt.Sprintf("/e2e/writes/%d", i%100), time.Now().Format(time.RFC3339Nano))
+		cancel()
+		now := time.Now()
+		w.mu.Lock()
+		if err != nil {
+			w.failed++
+			if w.since.IsZero() {
+				w.since = now
+			}
+			if len(w.errs) < 5 {
+				w.errs = append(w.errs, err.Error())
+			}
+		} else {
+			w.ok++
+			if !w.since.IsZero() {
+				w.longest = max(w.longest, now.Sub(w.since))
+				w.since = time.Time{}
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// Stop stops writing.
+func (w *Writes) Stop() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+// WriteCount is what a run of writes saw.
+type WriteCount struct {
+	OK, Failed int
+	// Longest is the longest time from a failed write to the next success;
+	// Unanswered is set when the last writes failed with none after.
+	Longest    time.Duration
+	Unanswered bool
+	Errors     []string
+}
+
+func (c WriteCount) String() string {
+	s := fmt.Sprintf("%d writes, %d failed, longest failure to success %s", c.OK+c.Failed, c.Failed, c.Longest.Round(time.Millisecond))
+	if c.Unanswered {
+		s += ", the last failures unanswered"
+	}
+	if len(c.Errors) > 0 {
+		s += " (" + strings.Join(c.Errors, "; ") + ")"
+	}
+	return s
+}
+
+// Count stops the writes and counts them.
+func (w *Writes) Count() WriteCount {
+	w.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return WriteCount{OK: w.ok, Failed: w.failed, Longest: w.longest, Unanswered: !w.since.IsZero(), Errors: w.errs}
+}
+
+// Check is what must hold after every scenario: the etcd cluster is the
+// one it was, its members are the voters' and vote, no Node is left
+// cordoned by a swap, the Lease is free and status.json says the result.
+func (f *Fleet) Check(c *clientv3.Client, clusterID uint64, result string) error {
+	m, err := f.Members(c)
+	if err != nil {
+		return err
+	}
+	if m.ClusterID != clusterID {
+		return fmt.Errorf("etcd's cluster ID is %x, not %x", m.ClusterID, clusterID)
+	}
+	if len(m.Learners) > 0 {
+		return fmt.Errorf("learners left: %v", m.Learners)
+	}
+	nodes, err := f.API.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var voters []string
+	for _, n := range nodes.Items {
+		if _, ok := n.Annotations[swapplan.AnnotationCordonedBy]; ok || n.Spec.Unschedulable {
+			return fmt.Errorf("%s is left cordoned (cordoned-by %q)", n.Name, n.Annotations[swapplan.AnnotationCordonedBy])
+		}
+		if n.Labels[swapplan.LabelRole] == swapplan.RoleVoter {
+			voters = append(voters, n.Annotations[swapplan.AnnotationEtcdNodeName])
+		}
+	}
+	slices.Sort(voters)
+	if !slices.Equal(voters, m.Voters) {
+		return fmt.Errorf("etcd's voters %v are not the voter Nodes' members %v", m.Voters, voters)
+	}
+	if l := f.Lease(); l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+		return fmt.Errorf("the Lease is held by %s", *l.Spec.HolderIdentity)
+	}
+	st := f.Status()
+	if st.Swap != nil {
+		return fmt.Errorf("a swap is under way: %s at %s", st.Swap.ID, st.Step)
+	}
+	if result != "" && (st.Last == nil || st.Last.Result != result) {
+		return fmt.Errorf("status.json's last swap is %+v, not %s", st.Last, result)
+	}
+	return nil
+}

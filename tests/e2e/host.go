@@ -1,0 +1,269 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+// In the host, where the harness puts the agent's and the double's files.
+const (
+	hostKubeconfig = "/etc/fleet-role/kubeconfig"
+	hostDataDir    = "/var/lib/rancher/k3s"
+	hostStateDir   = "/var/lib/fleet-role"
+	hostRancher    = "/etc/rancher/k3s"
+)
+
+func (h *Host) staged() bool {
+	return h.Role == swapplan.RoleVoter || h.Role == swapplan.RoleStandby
+}
+
+// siblingName is the name of a k3s container a Docker host's agent starts.
+func (h *Host) siblingName(unit string) string {
+	return fmt.Sprintf("fleet-role-e2e-%s-%s-%s", strings.ReplaceAll(h.f.subnet, ".", "-"), h.Name, unit)
+}
+
+// doubleArgs are the k3s double's arguments for a unit.
+func (h *Host) doubleArgs(unit, kubeconfig string) []string {
+	var join []string
+	for _, s := range h.f.servers() {
+		join = append(join, s.IP)
+	}
+	return []string{unit, "--node-name", h.Name, "--node-ip", h.IP, "--join", strings.Join(join, ","),
+		"--kubeconfig", kubeconfig, "--election-ms", fmt.Sprint(ElectionTimeout.Milliseconds())}
+}
+
+// start writes the host's files, starts its container with systemd as
+// PID 1 and starts fleet-role-agent in it.
+func (h *Host) start() error {
+	f := h.f
+	for _, d := range []string{"etc", "rancher", "state", "data", "units", "sd"} {
+		if err := os.MkdirAll(filepath.Join(h.dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if h.staged() {
+		conf := "cluster-init: true\n"
+		if b := f.bootstrap(); b != h {
+			conf = fmt.Sprintf("server: https://%s:6443\n", b.IP)
+		}
+		if err := os.WriteFile(filepath.Join(h.dir, "rancher", "config.yaml"), []byte(conf), 0o644); err != nil {
+			return err
+		}
+	}
+	roleFile := "agent"
+	if h.Role == swapplan.RoleVoter {
+		roleFile = "server"
+	}
+	files := map[string]string{
+		"state/role":       roleFile + "\n",
+		"etc/agent.toml":   h.agentConfig(),
+		"units/k3s.conf":   unitDropIn(h.doubleArgs("server", hostKubeconfig)),
+		"units/agent.conf": unitDropIn(h.doubleArgs("agent", hostKubeconfig)),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(h.dir, name), []byte(data), 0o644); err != nil {
+			return err
+		}
+	}
+	mounts := []string{
+		"--network", "host",
+		"-v", f.Bin + ":/usr/bin/fleet-role:ro",
+		"-v", f.double + ":/usr/local/bin/k3s:ro",
+		"-v", filepath.Join(testhost.Root(), "packaging", "fleet-role-agent.service") + ":/etc/systemd/system/fleet-role-agent.service:ro",
+		"-v", filepath.Join(h.dir, "units", "k3s.conf") + ":/etc/systemd/system/k3s.service.d/double.conf:ro",
+		"-v", filepath.Join(h.dir, "units", "agent.conf") + ":/etc/systemd/system/k3s-agent.service.d/double.conf:ro",
+		"-v", filepath.Join(h.dir, "etc", "agent.toml") + ":/etc/fleet-role/agent.toml:ro",
+		"-v", f.kubeconfig + ":" + hostKubeconfig + ":ro",
+		"-v", filepath.Join(h.dir, "rancher") + ":" + hostRancher,
+		"-v", filepath.Join(h.dir, "state") + ":" + hostStateDir,
+		"-v", filepath.Join(h.dir, "data") + ":" + hostDataDir,
+	}
+	if h.Docker {
+		mounts = append(mounts, "-v", "/var/run/docker.sock:/var/run/docker.sock")
+	}
+	sd := testhost.StartSystemdHostIn(f.t, filepath.Join(h.dir, "sd"), mounts...)
+	h.Container = sd.Name
+	if out, err := h.exec("systemctl", "enable", "--now", "fleet-role-agent.service"); err != nil {
+		journal, _ := h.exec("journalctl", "--no-pager", "-n", "15", "-u", "fleet-role-agent")
+		return fmt.Errorf("%s: start fleet-role-agent: %v: %s\n%s", h.Name, err, out, journal)
+	}
+	return nil
+}
+
+func unitDropIn(args []string) string {
+	return "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s " + strings.Join(args, " ") + "\nRestart=on-failure\nRestartSec=2s\n"
+}
+
+// agentConfig renders the host's agent.toml.
+func (h *Host) agentConfig() string {
+	f := h.f
+	platform := "systemd"
+	if h.Docker {
+		platform = "docker"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `version = 1
+node_name = %q
+platform = %q
+data_dir = %q
+role_file = %q
+state_dir = %q
+kubeconfig = %q
+probe_period = %q
+resync_period = "5s"
+staged_files = [%q]
+`, h.Name, platform, hostDataDir, hostStateDir+"/role", hostStateDir, hostKubeconfig, f.opts.ProbePeriod.String(), hostRancher+"/config.yaml")
+	for _, s := range f.servers() {
+		fmt.Fprintf(&b, "\n[[servers]]\nname = %q\naddress = %q\n", s.Name, s.IP)
+	}
+	fmt.Fprintf(&b, `
+[etcd]
+endpoint = "http://%s:2379"
+ca_file = ""
+cert_file = ""
+key_file = ""
+timeout = "3s"
+`, h.IP)
+	if h.Docker {
+		quote := func(list []string) string {
+			q := make([]string, len(list))
+			for i, s := range list {
+				q[i] = fmt.Sprintf("%q", s)
+			}
+			return "[" + strings.Join(q, ", ") + "]"
+		}
+		volumes := []string{
+			filepath.Join(h.dir, "data") + ":" + hostDataDir,
+			filepath.Join(h.dir, "rancher") + ":" + hostRancher + ":ro",
+			f.kubeconfig + ":" + hostKubeconfig + ":ro",
+		}
+		fmt.Fprintf(&b, `
+[docker]
+image = %q
+server_container = %q
+agent_container = %q
+server_args = %s
+agent_args = %s
+volumes = %s
+network = "host"
+privileged = false
+stop_timeout = "10s"
+`, f.image, h.siblingName("server"), h.siblingName("agent"),
+			quote(h.doubleArgs("server", hostKubeconfig)), quote(h.doubleArgs("agent", hostKubeconfig)), quote(volumes))
+	}
+	return b.String()
+}
+
+func (h *Host) exec(args ...string) (string, error) {
+	out, err := exec.Command("docker", append([]string{"exec", h.Container}, args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// Exec runs a command in the host.
+func (h *Host) Exec(args ...string) string {
+	h.f.t.Helper()
+	out, err := h.exec(args...)
+	if err != nil {
+		h.f.t.Fatalf("%s: %s: %v: %s", h.Name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// containers are the host's container and, on a Docker host, the k3s
+// containers its agent started.
+func (h *Host) containers() []string {
+	out := []string{h.Container}
+	if h.Docker {
+		for _, u := range []string{"server", "agent"} {
+			if exec.Command("docker", "container", "inspect", h.siblingName(u)).Run() == nil {
+				out = append(out, h.siblingName(u))
+			}
+		}
+	}
+	return out
+}
+
+// Pause freezes every process of the host (docker pause: the cgroup
+// freezer), as a host that hangs.
+func (h *Host) Pause() {
+	h.f.t.Helper()
+	testhost.Docker(h.f.t, append([]string{"pause"}, h.containers()...)...)
+}
+
+// Unpause thaws it.
+func (h *Host) Unpause() {
+	h.f.t.Helper()
+	for _, c := range h.containers() {
+		_ = exec.Command("docker", "unpause", c).Run()
+	}
+}
+
+// KillAgent kills fleet-role agent with SIGKILL; systemd restarts it
+// (Restart=always, after RestartSec).
+func (h *Host) KillAgent() {
+	h.f.t.Helper()
+	h.Exec("systemctl", "kill", "--signal=SIGKILL", "fleet-role-agent.service")
+}
+
+// SlowDisk throttles the host's writes to the machine's disk to iops
+// writes a second (the blkio cgroup), so that each fdatasync waits: a
+// disk turned slow, for the agent's probe and the host's etcd member
+// alike. 0 lifts it.
+func (h *Host) SlowDisk(iops int) {
+	h.f.t.Helper()
+	dev, err := deviceOf(h.dir)
+	if err != nil {
+		h.f.t.Fatal(err)
+	}
+	for _, c := range h.containers() {
+		id := testhost.Docker(h.f.t, "inspect", "-f", "{{.Id}}", c)
+		file := filepath.Join("/sys/fs/cgroup/blkio/docker", id, "blkio.throttle.write_iops_device")
+		if err := os.WriteFile(file, []byte(fmt.Sprintf("%s %d\n", dev, iops)), 0o644); err != nil {
+			h.f.t.Fatalf("throttle %s's disk: %v", h.Name, err)
+		}
+	}
+}
+
+// DropPeerPort drops every packet to the host's etcd peer port, as a
+// firewall that blocks it.
+func (h *Host) DropPeerPort() {
+	h.f.t.Helper()
+	h.dropped = true
+	testhost.Iptables(h.f.t, "-I", "INPUT", "-d", h.IP, "-p", "tcp", "--dport", "2380", "-j", "DROP")
+}
+
+// RestorePeerPort lifts DropPeerPort.
+func (h *Host) RestorePeerPort() {
+	if h.dropped {
+		h.dropped = false
+		_ = exec.Command("iptables", "-D", "INPUT", "-d", h.IP, "-p", "tcp", "--dport", "2380", "-j", "DROP").Run()
+	}
+}
+
+// deviceOf is the major:minor of the disk that holds path (the whole
+// disk, which the blkio throttle takes, not a partition).
+func deviceOf(path string) (string, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return "", err
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	sys := filepath.Join("/sys/dev/block", dev)
+	if _, err := os.Stat(filepath.Join(sys, "partition")); err == nil {
+		parent, err := os.ReadFile(filepath.Join(sys, "..", "dev"))
+		if err != nil {
+			return "", err
+		}
+		dev = strings.TrimSpace(string(parent))
+	}
+	return dev, nil
+}
