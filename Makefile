@@ -12,7 +12,7 @@ TESTLOG     ?= $(BIN)/test.log
 NOW         ?= 2026-11-30T12:00:00Z
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: help build image package test test-ansible bench fuzz lint fmt demo demo-plan test-bins clean
+.PHONY: help setup build image package test test-e2e test-ansible bench fuzz lint fmt demo demo-plan test-bins clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -30,12 +30,16 @@ package: build ## build the .deb and the .rpm into bin/ with nfpm
 			$(GO) run $(NFPM) package -f $(BIN)/nfpm.yaml -p $$p -t $(BIN)/; \
 	done
 
-test: ## run every test, printing each result and the totals
+test: ## run every test, the end-to-end scenarios last, printing each result and the totals
 	@mkdir -p $(BIN)
-	@status=0; $(GO) test -count=1 -v $(TESTFLAGS) ./... >$(TESTLOG) 2>&1 || status=$$?; \
+	@status=0; $(GO) test -count=1 -v $(TESTFLAGS) $$($(GO) list ./... | grep -v /tests/e2e) >$(TESTLOG) 2>&1 || status=$$?; \
+	$(GO) test -count=1 -v -timeout 60m $(TESTFLAGS) ./tests/e2e >>$(TESTLOG) 2>&1 || status=$$?; \
 	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:|^\s+(Error|Messages):' $(TESTLOG) || true; \
 	echo "tests: $$(grep -cE '^\s*--- PASS' $(TESTLOG)) passed, $$(grep -cE '^\s*--- FAIL' $(TESTLOG)) failed, $$(grep -cE '^\s*--- SKIP' $(TESTLOG)) skipped (full log: $(TESTLOG))"; \
 	exit $$status
+
+test-e2e: ## the end-to-end scenarios on a simulated fleet of containers over real etcd
+	$(GO) test -count=1 -v -timeout 60m ./tests/e2e
 
 test-ansible: ## the Ansible roles' tests: lint, a prefix, a systemd host, the real API server, the package
 	$(GO) test -count=1 -v ./tests/ansible
@@ -54,7 +58,10 @@ lint: ## gofmt, go vet and staticcheck
 fmt: ## format the code
 	gofmt -w .
 
-demo: test-bins ## run fleet-role on a local simulated fleet: a real API server, a manual swap, a slow voter
+setup: ## set up a fresh machine for make test and make demo: Docker, Debian's packages, the test images and binaries
+	bash .ci/setup
+
+demo: setup ## fleet-role on a local simulated fleet of containers over real etcd: a voter turns slow and is swapped out
 	$(GO) run ./tests/demo
 
 demo-plan: build ## plan the example clusters of docs/examples, as an operator would

@@ -56,6 +56,8 @@ type Controller struct {
 	windows  *windows
 	exec     *executor
 	trigger  chan struct{}
+	// woken is when the first change not yet looked at arrived (unix ns).
+	woken    atomic.Int64
 	events   record.EventBroadcaster
 	recorder record.EventRecorder
 	leading  atomic.Bool
@@ -107,7 +109,10 @@ func New(o Options) (*Controller, error) {
 	return c, nil
 }
 
+// poke asks for a pass, keeping the time of the first change not yet
+// looked at.
 func (c *Controller) poke() {
+	c.woken.CompareAndSwap(0, time.Now().UnixNano())
 	select {
 	case c.trigger <- struct{}{}:
 	default:
@@ -219,6 +224,10 @@ func (c *Controller) loop(ctx context.Context) {
 // pass is one pass: snapshot, plan, act, publish.
 func (c *Controller) pass(ctx context.Context) {
 	start := time.Now()
+	from := start
+	if w := c.woken.Swap(0); w != 0 && w < start.UnixNano() {
+		from = time.Unix(0, w)
+	}
 	now := c.now()
 	cfg := c.cfg.Plan()
 	verdicts := c.windows.verdicts(now, c.cfg.Judge())
@@ -253,6 +262,7 @@ func (c *Controller) pass(ctx context.Context) {
 		}
 	case a.Type != swapplan.ActionNone:
 		c.metrics.actions.WithLabelValues(a.Type).Inc()
+		c.metrics.reaction.Observe(time.Since(from).Seconds())
 		log.Info(plan.Reason, "took", time.Since(start).Round(time.Microsecond))
 		if ref := eventObject(plan); ref != nil {
 			c.recorder.Eventf(ref, corev1.EventTypeNormal, "Swap"+title(a.Type), "%s", plan.Reason)

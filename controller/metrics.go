@@ -13,6 +13,7 @@ type metrics struct {
 	actions     *prometheus.CounterVec
 	failures    *prometheus.CounterVec
 	passes      prometheus.Histogram
+	reaction    prometheus.Histogram
 	voters      prometheus.Gauge
 	leader      prometheus.Gauge
 	verdicts    *prometheus.GaugeVec
@@ -30,12 +31,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Actions that failed (and are repeated next pass), by type and kind of failure."}, []string{"action", "kind"}),
 		passes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleet_role_pass_seconds",
 			Help: "Duration of a pass: snapshot, plan, action and status.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
+		reaction: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleet_role_reaction_seconds",
+			Help:    "From the change that woke a pass (or its start, when the period did) to the end of the action it led to: the controller's own share of a swap.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		voters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_voters", Help: "Nodes whose etcd members vote."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_leader", Help: "1 while this replica leads."}),
 		verdicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_verdict",
 			Help: "1 for each host's verdict."}, []string{"node", "state"}),
 	}
-	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.voters, m.leader, m.verdicts)
+	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts)
 	return m
 }
 

@@ -1,31 +1,25 @@
-// Command demo runs fleet-role on a local simulated fleet (make demo): a
-// real kube-apiserver and etcd, a fleet of k3s hosts played over the API
-// by tests/fleetsim, and the built fleet-role controller. It asks for a
-// manual swap with `fleet-role swap`, follows it with `fleet-role status`
-// to its end, then slows a voter's disk and shows the automatic decision
-// a dry run only reports.
+// Command demo runs fleet-role on a local simulated fleet (make demo):
+// the fleet of tests/e2e — hosts as containers with systemd as PID 1 and
+// the real fleet-role agent, three voters and a standby on the Docker
+// platform, a real etcd member per server under the k3s double, a real
+// kube-apiserver — and the built fleet-role controller with dry run off.
+// It slows one voter's disk, shows the automatic swap step by step in
+// `fleet-role status --watch`, reports the swap's total time and the
+// controller's own share of it, and tears the fleet down.
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/fleet-role/fleet-role/swapplan"
-	"github.com/fleet-role/fleet-role/tests/fleetsim"
-	"github.com/fleet-role/fleet-role/tests/kubeapi"
-	"github.com/fleet-role/fleet-role/tests/testhost"
+	"github.com/fleet-role/fleet-role/tests/e2e"
 )
 
 // runner stands in for a test: the helpers' cleanups run on the way out,
@@ -60,98 +54,63 @@ func main() {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() { <-sig; r.exit("interrupted") }()
 
-	dir, err := os.MkdirTemp("", "fleet-role-demo")
-	if err != nil {
-		r.Fatal(err)
-	}
-	r.Cleanup(func() { os.RemoveAll(dir) })
-	say("building fleet-role")
-	bin, err := testhost.BuildFleetRole(dir)
-	if err != nil {
-		r.Fatal(err)
-	}
-	say("starting a real kube-apiserver and etcd (from make test-bins)")
-	api := kubeapi.Start(r)
-	say("starting a simulated fleet: voters v1 v2 v3, standbys s1 s2, agents a1 a2 (tests/fleetsim plays their agents, k3s and kubelets)")
-	sim := fleetsim.New(r, api.Client, 2*time.Second, 3, 2, 2)
-
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		r.Fatal(err)
-	}
-	metrics := "http://" + l.Addr().String()
-	l.Close()
-	conf := filepath.Join(dir, "controller.toml")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`version = 1
-dry_run = true
-period = "2s"
-probe_period = "2s"
-listen_address = %q
-[verdicts]
-window = 5
-`, strings.TrimPrefix(metrics, "http://"))), 0o600); err != nil {
-		r.Fatal(err)
-	}
-	say("starting fleet-role controller (dry run on)")
-	logFile, err := os.Create(filepath.Join(dir, "controller.log"))
-	if err != nil {
-		r.Fatal(err)
-	}
-	ctrl := exec.Command(bin, "controller", "--config", conf, "--kubeconfig", api.Kubeconfig)
-	ctrl.Stdout, ctrl.Stderr = logFile, logFile
-	ctrl.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := ctrl.Start(); err != nil {
-		r.Fatal(err)
-	}
-	r.Cleanup(func() { _ = ctrl.Process.Signal(syscall.SIGTERM); _ = ctrl.Wait() })
-	wait(r, 30*time.Second, func() bool {
-		resp, err := http.Get(metrics + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+	began := time.Now()
+	f := e2e.Start(r, e2e.Options{
+		Hosts: []e2e.HostSpec{
+			{Name: "v1", Role: swapplan.RoleVoter},
+			{Name: "v2", Role: swapplan.RoleVoter},
+			{Name: "v3", Role: swapplan.RoleVoter},
+			{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
+		},
+		Controller: "\n[verdicts]\nwindow = 5\n",
+		Log:        func(format string, args ...any) { say(format, args...) },
 	})
-	status := func() swapplan.Status {
-		var st swapplan.Status
-		cm, err := api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(context.Background(), swapplan.StatusConfigMap, metav1.GetOptions{})
-		if err == nil {
-			_ = json.Unmarshal([]byte(cm.Data[swapplan.StatusKey]), &st)
-		}
-		return st
-	}
+	say("the fleet is up in %s; starting fleet-role controller (dry run off)", time.Since(began).Round(time.Second))
+	f.StartController()
 	cli := func(args ...string) string {
-		out, err := exec.Command(bin, append(args, "--kubeconfig", api.Kubeconfig)...).CombinedOutput()
-		if err != nil {
-			r.Fatalf("fleet-role %s: %v: %s", strings.Join(args, " "), err, out)
+		out, stderr, code := f.CLI(args...)
+		if code != 0 {
+			r.Fatalf("fleet-role %s: exit %d: %s", strings.Join(args, " "), code, stderr)
 		}
-		return string(out)
+		return out
 	}
-	wait(r, 30*time.Second, func() bool { return len(status().Voters) == 3 })
-
+	wait(r, time.Minute, func() bool { return len(f.Status().Verdicts) == 4 })
 	say("fleet-role status")
 	fmt.Print(cli("status"))
-	say("fleet-role swap v1 s1")
-	fmt.Print(cli("swap", "v1", "s1"))
-	say("following the swap, step by step")
-	last := ""
-	wait(r, 3*time.Minute, func() bool {
-		st := status()
-		if st.Step != last && st.Step != "" {
-			last = st.Step
-			fmt.Printf("%s  %-14s %s\n", time.Now().Format("15:04:05"), st.Step, st.Reason)
-		}
-		return st.Swap == nil && st.Last != nil
-	})
-	res := status().Last
-	say("the swap ended %s: %s out, %s in", res.Result, res.Out, res.In)
-	fmt.Print(cli("status"))
 
-	say("v2's disk turns slow (fsync p99 40 ms): its verdict over a window of 5 samples, and the decision\n=== the cooldown after the last swap and the dry run hold")
-	sim.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 40 })
-	wait(r, time.Minute, func() bool { return status().Decision != nil })
+	say("v2's disk turns slow (25 writes a second); fleet-role status --watch follows what comes")
+	f.Hosts["v2"].SlowDisk(25)
+	watch := exec.Command(f.Bin, "status", "--watch", "--kubeconfig", f.API.Kubeconfig)
+	watch.Stdout, watch.Stderr = os.Stdout, os.Stderr
+	if err := watch.Start(); err != nil {
+		r.Fatal(err)
+	}
+	r.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
+	share0 := reaction(f.Metrics())
+	wait(r, 6*time.Minute, func() bool { st := f.Status(); return st.Swap == nil && st.Last != nil })
+	share := reaction(f.Metrics()) - share0
+	time.Sleep(time.Second)
+	_ = watch.Process.Kill()
+	_ = watch.Wait()
+
+	res := f.Status().Last
+	total := res.EndedAt.Sub(res.StartedAt)
+	say("the swap ended %s: %s out, %s in (%s)", res.Result, res.Out, res.In, res.Origin)
 	fmt.Print(cli("status"))
-	say("with dry_run = false the controller carries that out (its log: %s, removed on exit)", logFile.Name())
+	say("the swap took %s; the controller's own share, from each change that woke it to the action it led to: %s (%.2f%%)",
+		total.Round(time.Millisecond), share.Round(time.Millisecond), 100*share.Seconds()/total.Seconds())
+	say("tearing the fleet down")
+}
+
+// reaction reads the sum of fleet_role_reaction_seconds from /metrics.
+func reaction(metrics string) time.Duration {
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, "fleet_role_reaction_seconds_sum "); ok {
+			s, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return time.Duration(s * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 func wait(r *runner, d time.Duration, cond func() bool) {

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +76,207 @@ func TestASwapInAndOutWithWritesThroughoutThenTheBootstrapHostPromotedAgain(t *t
 	require.NoError(t, f.Check(c, before.ClusterID, swapplan.ResultCompleted))
 	assert.Equal(t, 0, count.Failed)
 	assert.LessOrEqual(t, count.Longest, 2*ElectionTimeout)
+}
+
+// atStep waits for the swap under way to reach the step (or a later one
+// of its path) and returns it.
+func (f *Fleet) atStep(t *testing.T, steps []string, timeout time.Duration) string {
+	t.Helper()
+	var step string
+	f.Wait(timeout, "the swap reaches "+strings.Join(steps, " or "), func() error {
+		st := f.Status()
+		step = st.Step
+		if st.Swap != nil && slices.Contains(steps, step) {
+			return nil
+		}
+		return errorf("step %q: %s", st.Step, st.Reason)
+	})
+	return step
+}
+
+func TestTheOutgoingVoterPausedMidSwapHoldsTheSwapUntilItIsBack(t *testing.T) {
+	f := fleet(t, Options{})
+	c := f.Etcd()
+	before, err := f.Members(c)
+	require.NoError(t, err)
+	f.StartController()
+	prev := f.Status().Last
+	_, stderr, code := f.CLI("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	f.atStep(t, []string{swapplan.StepJoin, swapplan.StepGates, swapplan.StepCordonOut}, 2*time.Minute)
+
+	f.Hosts["v1"].Pause()
+	t.Log("v1 paused")
+	held := time.Now().Add(6 * f.opts.ProbePeriod)
+	for time.Now().Before(held) {
+		st := f.Status()
+		require.NotNil(t, st.Swap, "the swap goes on: %s", st.Reason)
+		require.NotContains(t, []string{swapplan.StepStepDown, swapplan.StepRemoveMember, swapplan.StepMemberGone}, st.Step,
+			"nothing is asked of a paused voter: %s", st.Reason)
+		time.Sleep(200 * time.Millisecond)
+	}
+	m, err := f.Members(c)
+	require.NoError(t, err)
+	assert.Len(t, m.Voters, 4, "v1's member stays while v1 is paused (s1 voting)")
+	t.Logf("while v1 was paused: step %s: %s", f.Status().Step, f.Status().Reason)
+	f.Hosts["v1"].Unpause()
+	t.Log("v1 back")
+
+	res := f.waitEnd(t, prev, 4*time.Minute)
+	t.Logf("result: %s: %s", res.Result, res.Reason)
+	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	require.NoError(t, f.Check(c, before.ClusterID, swapplan.ResultCompleted))
+}
+
+func TestTheCandidatesPeerPortDroppedRollsTheSwapBackLeavingNothingBehind(t *testing.T) {
+	f := fleet(t, Options{Bounds: map[string]string{"join": "25s"}, Hosts: []HostSpec{
+		{Name: "v1", Role: swapplan.RoleVoter},
+		{Name: "v2", Role: swapplan.RoleVoter},
+		{Name: "v3", Role: swapplan.RoleVoter},
+		{Name: "s1", Role: swapplan.RoleStandby},
+	}})
+	c := f.Etcd()
+	before, err := f.Members(c)
+	require.NoError(t, err)
+	f.StartController()
+	f.Hosts["s1"].DropPeerPort()
+	t.Log("s1's etcd peer port dropped")
+
+	res := f.swap(t, "v1", "s1", 4*time.Minute)
+	t.Logf("result: %s: %s", res.Result, res.Reason)
+	require.Equal(t, swapplan.ResultRolledBack, res.Result, res.Reason)
+	require.NoError(t, f.Check(c, before.ClusterID, swapplan.ResultRolledBack))
+	m, err := f.Members(c)
+	require.NoError(t, err)
+	assert.Len(t, m.Voters, 3)
+	s1 := f.Node("s1")
+	assert.Equal(t, swapplan.RoleStandby, s1.Labels[swapplan.LabelRole])
+	assert.NotEqual(t, "true", s1.Labels[swapplan.LabelEtcd], "s1's server labels cleaned up")
+	assert.Equal(t, swapplan.RoleVoter, f.Node("v1").Labels[swapplan.LabelRole], "v1 untouched")
+
+	f.Hosts["s1"].RestorePeerPort()
+	f.Wait(time.Minute, "s1's server stopped", func() error {
+		if out, _ := f.Hosts["s1"].exec("systemctl", "is-active", "k3s.service"); out != "inactive" && out != "failed" {
+			return errorf("k3s.service is %s", out)
+		}
+		return nil
+	})
+}
+
+func TestASwapIsHeldWhileAVoterIsPausedAndGoesOnOnceItIsBack(t *testing.T) {
+	f := fleet(t, Options{})
+	c := f.Etcd()
+	before, err := f.Members(c)
+	require.NoError(t, err)
+	f.StartController()
+	f.Hosts["v2"].Pause()
+	t.Log("v2 paused")
+	f.Wait(time.Minute, "v2's probe is silent", func() error {
+		if st := f.Status(); st.Verdicts["v2"].State != swapplan.VerdictSilent {
+			return errorf("v2's verdict %q", st.Verdicts["v2"].State)
+		}
+		return nil
+	})
+	prev := f.Status().Last
+	_, stderr, code := f.CLI("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	held := time.Now().Add(5 * f.opts.ProbePeriod)
+	for time.Now().Before(held) {
+		st := f.Status()
+		require.Nil(t, st.Swap, "no swap starts while a voter is paused")
+		time.Sleep(200 * time.Millisecond)
+	}
+	st := f.Status()
+	t.Logf("while v2 was paused: %s", st.Reason)
+	assert.Contains(t, st.Reason, "v2")
+	assert.Nil(t, f.Lease(), "no Lease taken")
+	assert.False(t, f.Node("s1").Spec.Unschedulable, "s1 not cordoned")
+
+	f.Hosts["v2"].Unpause()
+	t.Log("v2 back: the request, kept, is carried out")
+	res := f.waitEnd(t, prev, 4*time.Minute)
+	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	require.NoError(t, f.Check(c, before.ClusterID, swapplan.ResultCompleted))
+}
+
+// everyStep runs a swap, calling at once each step the swap enters.
+func (f *Fleet) everyStep(t *testing.T, out, in string, at func(step string)) *swapplan.SwapResult {
+	t.Helper()
+	prev := f.Status().Last
+	_, stderr, code := f.CLI("swap", out, in)
+	require.Equal(t, 0, code, stderr)
+	seen := map[string]bool{}
+	var res *swapplan.SwapResult
+	f.Wait(6*time.Minute, "the swap ends", func() error {
+		st := f.Status()
+		if st.Last != nil && st.Swap == nil && (prev == nil || st.Last.ID != prev.ID) {
+			res = st.Last
+			return nil
+		}
+		if st.Swap != nil && st.Step != "" && !seen[st.Step] {
+			seen[st.Step] = true
+			at(st.Step)
+		}
+		return errorf("step %s: %s", st.Step, st.Reason)
+	})
+	return res
+}
+
+func TestTheControllerKilledAtEveryStepAndRestartedFinishesTheSwap(t *testing.T) {
+	f := fleet(t, Options{})
+	c := f.Etcd()
+	before, err := f.Members(c)
+	require.NoError(t, err)
+	f.StartController()
+	var killed []string
+	res := f.everyStep(t, "v1", "s1", func(step string) {
+		f.KillController()
+		killed = append(killed, step)
+		f.StartController()
+	})
+	t.Logf("killed at %d steps: %v", len(killed), killed)
+	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	require.NoError(t, f.Check(c, before.ClusterID, swapplan.ResultCompleted))
+	assert.GreaterOrEqual(t, len(killed), 8)
+}
+
+func TestTheAgentsKilledAtEveryStepAndRestartedFinishTheSwap(t *testing.T) {
+	f := fleet(t, Options{})
+	c := f.Etcd()
+	before, err := f.Members(c)
+	require.NoError(t, err)
+	f.StartController()
+	var killed []string
+	res := f.everyStep(t, "v2", "s1", func(step string) {
+		f.Hosts["v2"].KillAgent()
+		f.Hosts["s1"].KillAgent()
+		killed = append(killed, step)
+	})
+	t.Logf("both agents killed at %d steps: %v", len(killed), killed)
+	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	require.NoError(t, f.Check(c, before.ClusterID, swapplan.ResultCompleted))
+}
+
+func TestAVoterMadeSlowIsSwappedOutAutomaticallyWithDryRunOff(t *testing.T) {
+	f := fleet(t, Options{Controller: "\n[verdicts]\nwindow = 5\n"})
+	c := f.Etcd()
+	before, err := f.Members(c)
+	require.NoError(t, err)
+	f.StartController()
+	f.Hosts["v3"].SlowDisk(25)
+	t.Log("v3's disk throttled to 25 writes a second")
+	f.Wait(2*time.Minute, "a swap starts", func() error {
+		if st := f.Status(); st.Swap == nil {
+			return errorf("v3: %+v; %s", st.Verdicts["v3"], st.Reason)
+		}
+		return nil
+	})
+	st := f.Status()
+	t.Logf("v3's verdict: %+v", st.Verdicts["v3"])
+	res := f.waitEnd(t, nil, 4*time.Minute)
+	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, swapplan.OriginAutomatic, res.Origin)
+	assert.Equal(t, "v3", res.Out)
+	assert.Equal(t, "s1", res.In)
+	require.NoError(t, f.Check(c, before.ClusterID, swapplan.ResultCompleted))
 }

@@ -17,11 +17,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +57,8 @@ type Options struct {
 	ProbePeriod time.Duration
 	// Controller is more of the controller's TOML (its [verdicts], say).
 	Controller string
+	// Bounds override the controller's per-step bounds (step = "25s").
+	Bounds map[string]string
 	// DryRun is the controller's dry_run.
 	DryRun bool
 	// Log, when set, gets what the harness does, as it does it.
@@ -122,6 +126,10 @@ func Start(t testhost.T, opts Options) *Fleet {
 	f.API = kubeapi.Start(t)
 	f.kubeconfig = filepath.Join(dir, "kubeconfig")
 	if err := f.API.WriteEmbeddedKubeconfig(f.kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	// A native host's k3s server runs as a user of its own (Host.uid).
+	if err := os.Chmod(f.kubeconfig, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	f.objects()
@@ -340,17 +348,8 @@ renew_deadline = "3s"
 retry_period = "500ms"
 
 [bounds]
-snapshot = "30s"
-runners = "20s"
-drain = "30s"
-promote = "40s"
-join = "40s"
-gates = "1m"
-step_down = "30s"
-member_gone = "40s"
-uncordon = "40s"
-rollback = "40s"
-%s`, f.opts.DryRun, p.String(), f.metrics, f.opts.Controller)
+%s
+%s`, f.opts.DryRun, p.String(), f.metrics, f.bounds(), f.opts.Controller)
 	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
 		f.t.Fatal(err)
 	}
@@ -379,6 +378,17 @@ rollback = "40s"
 		}
 		return nil
 	})
+}
+
+func (f *Fleet) bounds() string {
+	b := map[string]string{"snapshot": "30s", "runners": "20s", "drain": "30s", "promote": "40s", "join": "40s",
+		"gates": "1m", "step_down": "30s", "member_gone": "40s", "uncordon": "40s", "rollback": "40s"}
+	maps.Copy(b, f.opts.Bounds)
+	var lines []string
+	for _, k := range slices.Sorted(maps.Keys(b)) {
+		lines = append(lines, fmt.Sprintf("%s = %q", k, b[k]))
+	}
+	return strings.Join(lines, "\n")
 }
 
 // KillController kills the controller with SIGKILL: no Lease released, no

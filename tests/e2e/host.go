@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -66,11 +67,20 @@ func (h *Host) start() error {
 	files := map[string]string{
 		"state/role":       roleFile + "\n",
 		"etc/agent.toml":   h.agentConfig(),
-		"units/k3s.conf":   unitDropIn(h.doubleArgs("server", hostKubeconfig)),
-		"units/agent.conf": unitDropIn(h.doubleArgs("agent", hostKubeconfig)),
+		"units/k3s.conf":   unitDropIn(h.doubleArgs("server", hostKubeconfig), h.uid()),
+		"units/agent.conf": unitDropIn(h.doubleArgs("agent", hostKubeconfig), 0),
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(h.dir, name), []byte(data), 0o644); err != nil {
+			return err
+		}
+	}
+	if uid := h.uid(); uid != 0 {
+		server := filepath.Join(h.dir, "data", "server")
+		if err := os.MkdirAll(server, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chown(server, uid, uid); err != nil {
 			return err
 		}
 	}
@@ -99,8 +109,24 @@ func (h *Host) start() error {
 	return nil
 }
 
-func unitDropIn(args []string) string {
-	return "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s " + strings.Join(args, " ") + "\nRestart=on-failure\nRestartSec=2s\n"
+// unitDropIn replaces the stand-in unit's command with the double's, run
+// as uid (0: root).
+func unitDropIn(args []string, uid int) string {
+	user := ""
+	if uid != 0 {
+		user = fmt.Sprintf("User=%d\n", uid)
+	}
+	return "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s " + strings.Join(args, " ") + "\n" + user + "Restart=on-failure\nRestartSec=2s\n"
+}
+
+// uid is the user a native host's k3s server runs as: one of its own, so
+// that its etcd's connections can be told apart on the machine's shared
+// network (DropPeerPort). k3s runs as root; nothing here needs it.
+func (h *Host) uid() int {
+	if h.Docker {
+		return 0
+	}
+	return 20010 + slices.Index(h.f.Order, h.Name)
 }
 
 // agentConfig renders the host's agent.toml.
@@ -233,19 +259,35 @@ func (h *Host) SlowDisk(iops int) {
 	}
 }
 
-// DropPeerPort drops every packet to the host's etcd peer port, as a
-// firewall that blocks it.
+// peerRules cut a native host's etcd peer traffic both ways: what comes
+// to its peer port, and what its member (its own uid) sends to others'.
+func (h *Host) peerRules() [][]string {
+	return [][]string{
+		{"INPUT", "-d", h.IP, "-p", "tcp", "--dport", "2380", "-j", "DROP"},
+		{"OUTPUT", "-m", "owner", "--uid-owner", fmt.Sprint(h.uid()), "-p", "tcp", "--dport", "2380", "-j", "DROP"},
+	}
+}
+
+// DropPeerPort drops the etcd peer traffic of a native host, both ways, as
+// a firewall that blocks its peer port.
 func (h *Host) DropPeerPort() {
 	h.f.t.Helper()
+	if h.Docker {
+		h.f.t.Fatalf("%s: DropPeerPort needs a native host", h.Name)
+	}
 	h.dropped = true
-	testhost.Iptables(h.f.t, "-I", "INPUT", "-d", h.IP, "-p", "tcp", "--dport", "2380", "-j", "DROP")
+	for _, r := range h.peerRules() {
+		testhost.Iptables(h.f.t, append([]string{"-I"}, r...)...)
+	}
 }
 
 // RestorePeerPort lifts DropPeerPort.
 func (h *Host) RestorePeerPort() {
 	if h.dropped {
 		h.dropped = false
-		_ = exec.Command("iptables", "-D", "INPUT", "-d", h.IP, "-p", "tcp", "--dport", "2380", "-j", "DROP").Run()
+		for _, r := range h.peerRules() {
+			_ = exec.Command("iptables", append([]string{"-D"}, r...)...).Run()
+		}
 	}
 }
 
