@@ -120,6 +120,19 @@ func TestAFinishedRollbackWaitsUntilEveryVoterListsTheTargetMembersAndNoMore(t *
 	assert.Equal(t, swapplan.ResultRolledBack, w.run(50).Result)
 }
 
+func TestALearnerEtcdListsWithoutANameHoldsTheStartUntilItIsGone(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.members = append(w.members, member{learner: true}) // added, never started
+	w.requestSwap("v1", "s1")
+	for range 5 {
+		plan := w.pass()
+		assert.Nil(t, plan.Swap, "no swap starts")
+		assert.Contains(t, plan.Reason, "lists a learner: "+swapplan.UnstartedLearner)
+	}
+	w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.name == "" })
+	assert.Equal(t, swapplan.ResultCompleted, w.run(200).Result)
+}
+
 func TestACandidateThatIsNotAVoterByTheDeadlineIsRolledBackAskingK3sToRemoveItsLearnerWhenItJoined(t *testing.T) {
 	t.Run("joined as a learner", func(t *testing.T) {
 		w := newWorld(t, 3, 1, 0)

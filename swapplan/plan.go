@@ -342,6 +342,9 @@ func (p *planner) unhealthy(n *Node) string {
 // memberNode maps an etcd member name to its Node: by the names the Nodes
 // carry, else k3s's "<node>-<8 hex>" form.
 func (p *planner) memberNode(member string) string {
+	if member == "" {
+		return UnstartedLearner
+	}
 	if n, ok := p.owner[member]; ok {
 		return n
 	}
@@ -359,6 +362,11 @@ func isHex(s string) bool {
 	}
 	return true
 }
+
+// UnstartedLearner stands for the Node of a learner etcd lists without a
+// name: added, but its member has not started (or cannot reach the
+// leader) yet.
+const UnstartedLearner = "(a learner not started yet)"
 
 // listed returns the Nodes the Node's etcd lists as members, sorted, and
 // those it lists as learners.

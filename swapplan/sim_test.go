@@ -265,7 +265,7 @@ func (w *world) isMember(name string) bool {
 func (w *world) k3s() {
 	for i := range w.members {
 		m := &w.members[i]
-		if h := w.hosts[m.node]; m.learner && h.server && !h.neverJoin && w.now.Sub(h.learnerSince) >= 20*time.Second {
+		if h := w.hosts[m.node]; m.learner && h != nil && h.server && !h.neverJoin && w.now.Sub(h.learnerSince) >= 20*time.Second {
 			m.learner = false
 		}
 	}

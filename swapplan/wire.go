@@ -158,6 +158,8 @@ func (r *Report) Answers(q *Request) bool {
 
 // Member is one etcd member as a host's etcd lists it.
 type Member struct {
+	// Name is the member's name; etcd lists a learner that has not
+	// started yet without one.
 	Name    string `json:"name"`
 	Learner bool   `json:"learner,omitempty"`
 }
@@ -194,7 +196,7 @@ func (p Probe) Validate() error {
 		errs = append(errs, fmt.Errorf("field %q: must be a positive duration", "period"))
 	}
 	for i, m := range p.Members {
-		if m.Name == "" {
+		if m.Name == "" && !m.Learner {
 			errs = append(errs, missing(fmt.Sprintf("members[%d].name", i)))
 		}
 	}

@@ -175,3 +175,16 @@ func TestReadListErrorsAreErrInput(t *testing.T) {
 	require.True(t, errors.Is(err, ErrInput))
 	assert.Contains(t, err.Error(), "invalid JSON at line 1, column 2")
 }
+
+func TestNodeReadsAProbeListingALearnerThatHasNotStartedWithoutAName(t *testing.T) {
+	node := voterNode()
+	node.Annotations[swapplan.AnnotationProbe] = `{"at":"2026-11-30T11:59:50Z","period":"1m0s","healthy":true,"members":[{"name":"v1-0a1b2c3d"},{"name":"","learner":true}]}`
+	n, err := Node(node)
+	require.NoError(t, err)
+	require.NotNil(t, n.Probe)
+	assert.Equal(t, []swapplan.Member{{Name: "v1-0a1b2c3d"}, {Learner: true}}, n.Probe.Members)
+
+	node.Annotations[swapplan.AnnotationProbe] = `{"at":"2026-11-30T11:59:50Z","period":"1m0s","members":[{"name":""}]}`
+	_, err = Node(node)
+	assert.ErrorContains(t, err, `field "members[0].name": missing`, "a voter always has a name")
+}

@@ -152,8 +152,25 @@ func Start(t testhost.T, opts Options) *Fleet {
 	}
 	t.Cleanup(f.cleanup)
 	f.logf("waiting for etcd's members to vote and every Node to be Ready with a probe")
-	f.Wait(2*time.Minute, "the fleet is up", f.up)
+	began := time.Now()
+	f.Wait(2*time.Minute, "the fleet is up", func() error {
+		err := f.up()
+		if err != nil && time.Since(began) > 2*time.Minute-time.Second {
+			err = fmt.Errorf("%w\n%s", err, f.Journals())
+		}
+		return err
+	})
 	return f
+}
+
+// Journals are the last lines each host's units logged, for a failure.
+func (f *Fleet) Journals() string {
+	var b strings.Builder
+	for _, n := range f.Order {
+		out, _ := f.Hosts[n].exec("journalctl", "--no-pager", "-n", "25", "-u", "k3s", "-u", "k3s-agent", "-u", "fleet-role-agent")
+		fmt.Fprintf(&b, "--- %s\n%s\n", n, out)
+	}
+	return b.String()
 }
 
 func (f *Fleet) logf(format string, args ...any) {

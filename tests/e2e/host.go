@@ -102,6 +102,11 @@ func (h *Host) start() error {
 	}
 	sd := testhost.StartSystemdHostIn(f.t, filepath.Join(h.dir, "sd"), mounts...)
 	h.Container = sd.Name
+	if uid := h.uid(); uid != 0 {
+		if out, err := h.exec("sh", "-c", fmt.Sprintf("echo 'k3s:x:%d:%d:k3s double:/nonexistent:/usr/sbin/nologin' >>/etc/passwd", uid, uid)); err != nil {
+			return fmt.Errorf("%s: add the k3s user: %v: %s", h.Name, err, out)
+		}
+	}
 	if out, err := h.exec("systemctl", "enable", "--now", "fleet-role-agent.service"); err != nil {
 		journal, _ := h.exec("journalctl", "--no-pager", "-n", "15", "-u", "fleet-role-agent")
 		return fmt.Errorf("%s: start fleet-role-agent: %v: %s\n%s", h.Name, err, out, journal)
