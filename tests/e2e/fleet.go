@@ -98,6 +98,10 @@ type Host struct {
 // ElectionTimeout is the members' etcd election timeout.
 const ElectionTimeout = time.Second
 
+// LearnerStall is how long the k3s double lets a learner's raft index
+// stand still before its leader removes it (k3s: 5 minutes).
+const LearnerStall = 20 * time.Second
+
 var fleets atomic.Int32
 
 // Start builds the binaries, starts the API server and the hosts, and

@@ -39,7 +39,8 @@ func (h *Host) doubleArgs(unit, kubeconfig string) []string {
 		join = append(join, s.IP)
 	}
 	return []string{unit, "--node-name", h.Name, "--node-ip", h.IP, "--join", strings.Join(join, ","),
-		"--kubeconfig", kubeconfig, "--election-ms", fmt.Sprint(ElectionTimeout.Milliseconds())}
+		"--kubeconfig", kubeconfig, "--election-ms", fmt.Sprint(ElectionTimeout.Milliseconds()),
+		"--learner-stall", LearnerStall.String()}
 }
 
 // start writes the host's files, starts its container with systemd as

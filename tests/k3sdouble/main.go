@@ -21,7 +21,8 @@
 //     period; etcd refuses a learner not yet in sync with the leader.
 //     k3s: manageLearners and trackLearnerProgress (every 15s there; the
 //     double looks every --period). One learner at a time is etcd's own
-//     limit. Not copied: the eviction of a learner stalled for 5 minutes.
+//     limit. A learner whose raft index (its status) has not grown for
+//     --learner-stall (k3s: 5 minutes, learnerMaxStallTime) is removed.
 //   - EtcdIsVoter. The leader writes the condition on every Node that
 //     carries the etcd role label or a member name: True/MemberNotLearner
 //     for a voter, False/MemberIsLearner for a learner, False/Unhealthy
@@ -85,15 +86,16 @@ type config struct {
 }
 
 type options struct {
-	role       string
-	nodeName   string
-	nodeIP     string
-	dataDir    string
-	configFile string
-	kubeconfig string
-	join       []string
-	period     time.Duration
-	electionMs uint
+	role         string
+	nodeName     string
+	nodeIP       string
+	dataDir      string
+	configFile   string
+	kubeconfig   string
+	join         []string
+	period       time.Duration
+	electionMs   uint
+	learnerStall time.Duration
 }
 
 func main() {
@@ -111,6 +113,7 @@ func main() {
 	join := fs.String("join", "", "comma-separated addresses of the servers to join through")
 	fs.DurationVar(&o.period, "period", 500*time.Millisecond, "how often the double looks at etcd and the Nodes")
 	fs.UintVar(&o.electionMs, "election-ms", 1000, "etcd's election timeout")
+	fs.DurationVar(&o.learnerStall, "learner-stall", 5*time.Minute, "how long a learner's raft index may stand still before the leader removes it")
 	_ = fs.Parse(os.Args[2:])
 	if *join != "" {
 		o.join = strings.Split(*join, ",")

@@ -38,6 +38,8 @@ type server struct {
 	name    string
 	dir     string
 	removed atomic.Bool
+	// learners is the leader's record of each learner's progress.
+	learners map[uint64]progress
 }
 
 func clientURL(ip string) string { return "http://" + ip + ":2379" }
@@ -53,7 +55,7 @@ func addressOf(serverURL string) string {
 }
 
 func startServer(ctx context.Context, o options, cfg config, kube kubernetes.Interface, log *slog.Logger) (*server, error) {
-	s := &server{o: o, log: log, kube: kube, dir: filepath.Join(o.dataDir, "server", "db", "etcd")}
+	s := &server{o: o, log: log, kube: kube, dir: filepath.Join(o.dataDir, "server", "db", "etcd"), learners: map[uint64]progress{}}
 	if _, err := os.Stat(filepath.Join(s.dir, "tombstone")); err == nil {
 		backup := fmt.Sprintf("%s-backup-%d", s.dir, time.Now().Unix())
 		if err := os.Rename(s.dir, backup); err != nil {
@@ -243,15 +245,44 @@ func (s *server) tombstone(why string) {
 	s.e.Close()
 }
 
+// progress is a learner's raft index and since when it has not grown.
+type progress struct {
+	index uint64
+	since time.Time
+}
+
 // promote asks etcd to promote each learner; etcd refuses one that is
-// not in sync yet.
+// not in sync yet. A learner whose raft index has not grown for
+// --learner-stall is removed.
 func (s *server) promote(ctx context.Context, members []*etcdMember) {
 	for _, m := range members {
 		if !m.IsLearner {
+			delete(s.learners, m.ID)
 			continue
 		}
 		if _, err := s.cli.MemberPromote(ctx, m.ID); err == nil {
 			s.log.Info("learner promoted", "member", m.Name)
+			delete(s.learners, m.ID)
+			continue
+		}
+		var index uint64
+		if len(m.ClientURLs) > 0 {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			if st, err := s.cli.Status(cctx, m.ClientURLs[0]); err == nil {
+				index = st.RaftAppliedIndex
+			}
+			cancel()
+		}
+		p, ok := s.learners[m.ID]
+		if !ok || index > p.index {
+			s.learners[m.ID] = progress{index: index, since: time.Now()}
+			continue
+		}
+		if time.Since(p.since) >= s.o.learnerStall {
+			if _, err := s.cli.MemberRemove(ctx, m.ID); err == nil {
+				s.log.Warn("a stalled learner removed", "member", m.Name, "peer", m.PeerURLs, "stalled", time.Since(p.since).Round(time.Second))
+				delete(s.learners, m.ID)
+			}
 		}
 	}
 }
