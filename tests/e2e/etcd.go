@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -40,11 +41,33 @@ type Membership struct {
 	Learners  []string
 }
 
-// Members reads the member list.
-func (f *Fleet) Members(c *clientv3.Client) (Membership, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+// Members reads the member list from the first server that answers: one
+// endpoint at a time, since a paused member holds a request until it
+// times out.
+func (f *Fleet) Members() (Membership, error) {
+	var errs []error
+	for _, h := range f.servers() {
+		m, err := f.membersFrom(h)
+		if err == nil {
+			return m, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", h.Name, err))
+	}
+	return Membership{}, errors.Join(errs...)
+}
+
+func (f *Fleet) membersFrom(h *Host) (Membership, error) {
+	if h.etcd == nil {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{clientURL(h.IP)}, DialTimeout: time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return Membership{}, err
+		}
+		h.etcd = c
+		f.t.Cleanup(func() { c.Close() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	resp, err := c.MemberList(ctx)
+	resp, err := h.etcd.MemberList(ctx)
 	if err != nil {
 		return Membership{}, err
 	}
@@ -157,8 +180,8 @@ func (w *Writes) Count() WriteCount {
 // Check is what must hold after every scenario: the etcd cluster is the
 // one it was, its members are the voters' and vote, no Node is left
 // cordoned by a swap, the Lease is free and status.json says the result.
-func (f *Fleet) Check(c *clientv3.Client, clusterID uint64, result string) error {
-	m, err := f.Members(c)
+func (f *Fleet) Check(clusterID uint64, result string) error {
+	m, err := f.Members()
 	if err != nil {
 		return err
 	}

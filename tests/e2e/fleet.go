@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -93,6 +94,8 @@ type Host struct {
 	dir       string
 	f         *Fleet
 	dropped   bool
+	// etcd is a client of this host's member alone.
+	etcd *clientv3.Client
 }
 
 // ElectionTimeout is the members' etcd election timeout.
