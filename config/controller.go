@@ -32,8 +32,8 @@ type Controller struct {
 	ProbePeriod time.Duration `toml:"probe_period"`
 	// RunnerSelector is a label selector for the runner pods.
 	RunnerSelector string `toml:"runner_selector"`
-	// MinPassInterval is the least time between two passes, however
-	// often the cluster changes.
+	// MinPassInterval spaces passes however often the cluster changes: one
+	// every interval on average, after a burst of a few.
 	MinPassInterval time.Duration `toml:"min_pass_interval"`
 	// DrainTimeout bounds one drain action; the drain step's own bound
 	// is in [bounds].
@@ -255,7 +255,8 @@ probe_period = "{{d .ProbePeriod}}"
 # before it drains a node.
 runner_selector = "{{.RunnerSelector}}"
 
-# The least time between two passes, however often the cluster changes.
+# Passes, however often the cluster changes, are one every interval on
+# average, after a burst of a few at once.
 min_pass_interval = "{{d .MinPassInterval}}"
 
 # How long one drain action waits for its evictions; the drain step has

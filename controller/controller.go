@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -56,8 +57,10 @@ type Controller struct {
 	windows  *windows
 	exec     *executor
 	trigger  chan struct{}
-	// woken is when the first change not yet looked at arrived (unix ns).
+	// woken is when the first change not yet looked at arrived (unix ns);
+	// acted is when the last action ended.
 	woken    atomic.Int64
+	acted    time.Time
 	events   record.EventBroadcaster
 	recorder record.EventRecorder
 	leading  atomic.Bool
@@ -193,24 +196,25 @@ func (c *Controller) Run(ctx context.Context) error {
 	return errors.New("leadership lost")
 }
 
-// loop makes a pass on each relevant change, at most every
-// min_pass_interval, and at least every period.
+// PassBurst is how many passes may follow one another at once before
+// min_pass_interval spaces them: a swap's next action, once the change it
+// waits for is seen, is not held back, while a storm of changes is.
+const PassBurst = 5
+
+// loop makes a pass on each relevant change, on average at most one every
+// min_pass_interval (a token bucket, PassBurst deep), and at least every
+// period.
 func (c *Controller) loop(ctx context.Context) {
 	if !c.cache.waitForSync(ctx) {
 		return
 	}
 	tick := time.NewTicker(c.cfg.Period)
 	defer tick.Stop()
-	var last time.Time
+	limit := rate.NewLimiter(rate.Every(c.cfg.MinPassInterval), PassBurst)
 	for {
-		if wait := c.cfg.MinPassInterval - time.Since(last); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
+		if err := limit.Wait(ctx); err != nil {
+			return
 		}
-		last = time.Now()
 		c.pass(ctx)
 		select {
 		case <-ctx.Done():
@@ -224,9 +228,15 @@ func (c *Controller) loop(ctx context.Context) {
 // pass is one pass: snapshot, plan, act, publish.
 func (c *Controller) pass(ctx context.Context) {
 	start := time.Now()
+	// from is when the change that woke this pass arrived, or the pass's
+	// start when the period woke it.
 	from := start
-	if w := c.woken.Swap(0); w != 0 && w < start.UnixNano() {
-		from = time.Unix(0, w)
+	woke := c.woken.Swap(0)
+	if woke != 0 && woke < start.UnixNano() {
+		from = time.Unix(0, woke)
+	}
+	if from.Before(c.acted) {
+		from = c.acted // a change that came while the last action ran
 	}
 	now := c.now()
 	cfg := c.cfg.Plan()
@@ -236,6 +246,9 @@ func (c *Controller) pass(ctx context.Context) {
 	synced, changed := c.cache.watch(ctx, in, out)
 	if !synced {
 		c.log.Debug("waiting for the pods of the swap's nodes", "in", in, "out", out)
+		if woke != 0 {
+			c.woken.CompareAndSwap(0, woke) // the change is still to be acted on
+		}
 		return
 	}
 	if changed {
@@ -243,9 +256,13 @@ func (c *Controller) pass(ctx context.Context) {
 	}
 	plan := swapplan.Next(snap)
 	decide := time.Since(start)
+	acting := time.Now()
 	var err error
 	if plan.Action.Type != swapplan.ActionNone || plan.RenewLease {
 		err = c.exec.do(ctx, plan, c.statusChange(snap, plan, problems))
+	}
+	if plan.Action.Type != swapplan.ActionNone {
+		c.acted = time.Now()
 	}
 	a := plan.Action
 	log := c.log.With("step", plan.Step, "action", a.Type, "node", a.Node)
@@ -262,8 +279,8 @@ func (c *Controller) pass(ctx context.Context) {
 		}
 	case a.Type != swapplan.ActionNone:
 		c.metrics.actions.WithLabelValues(a.Type).Inc()
-		c.metrics.reaction.Observe(time.Since(from).Seconds())
-		log.Info(plan.Reason, "took", time.Since(start).Round(time.Microsecond))
+		c.metrics.reaction.Observe(acting.Sub(from).Seconds())
+		log.Info(plan.Reason, "took", time.Since(start).Round(time.Microsecond), "reaction", acting.Sub(from).Round(time.Microsecond))
 		if ref := eventObject(plan); ref != nil {
 			c.recorder.Eventf(ref, corev1.EventTypeNormal, "Swap"+title(a.Type), "%s", plan.Reason)
 		}

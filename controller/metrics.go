@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		passes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleet_role_pass_seconds",
 			Help: "Duration of a pass: snapshot, plan, action and status.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
 		reaction: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleet_role_reaction_seconds",
-			Help:    "From the change that woke a pass (or its start, when the period did) to the end of the action it led to: the controller's own share of a swap.",
+			Help:    "From the change that woke a pass (or its start, when the period did) to the start of the action it led to: the controller's own share of a swap.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		voters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_voters", Help: "Nodes whose etcd members vote."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_leader", Help: "1 while this replica leads."}),

@@ -86,9 +86,10 @@ func main() {
 		r.Fatal(err)
 	}
 	r.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
-	share0 := reaction(f.Metrics())
+	sum0, count0 := reaction(f.Metrics())
 	wait(r, 6*time.Minute, func() bool { st := f.Status(); return st.Swap == nil && st.Last != nil })
-	share := reaction(f.Metrics()) - share0
+	sum1, count1 := reaction(f.Metrics())
+	share, actions := sum1-sum0, count1-count0
 	time.Sleep(time.Second)
 	_ = watch.Process.Kill()
 	_ = watch.Wait()
@@ -97,20 +98,23 @@ func main() {
 	total := res.EndedAt.Sub(res.StartedAt)
 	say("the swap ended %s: %s out, %s in (%s)", res.Result, res.Out, res.In, res.Origin)
 	fmt.Print(cli("status"))
-	say("the swap took %s; the controller's own share, from each change that woke it to the action it led to: %s (%.2f%%)",
-		total.Round(time.Millisecond), share.Round(time.Millisecond), 100*share.Seconds()/total.Seconds())
+	say("the swap took %s; the controller's own share, from each change that woke it to the action it led to,\n=== summed over its %d actions: %s (%.1f%%)",
+		total.Round(time.Millisecond), actions, share.Round(time.Millisecond), 100*share.Seconds()/total.Seconds())
 	say("tearing the fleet down")
 }
 
-// reaction reads the sum of fleet_role_reaction_seconds from /metrics.
-func reaction(metrics string) time.Duration {
+// reaction reads fleet_role_reaction_seconds's sum and count from /metrics.
+func reaction(metrics string) (sum time.Duration, count int) {
 	for _, line := range strings.Split(metrics, "\n") {
 		if v, ok := strings.CutPrefix(line, "fleet_role_reaction_seconds_sum "); ok {
 			s, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return time.Duration(s * float64(time.Second))
+			sum = time.Duration(s * float64(time.Second))
+		}
+		if v, ok := strings.CutPrefix(line, "fleet_role_reaction_seconds_count "); ok {
+			count, _ = strconv.Atoi(strings.TrimSpace(v))
 		}
 	}
-	return 0
+	return sum, count
 }
 
 func wait(r *runner, d time.Duration, cond func() bool) {
