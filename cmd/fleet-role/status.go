@@ -195,7 +195,10 @@ func renderStatus(w io.Writer, st swapplan.Status, now time.Time) {
 			var parts []string
 			for _, m := range ms {
 				s := m.Name
-				if m.Learner {
+				switch {
+				case s == "":
+					s = swapplan.UnstartedLearner
+				case m.Learner:
 					s += " (learner)"
 				}
 				parts = append(parts, s)

@@ -74,7 +74,17 @@ func main() {
 		}
 		return out
 	}
-	wait(r, time.Minute, func() bool { return len(f.Status().Verdicts) == 4 })
+	say("waiting for a full window of probe samples from every host")
+	wait(r, 2*time.Minute, func() bool {
+		st := f.Status()
+		fit := 0
+		for _, v := range st.Verdicts {
+			if v.State == swapplan.VerdictFit {
+				fit++
+			}
+		}
+		return fit == 4
+	})
 	say("fleet-role status")
 	fmt.Print(cli("status"))
 
