@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,10 +25,17 @@ import (
 
 // runner stands in for a test: the helpers' cleanups run on the way out,
 // and a missing part ends the demo.
-type runner struct{ cleanups []func() }
+type runner struct {
+	mu       sync.Mutex // the fleet starts its hosts on goroutines
+	cleanups []func()
+}
 
-func (r *runner) Helper()                   {}
-func (r *runner) Cleanup(f func())          { r.cleanups = append(r.cleanups, f) }
+func (r *runner) Helper() {}
+func (r *runner) Cleanup(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cleanups = append(r.cleanups, f)
+}
 func (r *runner) Fatal(args ...any)         { r.exit(fmt.Sprint(args...)) }
 func (r *runner) Skip(args ...any)          { r.exit(fmt.Sprint(args...)) }
 func (r *runner) Fatalf(f string, a ...any) { r.exit(fmt.Sprintf(f, a...)) }

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -151,7 +152,15 @@ func Start(t testhost.T, opts Options) *Fleet {
 	var wg sync.WaitGroup
 	errs := make([]error, len(f.Order))
 	for i, name := range f.Order {
-		wg.Go(func() { errs[i] = f.Hosts[name].start() })
+		wg.Go(func() {
+			g := &onGoroutine{t: t}
+			defer func() {
+				if errs[i] == nil {
+					errs[i] = g.err
+				}
+			}()
+			errs[i] = f.Hosts[name].start(g)
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -178,6 +187,26 @@ func (f *Fleet) Journals() string {
 		fmt.Fprintf(&b, "--- %s\n%s\n", n, out)
 	}
 	return b.String()
+}
+
+// onGoroutine is the test for a helper run on a goroutine of its own: a
+// Fatal ends that goroutine and leaves the error for the test's goroutine
+// to report, as testing wants.
+type onGoroutine struct {
+	t   testhost.T
+	err error
+}
+
+func (g *onGoroutine) Helper()          {}
+func (g *onGoroutine) Cleanup(f func()) { g.t.Cleanup(f) }
+func (g *onGoroutine) Skip(args ...any) { g.Fatal(args...) }
+func (g *onGoroutine) Fatal(args ...any) {
+	g.err = errors.New(fmt.Sprint(args...))
+	runtime.Goexit()
+}
+func (g *onGoroutine) Fatalf(format string, args ...any) {
+	g.err = fmt.Errorf(format, args...)
+	runtime.Goexit()
 }
 
 func (f *Fleet) logf(format string, args ...any) {

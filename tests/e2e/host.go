@@ -45,7 +45,7 @@ func (h *Host) doubleArgs(unit, kubeconfig string) []string {
 
 // start writes the host's files, starts its container with systemd as
 // PID 1 and starts fleet-role-agent in it.
-func (h *Host) start() error {
+func (h *Host) start(t testhost.T) error {
 	f := h.f
 	for _, d := range []string{"etc", "rancher", "state", "data", "units", "sd"} {
 		if err := os.MkdirAll(filepath.Join(h.dir, d), 0o755); err != nil {
@@ -101,7 +101,7 @@ func (h *Host) start() error {
 	if h.Docker {
 		mounts = append(mounts, "-v", "/var/run/docker.sock:/var/run/docker.sock")
 	}
-	sd := testhost.StartSystemdHostIn(f.t, filepath.Join(h.dir, "sd"), mounts...)
+	sd := testhost.StartSystemdHostIn(t, filepath.Join(h.dir, "sd"), mounts...)
 	h.Container = sd.Name
 	if uid := h.uid(); uid != 0 {
 		if out, err := h.exec("sh", "-c", fmt.Sprintf("echo 'k3s:x:%d:%d:k3s double:/nonexistent:/usr/sbin/nologin' >>/etc/passwd", uid, uid)); err != nil {
