@@ -116,7 +116,7 @@ func TestTheOutgoingVoterPausedMidSwapHoldsTheSwapUntilItIsBack(t *testing.T) {
 	}
 	m, err := f.Members()
 	require.NoError(t, err)
-	assert.Len(t, m.Voters, 4, "v1's member stays while v1 is paused (s1 voting)")
+	assert.Contains(t, m.Voters, f.Node("v1").Annotations[swapplan.AnnotationEtcdNodeName], "v1's member stays while v1 is paused")
 	t.Logf("while v1 was paused: step %s: %s", f.Status().Step, f.Status().Reason)
 	f.Hosts["v1"].Unpause()
 	t.Log("v1 back")
