@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ func (f *Fleet) waitEnd(t *testing.T, prev *swapplan.SwapResult, timeout time.Du
 		if st.Last != nil && st.Swap == nil && (prev == nil || st.Last.ID != prev.ID) {
 			return nil
 		}
-		return errorf("step %s: %s", st.Step, st.Reason)
+		return fmt.Errorf("step %s: %s", st.Step, st.Reason)
 	})
 	return st.Last
 }
@@ -89,7 +90,7 @@ func (f *Fleet) atStep(t *testing.T, steps []string, timeout time.Duration) stri
 		if st.Swap != nil && slices.Contains(steps, step) {
 			return nil
 		}
-		return errorf("step %q: %s", st.Step, st.Reason)
+		return fmt.Errorf("step %q: %s", st.Step, st.Reason)
 	})
 	return step
 }
@@ -155,7 +156,7 @@ func TestTheCandidatesPeerPortDroppedRollsTheSwapBackLeavingNothingBehind(t *tes
 	f.Hosts["s1"].RestorePeerPort()
 	f.Wait(time.Minute, "s1's server stopped", func() error {
 		if out, _ := f.Hosts["s1"].exec("systemctl", "is-active", "k3s.service"); out != "inactive" && out != "failed" {
-			return errorf("k3s.service is %s", out)
+			return fmt.Errorf("k3s.service is %s", out)
 		}
 		return nil
 	})
@@ -170,7 +171,7 @@ func TestASwapIsHeldWhileAVoterIsPausedAndGoesOnOnceItIsBack(t *testing.T) {
 	t.Log("v2 paused")
 	f.Wait(time.Minute, "v2's probe is silent", func() error {
 		if st := f.Status(); st.Verdicts["v2"].State != swapplan.VerdictSilent {
-			return errorf("v2's verdict %q", st.Verdicts["v2"].State)
+			return fmt.Errorf("v2's verdict %q", st.Verdicts["v2"].State)
 		}
 		return nil
 	})
@@ -214,7 +215,7 @@ func (f *Fleet) everyStep(t *testing.T, out, in string, at func(step string)) *s
 			seen[st.Step] = true
 			at(st.Step)
 		}
-		return errorf("step %s: %s", st.Step, st.Reason)
+		return fmt.Errorf("step %s: %s", st.Step, st.Reason)
 	})
 	return res
 }
@@ -261,7 +262,7 @@ func TestAVoterMadeSlowIsSwappedOutAutomaticallyWithDryRunOff(t *testing.T) {
 	t.Log("v3's disk throttled to 25 writes a second")
 	f.Wait(2*time.Minute, "a swap starts", func() error {
 		if st := f.Status(); st.Swap == nil {
-			return errorf("v3: %+v; %s", st.Verdicts["v3"], st.Reason)
+			return fmt.Errorf("v3: %+v; %s", st.Verdicts["v3"], st.Reason)
 		}
 		return nil
 	})

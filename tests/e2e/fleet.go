@@ -487,5 +487,3 @@ func (f *Fleet) Metrics() string {
 	_, _ = b.ReadFrom(resp.Body)
 	return b.String()
 }
-
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
