@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,22 @@ func TestTheControllerServesMetricsAndHealth(t *testing.T) {
 	} {
 		assert.Contains(t, body, want)
 	}
+	// Every action's reaction time, from the change that let it go, is
+	// observed once.
+	actions, reactions := 0.0, 0.0
+	for _, line := range strings.Split(body, "\n") {
+		name, value, _ := strings.Cut(line, " ")
+		v, err := strconv.ParseFloat(value, 64)
+		switch {
+		case err != nil:
+		case strings.HasPrefix(name, "fleet_role_actions_total{"):
+			actions += v
+		case name == "fleet_role_reaction_seconds_count":
+			reactions = v
+		}
+	}
+	assert.GreaterOrEqual(t, actions, 12.0)
+	assert.Equal(t, actions, reactions)
 }
 
 func TestFleetRoleStatusWatchRefreshesInPlace(t *testing.T) {
