@@ -244,7 +244,11 @@ func TestDryRunAnAutomaticDecisionChangesNothingButTheStatus(t *testing.T) {
 	events, err := e.api.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	for _, ev := range events.Items {
-		t.Errorf("an Event though nothing was done: %s %s on %s/%s by %s: %s", ev.Type, ev.Reason, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Source.Component, ev.Message)
+		report := t.Logf // another component's Event is no concern of this test, but is shown
+		if ev.Source.Component == "fleet-role-controller" {
+			report = t.Errorf
+		}
+		report("an Event though nothing was done: %s %s on %s/%s by %q: %s", ev.Type, ev.Reason, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Source.Component, ev.Message)
 	}
 }
 
