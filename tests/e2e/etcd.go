@@ -178,15 +178,15 @@ func (w *Writes) Count() WriteCount {
 }
 
 // Check is what must hold after every scenario: the etcd cluster is the
-// one it was, its members are the voters' and vote, no Node is left
+// one the fleet started with, its members are the voters' and vote, no Node is left
 // cordoned by a swap, the Lease is free and status.json says the result.
-func (f *Fleet) Check(clusterID uint64, result string) error {
+func (f *Fleet) Check(result string) error {
 	m, err := f.Members()
 	if err != nil {
 		return err
 	}
-	if m.ClusterID != clusterID {
-		return fmt.Errorf("etcd's cluster ID is %x, not %x", m.ClusterID, clusterID)
+	if m.ClusterID != f.clusterID {
+		return fmt.Errorf("etcd's cluster ID is %x, not %x", m.ClusterID, f.clusterID)
 	}
 	if len(m.Learners) > 0 {
 		return fmt.Errorf("learners left: %v", m.Learners)

@@ -61,8 +61,6 @@ type Options struct {
 	Controller string
 	// Bounds override the controller's per-step bounds (step = "25s").
 	Bounds map[string]string
-	// DryRun is the controller's dry_run.
-	DryRun bool
 	// Log, when set, gets what the harness does, as it does it.
 	Log func(format string, args ...any)
 }
@@ -80,6 +78,8 @@ type Fleet struct {
 	Hosts   map[string]*Host
 	Order   []string
 	metrics string
+	// clusterID is etcd's cluster ID once the fleet was up.
+	clusterID uint64
 	// kubeconfig is the hosts': it holds the API server's certificate.
 	kubeconfig string
 	ctrl       *exec.Cmd
@@ -176,6 +176,11 @@ func Start(t testhost.T, opts Options) *Fleet {
 		}
 		return err
 	})
+	m, err := f.Members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clusterID = m.ClusterID
 	return f
 }
 
@@ -275,28 +280,20 @@ func (f *Fleet) up() error {
 		if p == nil {
 			continue
 		}
-		if !ready(&n) || n.Annotations[swapplan.AnnotationProbe] == "" {
+		if !conditionTrue(&n, corev1.NodeReady) || n.Annotations[swapplan.AnnotationProbe] == "" {
 			return fmt.Errorf("%s is not Ready with a probe", n.Name)
 		}
-		if p.Role == swapplan.RoleVoter && !voter(&n) {
+		if p.Role == swapplan.RoleVoter && !conditionTrue(&n, swapplan.ConditionEtcdIsVoter) {
 			return fmt.Errorf("%s's member does not vote", n.Name)
 		}
 	}
 	return nil
 }
 
-func ready(n *corev1.Node) bool {
+// conditionTrue says the Node's condition of the type is True.
+func conditionTrue(n *corev1.Node, t corev1.NodeConditionType) bool {
 	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func voter(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == swapplan.ConditionEtcdIsVoter {
+		if c.Type == t {
 			return c.Status == corev1.ConditionTrue
 		}
 	}
@@ -387,7 +384,7 @@ func (f *Fleet) StartController() {
 	conf := filepath.Join(f.Dir, "controller.toml")
 	p := f.opts.ProbePeriod
 	toml := fmt.Sprintf(`version = 1
-dry_run = %t
+dry_run = false
 period = "1s"
 probe_period = %q
 min_pass_interval = "50ms"
@@ -402,7 +399,7 @@ retry_period = "500ms"
 
 [bounds]
 %s
-%s`, f.opts.DryRun, p.String(), f.metrics, f.bounds(), f.opts.Controller)
+%s`, p.String(), f.metrics, f.bounds(), f.opts.Controller)
 	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
 		f.t.Fatal(err)
 	}
@@ -468,12 +465,6 @@ func (f *Fleet) StopController() {
 		}
 		f.ctrl = nil
 	}
-}
-
-// ControllerLog is the running (or last) controller's log.
-func (f *Fleet) ControllerLog() string {
-	data, _ := os.ReadFile(f.ctrlLog)
-	return string(data)
 }
 
 // Metrics reads the controller's /metrics.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -166,12 +167,10 @@ key_file = ""
 timeout = "3s"
 `, h.IP)
 	if h.Docker {
+		// A JSON array of strings is a TOML one.
 		quote := func(list []string) string {
-			q := make([]string, len(list))
-			for i, s := range list {
-				q[i] = fmt.Sprintf("%q", s)
-			}
-			return "[" + strings.Join(q, ", ") + "]"
+			b, _ := json.Marshal(list)
+			return string(b)
 		}
 		volumes := []string{
 			filepath.Join(h.dir, "data") + ":" + hostDataDir,

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/kubelet"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
@@ -249,7 +249,7 @@ func (d *Driver) tick() {
 		}
 		d.conditions(ctx, n, h, now)
 		if beat && (h.server || h.agent) {
-			d.heartbeat(ctx, n.Name, now)
+			_ = kubelet.Heartbeat(ctx, d.c, n.Name, now)
 		}
 	}
 	if probe {
@@ -258,7 +258,9 @@ func (d *Driver) tick() {
 	if beat {
 		d.lastBeat = now
 	}
-	d.kubelet(ctx, list.Items)
+	for i := range list.Items {
+		kubelet.DeleteTerminating(ctx, d.c, &list.Items[i])
+	}
 }
 
 func (d *Driver) report(ann map[string]any, r swapplan.Report, now time.Time) {
@@ -371,41 +373,6 @@ func (d *Driver) conditions(ctx context.Context, n *corev1.Node, h *Host, now ti
 	n = n.DeepCopy()
 	n.Status.Conditions = want
 	_, _ = d.c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-}
-
-func (d *Driver) heartbeat(ctx context.Context, node string, now time.Time) {
-	leases := d.c.CoordinationV1().Leases(swapplan.NodeLeaseNamespace)
-	renew := metav1.NewMicroTime(now)
-	l, err := leases.Get(ctx, node, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, _ = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &renew}}, metav1.CreateOptions{})
-		return
-	}
-	if err != nil {
-		return
-	}
-	l.Spec.RenewTime = &renew
-	_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
-}
-
-// kubelet deletes the Pods being deleted, as a kubelet does once their
-// containers stopped.
-func (d *Driver) kubelet(ctx context.Context, nodes []corev1.Node) {
-	for _, n := range nodes {
-		if !n.Spec.Unschedulable {
-			continue // only a drained Node has Pods being deleted
-		}
-		pods, err := d.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
-		if err != nil {
-			continue
-		}
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil {
-				_ = d.c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-			}
-		}
-	}
 }
 
 // Written returns the reports written so far.

@@ -139,7 +139,7 @@ func run(o options, log *slog.Logger) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	k := &kubelet{c: kube, node: o.nodeName, log: log}
+	k := &kubeletRole{c: kube, node: o.nodeName, log: log}
 	if o.role == "agent" {
 		log.Info("agent running", "K3S_URL", os.Getenv("K3S_URL"))
 		k.loop(ctx, o.period, nil)

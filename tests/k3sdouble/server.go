@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -126,7 +127,7 @@ func (s *server) join(ctx context.Context, cfg config) (initial, state string, e
 		through = append(through, a)
 	}
 	for _, a := range s.o.join {
-		if a != s.o.nodeIP && !contains(through, a) {
+		if a != s.o.nodeIP && !slices.Contains(through, a) {
 			through = append(through, a)
 		}
 	}
@@ -177,15 +178,6 @@ func (s *server) addLearner(ctx context.Context, address string) (string, error)
 		}
 	}
 	return strings.Join(initial, ","), nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // stopped says etcd stopped under the double: its member was removed.
@@ -301,7 +293,7 @@ func matches(m *etcdMember, n *corev1.Node) bool {
 		return true
 	}
 	addr := n.Annotations[AnnotationNodeAddress]
-	return m.Name == "" && addr != "" && contains(m.PeerURLs, peerURL(addr))
+	return m.Name == "" && addr != "" && slices.Contains(m.PeerURLs, peerURL(addr))
 }
 
 // voterConditions writes EtcdIsVoter on the Nodes of members and of
