@@ -81,7 +81,12 @@ func TestTheControllerServesMetricsAndHealth(t *testing.T) {
 	_, stderr, c := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, c, stderr)
 	e.waitEnd(2 * time.Minute)
-	_, body := get("/metrics")
+	// The pass that ends the swap writes status.json, then its metrics.
+	var body string
+	require.Eventually(t, func() bool {
+		_, body = get("/metrics")
+		return strings.Contains(body, `fleet_role_swap_step{step="none"} 1`)
+	}, 5*time.Second, 50*time.Millisecond, "the step gauge follows the end")
 	for _, want := range []string{
 		`fleet_role_swap_step{step="none"} 1`,
 		`fleet_role_actions_total{action="promote"} 1`,
