@@ -349,6 +349,10 @@ func TestASnapshotIsVerifiedAndRestoresIntoAFreshMemberWithTheSameKeys(t *testin
 		require.NoError(t, err)
 		want[k] = v
 	}
+	// A linearizable read through the member waits until it applied every
+	// write: its snapshot then holds them all.
+	_, err := raw(t, ms[1]).Get(ctx, "/registry/k299")
+	require.NoError(t, err)
 	dir := t.TempDir()
 	snap, err := wrap(t, ms[1]).Save(ctx, dir, "pre-swap.db")
 	require.NoError(t, err)

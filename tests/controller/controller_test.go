@@ -147,8 +147,12 @@ func (e *env) waitEnd(timeout time.Duration) *swapplan.SwapResult {
 		st, _ = e.status()
 		return st.Last != nil && st.Swap == nil
 	}, timeout, 100*time.Millisecond, "no end; status: step %s, reason %s", st.Step, st.Reason)
-	l := e.lease()
-	require.True(e.t, l == nil || l.Spec.HolderIdentity == nil, "the Lease is released")
+	// The end records the result, then releases the Lease (a release that
+	// meets a conflict is made again next pass).
+	require.Eventually(e.t, func() bool {
+		l := e.lease()
+		return l == nil || l.Spec.HolderIdentity == nil
+	}, 10*time.Second, 50*time.Millisecond, "the Lease is released")
 	return st.Last
 }
 
