@@ -3,7 +3,6 @@ package etcdclient_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // member is one embedded etcd member on loopback, named as k3s names
@@ -34,10 +34,9 @@ type member struct {
 }
 
 func port(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testhost.FreePort()
 	require.NoError(t, err)
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	return fmt.Sprint(p)
 }
 
 func newMember(t *testing.T, node string) *member {
@@ -214,10 +213,12 @@ func TestALearnerIsAddedPromotedOnceCaughtUpAndAMemberRemoved(t *testing.T) {
 
 func removeMember(t *testing.T, c *clientv3.Client, id uint64) {
 	var err error
-	require.Eventually(t, func() bool {
-		_, err = c.MemberRemove(context.Background(), id)
-		return err == nil
-	}, 30*time.Second, 200*time.Millisecond, "remove member %x: %v", id, err)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if _, err = c.MemberRemove(context.Background(), id); err == nil {
+			return
+		}
+	}
+	require.NoError(t, err, "remove member %x", id)
 }
 
 // electionTimeout is the members' (cfg.ElectionMs).

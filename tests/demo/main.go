@@ -39,6 +39,7 @@ func (r *runner) Cleanup(f func()) {
 func (r *runner) Fatal(args ...any)         { r.exit(fmt.Sprint(args...)) }
 func (r *runner) Skip(args ...any)          { r.exit(fmt.Sprint(args...)) }
 func (r *runner) Fatalf(f string, a ...any) { r.exit(fmt.Sprintf(f, a...)) }
+func (r *runner) Logf(f string, a ...any)   { fmt.Fprintf(os.Stderr, "demo: "+f+"\n", a...) }
 
 func (r *runner) done() {
 	for i := len(r.cleanups) - 1; i >= 0; i-- {

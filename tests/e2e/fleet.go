@@ -18,13 +18,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,6 +205,9 @@ type onGoroutine struct {
 func (g *onGoroutine) Helper()          {}
 func (g *onGoroutine) Cleanup(f func()) { g.t.Cleanup(f) }
 func (g *onGoroutine) Skip(args ...any) { g.Fatal(args...) }
+func (g *onGoroutine) Logf(format string, args ...any) {
+	g.t.Logf(format, args...)
+}
 func (g *onGoroutine) Fatal(args ...any) {
 	g.err = errors.New(fmt.Sprint(args...))
 	runtime.Goexit()
@@ -375,12 +378,11 @@ func (f *Fleet) CLI(args ...string) (stdout, stderr string, code int) {
 // StartController starts fleet-role controller as a process.
 func (f *Fleet) StartController() {
 	f.t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testhost.FreePort()
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.metrics = l.Addr().String()
-	l.Close()
+	f.metrics = "127.0.0.1:" + strconv.Itoa(port)
 	conf := filepath.Join(f.Dir, "controller.toml")
 	p := f.opts.ProbePeriod
 	toml := fmt.Sprintf(`version = 1

@@ -36,11 +36,11 @@ func StartEtcdCluster(tb testing.TB, n int) []*EtcdMember {
 	var ms []*EtcdMember
 	var peers, initial []string
 	for i := range n {
-		cp, err := freePort()
+		cp, err := testhost.FreePort()
 		if err != nil {
 			tb.Fatal(err)
 		}
-		pp, err := freePort()
+		pp, err := testhost.FreePort()
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -13,7 +13,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -77,26 +76,24 @@ func Start(tb testhost.T) *Server {
 			testhost.Unavailable(tb, "no %s in %s: run make test-bins", b, bins)
 		}
 	}
-	dir, err := os.MkdirTemp("", "fleet-role-kubeapi-")
-	if err != nil {
-		tb.Fatal(err)
+	// A port chosen free can be taken by another process before the
+	// server binds it; a start that fails is tried again on new ports.
+	var last error
+	for range 3 {
+		dir, err := os.MkdirTemp("", "fleet-role-kubeapi-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		s := &Server{dir: dir}
+		if last = s.start(bins); last == nil {
+			tb.Cleanup(s.Stop)
+			return s
+		}
+		tb.Logf("start the API server: %v; trying again", last)
+		s.keep()
 	}
-	s := &Server{dir: dir}
-	tb.Cleanup(s.Stop)
-	if err := s.start(bins); err != nil {
-		s.Stop()
-		tb.Fatalf("start the API server: %v", err)
-	}
-	return s
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	tb.Fatalf("start the API server: %v", last)
+	return nil
 }
 
 func (s *Server) run(bin string, log string, args ...string) (*exec.Cmd, error) {
@@ -115,15 +112,15 @@ func (s *Server) run(bin string, log string, args ...string) (*exec.Cmd, error) 
 }
 
 func (s *Server) start(bins string) error {
-	clientPort, err := freePort()
+	clientPort, err := testhost.FreePort()
 	if err != nil {
 		return err
 	}
-	peerPort, err := freePort()
+	peerPort, err := testhost.FreePort()
 	if err != nil {
 		return err
 	}
-	apiPort, err := freePort()
+	apiPort, err := testhost.FreePort()
 	if err != nil {
 		return err
 	}
@@ -252,20 +249,30 @@ func (s *Server) keys() error {
 // Stop stops the API server and etcd and removes their files.
 func (s *Server) Stop() {
 	s.once.Do(func() {
-		for i := len(s.procs) - 1; i >= 0; i-- {
-			p := s.procs[i]
-			_ = p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = p.Process.Kill()
-				<-done
-			}
-		}
+		s.kill()
 		os.RemoveAll(s.dir)
 	})
+}
+
+// keep stops the processes of a start that failed and keeps their logs,
+// which its error names.
+func (s *Server) keep() {
+	s.once.Do(s.kill)
+}
+
+func (s *Server) kill() {
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		p := s.procs[i]
+		_ = p.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = p.Process.Kill()
+			<-done
+		}
+	}
 }
 
 type bearer struct {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -290,12 +289,11 @@ func tail(s string, n int) string {
 }
 
 func freePort(b *testing.B) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testhost.FreePort()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 type syncBuffer struct {

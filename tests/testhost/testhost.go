@@ -9,6 +9,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	mrand "math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +34,7 @@ type T interface {
 	Helper()
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
 	Skip(args ...any)
 	Cleanup(func())
 }
@@ -261,4 +264,32 @@ func RunWithFleetRole(m *testing.M, bin *string) int {
 		panic(err)
 	}
 	return m.Run()
+}
+
+var (
+	portsMu sync.Mutex
+	ports   = map[int]bool{}
+)
+
+// FreePort returns a port free on loopback, drawn at random below the
+// kernel's ephemeral range (32768 and up) so that neither an outgoing
+// connection nor another test's listener on port 0 takes it before the
+// process it is for binds it, and never the same one twice in a process.
+func FreePort() (int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		p := 20000 + mrand.IntN(32768-20000)
+		if ports[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		ports[p] = true
+		return p, nil
+	}
+	return 0, fmt.Errorf("no free port on loopback between 20000 and 32767")
 }
