@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -91,27 +92,11 @@ func newCache(client kubernetes.Interface, ns string, runners labels.Selector, l
 	// status it publishes) are no reason for another pass; who holds the
 	// Lease and what swap it carries, and the manual request, are.
 	lease := regrade.Coordination().V1().Leases().Informer()
-	c.handle(lease, func(obj any) {
-		l := obj.(*coordinationv1.Lease)
-		c.mu.Lock()
-		old := c.lease
-		c.lease = l
-		c.mu.Unlock()
-		if old == nil || holder(old) != holder(l) || old.Annotations[swapplan.AnnotationSwap] != l.Annotations[swapplan.AnnotationSwap] {
-			c.changed()
-		}
-	}, func(string) { c.mu.Lock(); c.lease = nil; c.mu.Unlock(); c.changed() })
+	c.handle(lease, func(obj any) { c.setLease(obj.(*coordinationv1.Lease)) },
+		func(string) { c.mu.Lock(); c.lease = nil; c.mu.Unlock(); c.changed() })
 	cm := status.Core().V1().ConfigMaps().Informer()
-	c.handle(cm, func(obj any) {
-		m := obj.(*corev1.ConfigMap)
-		c.mu.Lock()
-		old := c.cm
-		c.cm = m
-		c.mu.Unlock()
-		if old == nil || old.Data[swapplan.RequestKey] != m.Data[swapplan.RequestKey] {
-			c.changed()
-		}
-	}, func(string) { c.mu.Lock(); c.cm = nil; c.mu.Unlock(); c.changed() })
+	c.handle(cm, func(obj any) { c.setStatus(obj.(*corev1.ConfigMap)) },
+		func(string) { c.mu.Lock(); c.cm = nil; c.mu.Unlock(); c.changed() })
 	c.synced = []toolscache.InformerSynced{nodes.HasSynced, beats.HasSynced, lease.HasSynced, cm.HasSynced}
 	return c
 }
@@ -388,6 +373,48 @@ func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]swapplan.Verdi
 
 // leaseObject and statusObject are the cached objects, for the executor's
 // optimistic updates.
+// setLease keeps the regrade Lease, from the watch or from the
+// controller's own write, unless the copy kept is newer: a pass that runs
+// before the watch has caught up with the last pass's write plans and
+// writes on top of that write, not on the copy it replaced (whose update
+// the API server would refuse as a conflict), and the watch's echo of it
+// changes nothing.
+func (c *cache) setLease(l *coordinationv1.Lease) {
+	c.mu.Lock()
+	old := c.lease
+	if old != nil && older(l, old) {
+		c.mu.Unlock()
+		return
+	}
+	c.lease = l
+	c.mu.Unlock()
+	if old == nil || holder(old) != holder(l) || old.Annotations[swapplan.AnnotationSwap] != l.Annotations[swapplan.AnnotationSwap] {
+		c.changed()
+	}
+}
+
+// setStatus keeps the status ConfigMap as setLease keeps the Lease.
+func (c *cache) setStatus(m *corev1.ConfigMap) {
+	c.mu.Lock()
+	old := c.cm
+	if old != nil && older(m, old) {
+		c.mu.Unlock()
+		return
+	}
+	c.cm = m
+	c.mu.Unlock()
+	if old == nil || old.Data[swapplan.RequestKey] != m.Data[swapplan.RequestKey] {
+		c.changed()
+	}
+}
+
+// older says whether a's resourceVersion is below b's; versions that do
+// not compare (a fake API's) are never older.
+func older(a, b metav1.Object) bool {
+	n, err := resourceversion.CompareResourceVersion(a.GetResourceVersion(), b.GetResourceVersion())
+	return err == nil && n < 0
+}
+
 func (c *cache) leaseObject() *coordinationv1.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()

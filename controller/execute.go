@@ -67,9 +67,11 @@ func (e *executor) renew(ctx context.Context, rec *swapplan.SwapRecord) error {
 	now := metav1.NewMicroTime(e.now())
 	l.Spec.RenewTime = &now
 	l.Spec.LeaseDurationSeconds = seconds(e.leaseDuration)
-	if _, err := e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+	out, err := e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{})
+	if err != nil {
 		return fmt.Errorf("renew the Lease %s/%s: %w", e.ns, swapplan.LeaseName, err)
 	}
+	e.cache.setLease(out)
 	return nil
 }
 
@@ -197,15 +199,17 @@ func (e *executor) acquire(ctx context.Context, rec *swapplan.SwapRecord) error 
 	if err := setRecord(l, rec); err != nil {
 		return err
 	}
+	var out *coordinationv1.Lease
 	var err error
 	if l.ResourceVersion == "" {
-		_, err = e.client.CoordinationV1().Leases(e.ns).Create(ctx, l, metav1.CreateOptions{})
+		out, err = e.client.CoordinationV1().Leases(e.ns).Create(ctx, l, metav1.CreateOptions{})
 	} else {
-		_, err = e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{})
+		out, err = e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("acquire the Lease %s/%s: %w", e.ns, swapplan.LeaseName, err)
 	}
+	e.cache.setLease(out)
 	return nil
 }
 
@@ -262,9 +266,11 @@ func (e *executor) end(ctx context.Context, plan swapplan.Plan, status func(*swa
 	if err := setRecord(l, nil); err != nil {
 		return err
 	}
-	if _, err := e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+	out, err := e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{})
+	if err != nil {
 		return fmt.Errorf("release the Lease %s/%s: %w", e.ns, swapplan.LeaseName, err)
 	}
+	e.cache.setLease(out)
 	return nil
 }
 
@@ -311,14 +317,16 @@ func (e *executor) updateStatus(ctx context.Context, change func(st *swapplan.St
 		return err
 	}
 	cm.Data[swapplan.StatusKey] = string(b)
+	var out *corev1.ConfigMap
 	if create {
-		_, err = e.client.CoreV1().ConfigMaps(e.ns).Create(ctx, cm, metav1.CreateOptions{})
+		out, err = e.client.CoreV1().ConfigMaps(e.ns).Create(ctx, cm, metav1.CreateOptions{})
 	} else {
-		_, err = e.client.CoreV1().ConfigMaps(e.ns).Update(ctx, cm, metav1.UpdateOptions{})
+		out, err = e.client.CoreV1().ConfigMaps(e.ns).Update(ctx, cm, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("write %s/%s: %w", e.ns, swapplan.StatusConfigMap, err)
 	}
+	e.cache.setStatus(out)
 	return nil
 }
 
