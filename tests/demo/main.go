@@ -74,8 +74,8 @@ func main() {
 		Controller: "\n[verdicts]\nwindow = 5\n",
 		Log:        func(format string, args ...any) { say(format, args...) },
 	})
-	say("the fleet is up in %s; starting fleet-role controller (dry run off)", time.Since(began).Round(time.Second))
-	f.StartController()
+	say("the fleet is up in %s; starting fleet-role controller with dry run on, as it is deployed", time.Since(began).Round(time.Second))
+	f.StartDryRunController()
 	cli := func(args ...string) string {
 		out, stderr, code := f.CLI(args...)
 		if code != 0 {
@@ -83,17 +83,11 @@ func main() {
 		}
 		return out
 	}
-	say("waiting for a full window of probe samples from every host")
-	wait(r, 2*time.Minute, func() bool {
-		st := f.Status()
-		fit := 0
-		for _, v := range st.Verdicts {
-			if v.State == swapplan.VerdictFit {
-				fit++
-			}
-		}
-		return fit == 4
-	})
+	say("waiting for every host to be fit on a full window of probe samples")
+	f.WaitFit(2 * time.Minute)
+	say("restarting fleet-role controller with dry run off (what ansible-playbook ... -e dry_run=false does)")
+	f.StopController()
+	f.StartController()
 	say("fleet-role status")
 	fmt.Print(cli("status"))
 
@@ -117,6 +111,9 @@ func main() {
 	total := res.EndedAt.Sub(res.StartedAt)
 	say("the swap ended %s: %s out, %s in (%s)", res.Result, res.Out, res.In, res.Origin)
 	fmt.Print(cli("status"))
+	if res.Out != "v2" {
+		r.Fatalf("the swap took %s out, not v2, whose disk was slowed: see its verdict above", res.Out)
+	}
 	say("the swap took %s; the controller's own share, from each change that woke it to the action it led to,\n=== summed over its %d actions: %s (%.1f%%)",
 		total.Round(time.Millisecond), actions, share.Round(time.Millisecond), 100*share.Seconds()/total.Seconds())
 	say("tearing the fleet down")

@@ -234,7 +234,17 @@ func TestTheAgentsKilledAtEveryStepAndRestartedFinishTheSwap(t *testing.T) {
 }
 
 func TestAVoterMadeSlowIsSwappedOutAutomaticallyWithDryRunOff(t *testing.T) {
-	f := fleet(t, Options{Controller: "\n[verdicts]\nwindow = 5\n"})
+	f := Start(t, Options{Controller: "\n[verdicts]\nwindow = 5\n", Log: t.Logf, Hosts: []HostSpec{
+		{Name: "v1", Role: swapplan.RoleVoter},
+		{Name: "v2", Role: swapplan.RoleVoter},
+		{Name: "v3", Role: swapplan.RoleVoter},
+		{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
+	}})
+	// As deployed: dry run on until every host is fit, then off.
+	f.StartDryRunController()
+	f.WaitFit(2 * time.Minute)
+	f.StopController()
+	f.StartController()
 	f.Hosts["v3"].SlowDisk(25)
 	t.Log("v3's disk throttled to 25 writes a second")
 	f.Wait(2*time.Minute, "a swap starts", func() error {

@@ -375,8 +375,22 @@ func (f *Fleet) CLI(args ...string) (stdout, stderr string, code int) {
 	return o.String(), e.String(), code
 }
 
-// StartController starts fleet-role controller as a process.
+// StartController starts fleet-role controller as a process, with dry
+// run off.
 func (f *Fleet) StartController() {
+	f.t.Helper()
+	f.startController(false)
+}
+
+// StartDryRunController starts fleet-role controller with dry run on, as
+// a deployment starts it: it decides and shows its verdicts, and carries
+// out only manual requests.
+func (f *Fleet) StartDryRunController() {
+	f.t.Helper()
+	f.startController(true)
+}
+
+func (f *Fleet) startController(dryRun bool) {
 	f.t.Helper()
 	port, err := testhost.FreePort()
 	if err != nil {
@@ -386,7 +400,7 @@ func (f *Fleet) StartController() {
 	conf := filepath.Join(f.Dir, "controller.toml")
 	p := f.opts.ProbePeriod
 	toml := fmt.Sprintf(`version = 1
-dry_run = false
+dry_run = %t
 period = "1s"
 probe_period = %q
 min_pass_interval = "50ms"
@@ -401,7 +415,7 @@ retry_period = "500ms"
 
 [bounds]
 %s
-%s`, p.String(), f.metrics, f.bounds(), f.opts.Controller)
+%s`, dryRun, p.String(), f.metrics, f.bounds(), f.opts.Controller)
 	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
 		f.t.Fatal(err)
 	}
@@ -441,6 +455,26 @@ func (f *Fleet) bounds() string {
 		lines = append(lines, fmt.Sprintf("%s = %q", k, b[k]))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// WaitFit waits until the controller's verdict on every voter and
+// standby is fit, each on a full window of probe samples: the samples a
+// host took while the fleet was starting, on a busy machine, may have
+// been slow.
+func (f *Fleet) WaitFit(timeout time.Duration) {
+	f.t.Helper()
+	f.Wait(timeout, "every voter and standby is fit", func() error {
+		st := f.Status()
+		for _, h := range f.opts.Hosts {
+			if h.Role != swapplan.RoleVoter && h.Role != swapplan.RoleStandby {
+				continue
+			}
+			if v := st.Verdicts[h.Name]; v.State != swapplan.VerdictFit {
+				return fmt.Errorf("%s: %s (%d samples): %s", h.Name, v.State, v.Samples, v.Reason)
+			}
+		}
+		return nil
+	})
 }
 
 // KillController kills the controller with SIGKILL: no Lease released, no
