@@ -380,32 +380,35 @@ func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]swapplan.Verdi
 // the API server would refuse as a conflict), and the watch's echo of it
 // changes nothing.
 func (c *cache) setLease(l *coordinationv1.Lease) {
-	c.mu.Lock()
-	old := c.lease
-	if old != nil && older(l, old) {
-		c.mu.Unlock()
-		return
-	}
-	c.lease = l
-	c.mu.Unlock()
-	if old == nil || holder(old) != holder(l) || old.Annotations[swapplan.AnnotationSwap] != l.Annotations[swapplan.AnnotationSwap] {
+	old, kept := keepNewer(&c.mu, &c.lease, l)
+	if kept && (old == nil || holder(old) != holder(l) || old.Annotations[swapplan.AnnotationSwap] != l.Annotations[swapplan.AnnotationSwap]) {
 		c.changed()
 	}
 }
 
 // setStatus keeps the status ConfigMap as setLease keeps the Lease.
 func (c *cache) setStatus(m *corev1.ConfigMap) {
-	c.mu.Lock()
-	old := c.cm
-	if old != nil && older(m, old) {
-		c.mu.Unlock()
-		return
-	}
-	c.cm = m
-	c.mu.Unlock()
-	if old == nil || old.Data[swapplan.RequestKey] != m.Data[swapplan.RequestKey] {
+	old, kept := keepNewer(&c.mu, &c.cm, m)
+	if kept && (old == nil || old.Data[swapplan.RequestKey] != m.Data[swapplan.RequestKey]) {
 		c.changed()
 	}
+}
+
+// keepNewer stores obj in *at unless the object there is newer, and
+// returns the object it replaced and whether it did.
+func keepNewer[T interface {
+	comparable
+	metav1.Object
+}](mu *sync.Mutex, at *T, obj T) (old T, kept bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	var none T
+	old = *at
+	if old != none && older(obj, old) {
+		return old, false
+	}
+	*at = obj
+	return old, true
 }
 
 // older says whether a's resourceVersion is below b's; versions that do

@@ -1,0 +1,66 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+func lease(rv, holder, swap string) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: swapplan.LeaseName, ResourceVersion: rv,
+		Annotations: map[string]string{swapplan.AnnotationSwap: swap}}}
+	if holder != "" {
+		l.Spec.HolderIdentity = ptr.To(holder)
+	}
+	return l
+}
+
+func TestTheControllersOwnWriteIsKeptUntilTheWatchBringsANewerOne(t *testing.T) {
+	pokes := 0
+	c := &cache{changed: func() { pokes++ }}
+	c.setLease(lease("10", "", ""))
+	assert.Equal(t, 1, pokes, "the first Lease seen wakes a pass")
+
+	// The controller takes the Lease; its write is kept at once and wakes
+	// the next pass.
+	c.setLease(lease("12", swapplan.ControllerHolder, `{"id":"a"}`))
+	assert.Equal(t, "12", c.leaseObject().ResourceVersion)
+	assert.Equal(t, 2, pokes)
+
+	// The watch delivers a copy older than that write: it is dropped.
+	c.setLease(lease("11", "", ""))
+	assert.Equal(t, "12", c.leaseObject().ResourceVersion)
+	// The watch's echo of the write changes nothing and wakes nothing.
+	c.setLease(lease("12", swapplan.ControllerHolder, `{"id":"a"}`))
+	assert.Equal(t, 2, pokes)
+	// Someone else's later write replaces it, and wakes a pass.
+	c.setLease(lease("15", "regrade", ""))
+	assert.Equal(t, "15", c.leaseObject().ResourceVersion)
+	assert.Equal(t, 3, pokes)
+
+	// Versions that do not compare, as a fake API's, are taken as they come.
+	c.setLease(lease("", "", ""))
+	assert.Empty(t, c.leaseObject().ResourceVersion)
+}
+
+func TestTheStatusKeptWakesAPassOnlyWhenTheManualRequestChanged(t *testing.T) {
+	pokes := 0
+	c := &cache{changed: func() { pokes++ }}
+	cm := func(rv, req string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: rv},
+			Data: map[string]string{swapplan.StatusKey: rv, swapplan.RequestKey: req}}
+	}
+	c.setStatus(cm("5", ""))
+	c.setStatus(cm("7", ""))
+	assert.Equal(t, 1, pokes, "the controller's own status write is no reason for a pass")
+	c.setStatus(cm("6", `{"out":"v1"}`))
+	assert.Equal(t, "7", c.statusObject().ResourceVersion, "an older copy is dropped")
+	c.setStatus(cm("8", `{"out":"v1"}`))
+	assert.Equal(t, 2, pokes, "a new manual request wakes a pass")
+}
