@@ -2,14 +2,21 @@
 // the fleet of tests/e2e — hosts as containers with systemd as PID 1 and
 // the real fleet-role agent, three voters and a standby on the Docker
 // platform, a real etcd member per server under the k3s double, a real
-// kube-apiserver — and the built fleet-role controller with dry run off.
-// It slows one voter's disk, shows the automatic swap step by step in
-// `fleet-role status --watch`, reports the swap's total time and the
-// controller's own share of it, and tears the fleet down.
+// kube-apiserver — and the built fleet-role controller, first with dry run
+// on, then off. Where no Docker engine answers, the hosts are played by
+// tests/fleetsim instead, against the same real kube-apiserver. It slows
+// one voter's disk, shows the automatic swap step by step in `fleet-role
+// status --watch`, reports the swap's total time and the controller's own
+// share of it, and tears the fleet down.
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,8 +26,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/controller"
 	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/e2e"
+	"github.com/fleet-role/fleet-role/tests/fleetsim"
+	"github.com/fleet-role/fleet-role/tests/kubeapi"
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // runner stands in for a test: the helpers' cleanups run on the way out,
@@ -56,6 +73,28 @@ func (r *runner) exit(msg string) {
 
 func say(format string, args ...any) { fmt.Printf("\n=== "+format+"\n", args...) }
 
+// fleet is what the demo needs of a fleet, whether its hosts are
+// containers or simulated.
+type fleet struct {
+	bin, kubeconfig string
+	client          kubernetes.Interface
+	hosts           []e2e.HostSpec
+	// startController starts the controller, with dry run on or off;
+	// stopController stops it.
+	startController func(dryRun bool)
+	stopController  func()
+	metrics         func() string
+	// slow makes v2's disk slow.
+	slow func()
+}
+
+var hosts = []e2e.HostSpec{
+	{Name: "v1", Role: swapplan.RoleVoter},
+	{Name: "v2", Role: swapplan.RoleVoter},
+	{Name: "v3", Role: swapplan.RoleVoter},
+	{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
+}
+
 func main() {
 	r := &runner{}
 	defer r.done()
@@ -64,50 +103,51 @@ func main() {
 	go func() { <-sig; r.exit("interrupted") }()
 
 	began := time.Now()
-	f := e2e.Start(r, e2e.Options{
-		Hosts: []e2e.HostSpec{
-			{Name: "v1", Role: swapplan.RoleVoter},
-			{Name: "v2", Role: swapplan.RoleVoter},
-			{Name: "v3", Role: swapplan.RoleVoter},
-			{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
-		},
-		Controller: "\n[verdicts]\nwindow = 5\n",
-		Log:        func(format string, args ...any) { say(format, args...) },
-	})
+	var f fleet
+	if err := dockerAnswers(); err != nil {
+		say("no Docker engine answers (%v): the hosts are simulated in this process instead", err)
+		f = simulated(r)
+	} else {
+		f = containers(r)
+	}
 	say("the fleet is up in %s; starting fleet-role controller with dry run on, as it is deployed", time.Since(began).Round(time.Second))
-	f.StartDryRunController()
+	f.startController(true)
+	status := func() swapplan.Status { return readStatus(f.client) }
 	cli := func(args ...string) string {
-		out, stderr, code := f.CLI(args...)
-		if code != 0 {
-			r.Fatalf("fleet-role %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+		cmd := exec.Command(f.bin, append(args, "--kubeconfig", f.kubeconfig)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			r.Fatalf("fleet-role %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 		}
-		return out
+		return string(out)
 	}
 	say("waiting for every host to be fit on a full window of probe samples")
-	f.WaitFit(2 * time.Minute)
+	wait(r, 2*time.Minute, func() bool { return e2e.Unfit(status(), f.hosts) == nil })
 	say("restarting fleet-role controller with dry run off (what ansible-playbook ... -e dry_run=false does)")
-	f.StopController()
-	f.StartController()
+	f.stopController()
+	f.startController(false)
 	say("fleet-role status")
 	fmt.Print(cli("status"))
 
-	say("v2's disk turns slow (25 writes a second); fleet-role status --watch follows what comes")
-	f.Hosts["v2"].SlowDisk(25)
-	watch := exec.Command(f.Bin, "status", "--watch", "--kubeconfig", f.API.Kubeconfig)
+	say("v2's disk turns slow; fleet-role status --watch follows what comes")
+	f.slow()
+	watch := exec.Command(f.bin, "status", "--watch", "--kubeconfig", f.kubeconfig)
 	watch.Stdout, watch.Stderr = os.Stdout, os.Stderr
 	if err := watch.Start(); err != nil {
 		r.Fatal(err)
 	}
 	r.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
-	sum0, count0 := reaction(f.Metrics())
-	wait(r, 6*time.Minute, func() bool { st := f.Status(); return st.Swap == nil && st.Last != nil })
-	sum1, count1 := reaction(f.Metrics())
+	sum0, count0 := reaction(f.metrics())
+	wait(r, 6*time.Minute, func() bool { st := status(); return st.Swap == nil && st.Last != nil })
+	sum1, count1 := reaction(f.metrics())
 	share, actions := sum1-sum0, count1-count0
 	time.Sleep(time.Second)
 	_ = watch.Process.Kill()
 	_ = watch.Wait()
 
-	res := f.Status().Last
+	res := status().Last
 	total := res.EndedAt.Sub(res.StartedAt)
 	say("the swap ended %s: %s out, %s in (%s)", res.Result, res.Out, res.In, res.Origin)
 	fmt.Print(cli("status"))
@@ -117,6 +157,120 @@ func main() {
 	say("the swap took %s; the controller's own share, from each change that woke it to the action it led to,\n=== summed over its %d actions: %s (%.1f%%)",
 		total.Round(time.Millisecond), actions, share.Round(time.Millisecond), 100*share.Seconds()/total.Seconds())
 	say("tearing the fleet down")
+}
+
+func dockerAnswers() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// containers starts the fleet of tests/e2e: each host a container with
+// systemd as PID 1 running the real agent, a real etcd member per server.
+func containers(r *runner) fleet {
+	f := e2e.Start(r, e2e.Options{
+		Hosts:      hosts,
+		Controller: "\n[verdicts]\nwindow = 5\n",
+		Log:        func(format string, args ...any) { say(format, args...) },
+	})
+	return fleet{
+		bin: f.Bin, kubeconfig: f.API.Kubeconfig, client: f.API.Client, hosts: hosts,
+		startController: func(dryRun bool) {
+			if dryRun {
+				f.StartDryRunController()
+			} else {
+				f.StartController()
+			}
+		},
+		stopController: f.StopController,
+		metrics:        f.Metrics,
+		slow: func() {
+			say("v2's disk throttled to 25 writes a second")
+			f.Hosts["v2"].SlowDisk(25)
+		},
+	}
+}
+
+// simulated runs the fleet where there is no Docker engine: the real
+// kube-apiserver and etcd as local processes, and in this process the
+// hosts as tests/fleetsim plays them (their Nodes, kubelets' Leases,
+// probes and agents' answers; etcd's membership is simulated, not run)
+// and the controller.
+func simulated(r *runner) fleet {
+	dir, err := os.MkdirTemp("", "fleet-role-demo-")
+	if err != nil {
+		r.Fatal(err)
+	}
+	r.Cleanup(func() { os.RemoveAll(dir) })
+	say("building fleet-role")
+	bin, err := testhost.BuildFleetRole(dir)
+	if err != nil {
+		r.Fatal(err)
+	}
+	say("starting a real kube-apiserver and etcd")
+	api := kubeapi.Start(r)
+	klog.SetLogger(logr.Discard()) // the controller's client-go, in this process
+	say("simulating the hosts v1, v2, v3 (voters) and s1 (standby)")
+	d := fleetsim.New(r, api.Client, probePeriod, 3, 1, 0)
+	r.Cleanup(d.Close)
+
+	var ctrl *controller.Controller
+	var stop func()
+	start := func(dryRun bool) {
+		cfg := config.DefaultController()
+		cfg.DryRun = dryRun
+		cfg.Period, cfg.ProbePeriod, cfg.MinPassInterval = time.Second, probePeriod, 50*time.Millisecond
+		cfg.Verdicts.Window = 5
+		cfg.ListenAddress = "127.0.0.1:0"
+		cfg.LeaderElection = config.LeaderElection{Lease: "fleet-role-controller", LeaseDuration: 4 * time.Second,
+			RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+		client, err := kubernetes.NewForConfig(api.Config)
+		if err != nil {
+			r.Fatal(err)
+		}
+		c, err := controller.New(controller.Options{Config: cfg, Client: client, Identity: "demo", Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			r.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		ctrl, stop = c, func() { cancel(); <-done }
+	}
+	r.Cleanup(func() {
+		if stop != nil {
+			stop()
+		}
+	})
+	return fleet{
+		bin: bin, kubeconfig: api.Kubeconfig, client: api.Client, hosts: hosts,
+		startController: start,
+		stopController:  func() { stop(); stop = nil },
+		metrics: func() string {
+			rec := httptest.NewRecorder()
+			ctrl.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+			return rec.Body.String()
+		},
+		slow: func() {
+			say("v2's probe made to measure an fsync p99 of 40 ms")
+			d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 40 })
+		},
+	}
+}
+
+// probePeriod is the simulated hosts' and the controller's.
+const probePeriod = 2 * time.Second
+
+func readStatus(c kubernetes.Interface) swapplan.Status {
+	var st swapplan.Status
+	cm, err := c.CoreV1().ConfigMaps(swapplan.Namespace).Get(context.Background(), swapplan.StatusConfigMap, metav1.GetOptions{})
+	if err == nil {
+		_ = json.Unmarshal([]byte(cm.Data[swapplan.StatusKey]), &st)
+	}
+	return st
 }
 
 // reaction reads fleet_role_reaction_seconds's sum and count from /metrics.

@@ -463,18 +463,21 @@ func (f *Fleet) bounds() string {
 // been slow.
 func (f *Fleet) WaitFit(timeout time.Duration) {
 	f.t.Helper()
-	f.Wait(timeout, "every voter and standby is fit", func() error {
-		st := f.Status()
-		for _, h := range f.opts.Hosts {
-			if h.Role != swapplan.RoleVoter && h.Role != swapplan.RoleStandby {
-				continue
-			}
-			if v := st.Verdicts[h.Name]; v.State != swapplan.VerdictFit {
-				return fmt.Errorf("%s: %s (%d samples): %s", h.Name, v.State, v.Samples, v.Reason)
-			}
+	f.Wait(timeout, "every voter and standby is fit", func() error { return Unfit(f.Status(), f.opts.Hosts) })
+}
+
+// Unfit names the first voter or standby of hosts whose verdict in st is
+// not fit; nil when every one is.
+func Unfit(st swapplan.Status, hosts []HostSpec) error {
+	for _, h := range hosts {
+		if h.Role != swapplan.RoleVoter && h.Role != swapplan.RoleStandby {
+			continue
 		}
-		return nil
-	})
+		if v := st.Verdicts[h.Name]; v.State != swapplan.VerdictFit {
+			return fmt.Errorf("%s: %s (%d samples): %s", h.Name, v.State, v.Samples, v.Reason)
+		}
+	}
+	return nil
 }
 
 // KillController kills the controller with SIGKILL: no Lease released, no
