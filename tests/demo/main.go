@@ -104,7 +104,7 @@ func main() {
 
 	began := time.Now()
 	var f fleet
-	if err := dockerAnswers(); err != nil {
+	if err := testhost.DockerAnswers(); err != nil {
 		say("no Docker engine answers (%v): the hosts are simulated in this process instead", err)
 		f = simulated(r)
 	} else {
@@ -157,15 +157,6 @@ func main() {
 	say("the swap took %s; the controller's own share, from each change that woke it to the action it led to,\n=== summed over its %d actions: %s (%.1f%%)",
 		total.Round(time.Millisecond), actions, share.Round(time.Millisecond), 100*share.Seconds()/total.Seconds())
 	say("tearing the fleet down")
-}
-
-func dockerAnswers() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }
 
 // containers starts the fleet of tests/e2e: each host a container with

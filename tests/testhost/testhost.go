@@ -53,11 +53,19 @@ func Unavailable(t T, format string, args ...any) {
 // RequireDocker checks the Docker engine answers.
 func RequireDocker(t T) {
 	t.Helper()
+	if err := DockerAnswers(); err != nil {
+		Unavailable(t, "no Docker engine answers (%v); start dockerd, as .ci/run does", err)
+	}
+}
+
+// DockerAnswers says why no Docker engine answers; nil when one does.
+func DockerAnswers() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		Unavailable(t, "no Docker engine answers (%v: %s); start dockerd, as .ci/run does", err, bytes.TrimSpace(out))
+		return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
 	}
+	return nil
 }
 
 // RequireImage checks a test image is loaded.
