@@ -371,8 +371,6 @@ func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]swapplan.Verdi
 	return s, problems
 }
 
-// leaseObject and statusObject are the cached objects, for the executor's
-// optimistic updates.
 // setLease keeps the regrade Lease, from the watch or from the
 // controller's own write, unless the copy kept is newer: a pass that runs
 // before the watch has caught up with the last pass's write plans and
@@ -418,6 +416,8 @@ func older(a, b metav1.Object) bool {
 	return err == nil && n < 0
 }
 
+// leaseObject and statusObject are the cached objects, for the executor's
+// optimistic updates.
 func (c *cache) leaseObject() *coordinationv1.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -27,7 +26,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -78,7 +76,6 @@ func say(format string, args ...any) { fmt.Printf("\n=== "+format+"\n", args...)
 type fleet struct {
 	bin, kubeconfig string
 	client          kubernetes.Interface
-	hosts           []e2e.HostSpec
 	// startController starts the controller, with dry run on or off;
 	// stopController stops it.
 	startController func(dryRun bool)
@@ -86,13 +83,6 @@ type fleet struct {
 	metrics         func() string
 	// slow makes v2's disk slow.
 	slow func()
-}
-
-var hosts = []e2e.HostSpec{
-	{Name: "v1", Role: swapplan.RoleVoter},
-	{Name: "v2", Role: swapplan.RoleVoter},
-	{Name: "v3", Role: swapplan.RoleVoter},
-	{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
 }
 
 func main() {
@@ -112,7 +102,7 @@ func main() {
 	}
 	say("the fleet is up in %s; starting fleet-role controller with dry run on, as it is deployed", time.Since(began).Round(time.Second))
 	f.startController(true)
-	status := func() swapplan.Status { return readStatus(f.client) }
+	status := func() swapplan.Status { return e2e.ReadStatus(f.client) }
 	cli := func(args ...string) string {
 		cmd := exec.Command(f.bin, append(args, "--kubeconfig", f.kubeconfig)...)
 		var stderr strings.Builder
@@ -124,7 +114,7 @@ func main() {
 		return string(out)
 	}
 	say("waiting for every host to be fit on a full window of probe samples")
-	wait(r, 2*time.Minute, func() bool { return e2e.Unfit(status(), f.hosts) == nil })
+	wait(r, 2*time.Minute, func() bool { return e2e.Unfit(status(), e2e.VotersAndStandby) == nil })
 	say("restarting fleet-role controller with dry run off (what ansible-playbook ... -e dry_run=false does)")
 	f.stopController()
 	f.startController(false)
@@ -163,12 +153,12 @@ func main() {
 // systemd as PID 1 running the real agent, a real etcd member per server.
 func containers(r *runner) fleet {
 	f := e2e.Start(r, e2e.Options{
-		Hosts:      hosts,
+		Hosts:      e2e.VotersAndStandby,
 		Controller: "\n[verdicts]\nwindow = 5\n",
 		Log:        func(format string, args ...any) { say(format, args...) },
 	})
 	return fleet{
-		bin: f.Bin, kubeconfig: f.API.Kubeconfig, client: f.API.Client, hosts: hosts,
+		bin: f.Bin, kubeconfig: f.API.Kubeconfig, client: f.API.Client,
 		startController: func(dryRun bool) {
 			if dryRun {
 				f.StartDryRunController()
@@ -215,7 +205,7 @@ func simulated(r *runner) fleet {
 		cfg.DryRun = dryRun
 		cfg.Period, cfg.ProbePeriod, cfg.MinPassInterval = time.Second, probePeriod, 50*time.Millisecond
 		cfg.Verdicts.Window = 5
-		cfg.ListenAddress = "127.0.0.1:0"
+		cfg.ListenAddress = "" // its metrics are read in this process
 		cfg.LeaderElection = config.LeaderElection{Lease: "fleet-role-controller", LeaseDuration: 4 * time.Second,
 			RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
 		client, err := kubernetes.NewForConfig(api.Config)
@@ -237,7 +227,7 @@ func simulated(r *runner) fleet {
 		}
 	})
 	return fleet{
-		bin: bin, kubeconfig: api.Kubeconfig, client: api.Client, hosts: hosts,
+		bin: bin, kubeconfig: api.Kubeconfig, client: api.Client,
 		startController: start,
 		stopController:  func() { stop(); stop = nil },
 		metrics: func() string {
@@ -254,15 +244,6 @@ func simulated(r *runner) fleet {
 
 // probePeriod is the simulated hosts' and the controller's.
 const probePeriod = 2 * time.Second
-
-func readStatus(c kubernetes.Interface) swapplan.Status {
-	var st swapplan.Status
-	cm, err := c.CoreV1().ConfigMaps(swapplan.Namespace).Get(context.Background(), swapplan.StatusConfigMap, metav1.GetOptions{})
-	if err == nil {
-		_ = json.Unmarshal([]byte(cm.Data[swapplan.StatusKey]), &st)
-	}
-	return st
-}
 
 // reaction reads fleet_role_reaction_seconds's sum and count from /metrics.
 func reaction(metrics string) (sum time.Duration, count int) {

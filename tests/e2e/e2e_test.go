@@ -18,13 +18,7 @@ import (
 // its controller.
 func fleet(t *testing.T, opts Options) *Fleet {
 	if opts.Hosts == nil {
-		opts.Hosts = []HostSpec{
-			{Name: "v1", Role: swapplan.RoleVoter},
-			{Name: "v2", Role: swapplan.RoleVoter},
-			{Name: "v3", Role: swapplan.RoleVoter},
-			{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
-			{Name: "a1", Role: swapplan.RoleAgent},
-		}
+		opts.Hosts = append(slices.Clone(VotersAndStandby), HostSpec{Name: "a1", Role: swapplan.RoleAgent})
 	}
 	opts.Log = t.Logf
 	f := Start(t, opts)
@@ -234,12 +228,7 @@ func TestTheAgentsKilledAtEveryStepAndRestartedFinishTheSwap(t *testing.T) {
 }
 
 func TestAVoterMadeSlowIsSwappedOutAutomaticallyWithDryRunOff(t *testing.T) {
-	f := Start(t, Options{Controller: "\n[verdicts]\nwindow = 5\n", Log: t.Logf, Hosts: []HostSpec{
-		{Name: "v1", Role: swapplan.RoleVoter},
-		{Name: "v2", Role: swapplan.RoleVoter},
-		{Name: "v3", Role: swapplan.RoleVoter},
-		{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
-	}})
+	f := Start(t, Options{Controller: "\n[verdicts]\nwindow = 5\n", Log: t.Logf, Hosts: VotersAndStandby})
 	// As deployed: dry run on until every host is fit, then off.
 	f.StartDryRunController()
 	f.WaitFit(2 * time.Minute)

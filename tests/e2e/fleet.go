@@ -36,6 +36,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
@@ -50,6 +51,15 @@ type HostSpec struct {
 	// Docker: the host runs k3s as containers (the Docker platform);
 	// otherwise as systemd units.
 	Docker bool
+}
+
+// VotersAndStandby is the fleet of most scenarios and of the demo: three
+// voters on systemd hosts and a standby on a Docker host.
+var VotersAndStandby = []HostSpec{
+	{Name: "v1", Role: swapplan.RoleVoter},
+	{Name: "v2", Role: swapplan.RoleVoter},
+	{Name: "v3", Role: swapplan.RoleVoter},
+	{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
 }
 
 // Options shape a fleet.
@@ -341,9 +351,12 @@ func (f *Fleet) Node(name string) *corev1.Node {
 }
 
 // Status reads status.json.
-func (f *Fleet) Status() swapplan.Status {
+func (f *Fleet) Status() swapplan.Status { return ReadStatus(f.API.Client) }
+
+// ReadStatus reads the controller's status.json; empty while there is none.
+func ReadStatus(c kubernetes.Interface) swapplan.Status {
 	var st swapplan.Status
-	cm, err := f.API.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(context.Background(), swapplan.StatusConfigMap, metav1.GetOptions{})
+	cm, err := c.CoreV1().ConfigMaps(swapplan.Namespace).Get(context.Background(), swapplan.StatusConfigMap, metav1.GetOptions{})
 	if err == nil {
 		_ = json.Unmarshal([]byte(cm.Data[swapplan.StatusKey]), &st)
 	}
