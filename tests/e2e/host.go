@@ -48,7 +48,7 @@ func (h *Host) doubleArgs(unit, kubeconfig string) []string {
 // PID 1 and starts fleet-role-agent in it.
 func (h *Host) start(t testhost.T) error {
 	f := h.f
-	for _, d := range []string{"etc", "rancher", "state", "data", "units", "sd"} {
+	for _, d := range []string{"etc", "rancher", "rancher/config.yaml.d", "state", "data", "units", "sd"} {
 		if err := os.MkdirAll(filepath.Join(h.dir, d), 0o755); err != nil {
 			return err
 		}
