@@ -61,7 +61,6 @@ func TestASwapInAndOutWithWritesThroughoutThenTheBootstrapHostPromotedAgain(t *t
 	require.NoError(t, f.Check(swapplan.ResultCompleted))
 	assert.Equal(t, 0, count.Failed, "no failed write with the leader moved")
 	assert.False(t, count.Unanswered)
-	assert.LessOrEqual(t, count.Longest, 2*ElectionTimeout)
 
 	w = f.StartWrites(c)
 	res = f.swap(t, "v2", "v1", 4*time.Minute)
@@ -70,7 +69,6 @@ func TestASwapInAndOutWithWritesThroughoutThenTheBootstrapHostPromotedAgain(t *t
 	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
 	require.NoError(t, f.Check(swapplan.ResultCompleted))
 	assert.Equal(t, 0, count.Failed)
-	assert.LessOrEqual(t, count.Longest, 2*ElectionTimeout)
 }
 
 // atStep waits for the swap under way to reach one of the steps.

@@ -112,6 +112,8 @@ type Host struct {
 // ElectionTimeout is the members' etcd election timeout.
 const ElectionTimeout = time.Second
 
+func (f *Fleet) electionTimeout() time.Duration { return ElectionTimeout }
+
 // LearnerStall is how long the k3s double lets a learner's raft index
 // stand still before its leader removes it (k3s: 5 minutes).
 const LearnerStall = 20 * time.Second
