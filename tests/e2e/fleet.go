@@ -109,8 +109,18 @@ type Host struct {
 	etcd *clientv3.Client
 }
 
-// ElectionTimeout is the members' etcd election timeout.
+// ElectionTimeout is the members' etcd election timeout (k3s: 5s),
+// given to the k3s double.
 const ElectionTimeout = time.Second
+
+// HeartbeatInterval is the members' etcd heartbeat: a tenth of the
+// election timeout, as k3s's 500 ms is of its 5 s.
+const HeartbeatInterval = ElectionTimeout / 10
+
+// NodeMonitorGracePeriod is how old a Node's heartbeat may be before the
+// k3s double's node lifecycle stand-in turns its Ready to Unknown
+// (Kubernetes: 50s), shortened to keep the scenarios short.
+const NodeMonitorGracePeriod = 20 * time.Second
 
 // LearnerStall is how long the k3s double lets a learner's raft index
 // stand still before its leader removes it (k3s: 5 minutes).
