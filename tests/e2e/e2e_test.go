@@ -50,7 +50,8 @@ func (f *Fleet) waitEnd(t *testing.T, prev *swapplan.SwapResult, timeout time.Du
 }
 
 func TestASwapInAndOutWithWritesThroughoutThenTheBootstrapHostPromotedAgain(t *testing.T) {
-	f := fleet(t, Options{})
+	// The writes are counted at k3s's own etcd timing.
+	f := fleet(t, Options{ElectionTimeout: K3sElectionTimeout})
 	c := f.Etcd()
 
 	w := f.StartWrites(c)
