@@ -338,6 +338,11 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 		if err != nil {
 			return err
 		}
+		// Note: k3s's agent reads config.yaml too, whose `server:` wins
+		// over K3S_URL; the drop-in names the same server, over it.
+		if err := a.host.writeJoin(url); err != nil {
+			return err
+		}
 		t, err := a.platform.Start(ctx, platform.Agent, platform.StartOptions{ServerURL: url})
 		out.agentStart = t
 		return err

@@ -301,6 +301,9 @@ func TestATombstoneWrittenFinishesTheDemotion(t *testing.T) {
 	assert.NoDirExists(t, f.etcdDir())
 	assert.Len(t, f.removedDirs(), 1)
 	assert.Equal(t, "https://10.0.0.3:6443", f.plat.URL(), "the first other server that votes: h1 was a learner")
+	b, err := os.ReadFile(f.cfg.JoinFile)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "\nserver: https://10.0.0.3:6443\n", "k3s's agent reads config.yaml's server: over K3S_URL: the drop-in names the same")
 }
 
 func TestMemberGoneNamingTheSwapFinishesADemotionWhoseRemovedNodeNameNamesAnotherMember(t *testing.T) {
