@@ -31,8 +31,8 @@ import (
 
 // fakeEtcd is the host's etcd member as the agent sees it.
 type fakeEtcd struct {
-	mu      sync.Mutex
-	members []etcdclient.Member
+	mu       sync.Mutex
+	members  []etcdclient.Member
 	moved    []string
 	saved    int
 	removals []string
