@@ -108,11 +108,11 @@ func (e *executor) do(ctx context.Context, plan swapplan.Plan, status func(*swap
 	}
 	a := plan.Action
 	switch a.Type {
-	case swapplan.ActionNone, swapplan.ActionRollback, swapplan.ActionAbandon:
+	case swapplan.ActionNone, swapplan.ActionRollback, swapplan.ActionAbandon, swapplan.ActionStuck:
 		return nil // the record the renewal wrote is the whole of them
 	case swapplan.ActionStart:
 		return e.acquire(ctx, plan.Swap)
-	case swapplan.ActionSnapshot, swapplan.ActionPromote, swapplan.ActionStepDown:
+	case swapplan.ActionSnapshot, swapplan.ActionPromote, swapplan.ActionStepDown, swapplan.ActionRemoveByVoter:
 		b, err := json.Marshal(a.Request)
 		if err != nil {
 			return err
