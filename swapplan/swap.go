@@ -475,6 +475,9 @@ func (p *planner) removeCandidate(in *Node, m Member, lister *Node, original []s
 	id := p.rec.ID
 	if p.rec.Phase == PhaseStuck {
 		st := p.rec.Stuck
+		if st == nil {
+			return p.stick(in, m, lister, "the swap record says stuck without saying why")
+		}
 		return p.wait(StepStuck, "stuck: the member %s of the candidate %s is still listed by %s and fleet-role cannot remove it (%s); "+
 			"the Lease stays held until it is gone. Remove it by hand, as root on %s: %s",
 			st.Member, in.Name, lister.Name, st.Why, st.Voter, st.Command())
