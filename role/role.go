@@ -126,6 +126,10 @@ type Request struct {
 	Leader string
 	// Voters are, on a promotion, the live voters the controller saw.
 	Voters []string
+	// Member and MemberID (hex) name the member a remove-member request
+	// removes.
+	Member   string
+	MemberID string
 }
 
 // Requests the controller makes.
@@ -133,6 +137,9 @@ const (
 	RequestPromote  = "promote"
 	RequestStepDown = "step-down"
 	RequestSnapshot = "snapshot"
+	// RequestRemoveMember asks this host, a voter, to remove another
+	// host's member with its etcd client.
+	RequestRemoveMember = "remove-member"
 )
 
 // Same says both are the one request.
@@ -201,6 +208,10 @@ const (
 	StartAgent      Step = "start-agent"
 	WriteJoin       Step = "write-join"
 	TakeSnapshot    Step = "snapshot"
+	// RemoveMember removes the member the request names through the local
+	// etcd: never this host's own, never when the voters left would not
+	// be a quorum; one already gone counts as removed.
+	RemoveMember Step = "remove-member"
 )
 
 // What a decision carries out.
@@ -209,6 +220,7 @@ const (
 	DoPromote  = RequestPromote
 	DoStepDown = RequestStepDown
 	DoSnapshot = RequestSnapshot
+	DoRemove   = RequestRemoveMember
 	DoFinish   = "finish"
 	DoServe    = "serve" // the role file says server
 	DoWait     = "wait"  // the role file says agent, the member is not gone
@@ -308,6 +320,21 @@ func decideRequest(f Facts, q *Request) Decision {
 			return Decision{Do: DoSnapshot, Report: answer(StateFailed, "no server runs on this host"), Why: "no snapshot: no server runs here"}
 		}
 		return Decision{Do: DoSnapshot, Steps: []Step{TakeSnapshot}, Report: answer(StateDone, ""), Why: "taking an etcd snapshot"}
+	case RequestRemoveMember:
+		member := q.Member
+		if member == "" {
+			member = q.MemberID
+		}
+		switch {
+		case !f.Server.Active || f.Role != Server:
+			return Decision{Do: DoRemove, Report: answer(StateFailed, "no server runs on this host, or it is stepping down: it removes no member"),
+				Why: "not removing the member " + member + ": no server runs here"}
+		case q.Member != "" && q.Member == f.Member:
+			return Decision{Do: DoRemove, Report: answer(StateFailed, "the member named is this host's own: a host never removes its own"),
+				Why: "not removing the member " + member + ": it is this host's own"}
+		}
+		return Decision{Do: DoRemove, Steps: []Step{RemoveMember}, Report: answer(StateDone, ""),
+			Why: "removing the member " + member + " with this host's etcd client"}
 	}
 	return Decision{Do: DoNone, Why: fmt.Sprintf("ignoring a request to %q, which this agent does not know", q.Action)}
 }

@@ -85,6 +85,11 @@ var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func req(action string) *Request { return &Request{Swap: "s1", Action: action, At: at} }
 
+// removal is a remove-member request naming the member of the candidate c1.
+func removal() *Request {
+	return &Request{Swap: "s1", Action: RequestRemoveMember, At: at, Member: "c1-0a1b2c3d", MemberID: "8e9e05c52164694d"}
+}
+
 func TestDecide(t *testing.T) {
 	running := Unit{Active: true, StartedAt: at.Add(-time.Hour)}
 	for _, tc := range []struct {
@@ -118,6 +123,25 @@ func TestDecide(t *testing.T) {
 			Facts{Role: Agent, Request: req(RequestSnapshot)},
 			DoSnapshot, nil,
 			&Report{Swap: "s1", Action: RequestSnapshot, State: StateFailed, Message: "no server runs on this host", Answers: req(RequestSnapshot)}},
+		{"a voter asked to remove another host's member removes it through its etcd client",
+			Facts{Role: Server, Server: running, Datastore: true, Member: "v2-11111111", Request: removal()},
+			DoRemove, []Step{RemoveMember},
+			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateDone, Answers: removal()}},
+		{"a host asked to remove its own member fails the request and removes nothing",
+			Facts{Role: Server, Server: running, Datastore: true, Member: "c1-0a1b2c3d", Request: removal()},
+			DoRemove, nil,
+			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateFailed, Message: "the member named is this host's own: a host never removes its own", Answers: removal()}},
+		{"a host where no server runs fails a removal",
+			Facts{Role: Agent, Agent: running, Request: removal()},
+			DoRemove, nil,
+			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateFailed, Message: "no server runs on this host, or it is stepping down: it removes no member", Answers: removal()}},
+		{"a server whose role file says agent fails a removal",
+			Facts{Role: Agent, Server: running, Datastore: true, Request: removal()},
+			DoRemove, nil,
+			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateFailed, Message: "no server runs on this host, or it is stepping down: it removes no member", Answers: removal()}},
+		{"a removal handled is not carried out again",
+			Facts{Role: Server, Server: running, Datastore: true, Request: removal(), Handled: removal()},
+			DoServe, nil, nil},
 		{"a handled request is not carried out again",
 			Facts{Role: Server, Server: running, Request: req(RequestSnapshot), Handled: req(RequestSnapshot)},
 			DoServe, nil, nil},
