@@ -31,7 +31,7 @@ func newPlatform(t *testing.T) (*docker.Platform, docker.Config) {
 		AgentArgs:       []string{"agent"},
 		Volumes:         []string{"fleet-role-test-data-" + id + ":/var/lib/rancher/k3s"},
 		Network:         "none",
-		Env:             []string{"K3S_TOKEN=test-token"},
+		Env:             []string{"K3S_KUBECONFIG_MODE=600"},
 		StopTimeout:     5 * time.Second,
 		Labels:          map[string]string{"fleet-role-test": "1"},
 	}
