@@ -126,6 +126,58 @@ func TestTheAgentRoleIntoAPrefixIsCheckModeSafeAndIdempotent(t *testing.T) {
 	assert.FileExists(t, filepath.Join(prefix, "etc", "systemd", "system", "fleet-role-agent.service"))
 }
 
+func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANodeDir(t *testing.T) {
+	prefix := t.TempDir()
+	play := filepath.Join(t.TempDir(), "agent.yml")
+	require.NoError(t, os.WriteFile(play, []byte(`- hosts: runner-01
+  gather_facts: false
+  roles:
+    - role: fleet_role_agent
+`), 0o644))
+	args := []string{"-i", prefixInventory(t), play, "-e", "fleet_role_agent_prefix=" + prefix,
+		"-e", "fleet_role_agent_manage_service=false", "-e", "fleet_role_agent_binary=" + binary,
+		"-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "fleet_role_agent_platform=docker"}
+
+	out, err := tool(t, "ansible-playbook", args...)
+	require.Error(t, err, "a Docker host without the cluster's token")
+	assert.Contains(t, out, "fleet_role_agent_k3s_token is required")
+
+	const token = "K10secret::server:0123456789abcdef"
+	args = append(args, "-e", "fleet_role_agent_k3s_token="+token, "-e", `{"fleet_role_agent_docker_agent_args": ["--node-label=fleet-role.io/role=agent"]}`)
+	out = playbook(t, args...)
+	assert.Positive(t, changed(t, out))
+	assert.NotContains(t, out, token, "the token is not logged")
+	assert.Zero(t, changed(t, playbook(t, args...)), "a second run changes nothing")
+
+	tokenFile := filepath.Join(prefix, "etc", "fleet-role", "k3s-token")
+	fi, err := os.Stat(tokenFile)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the token file is 0600")
+	b, err := os.ReadFile(tokenFile)
+	require.NoError(t, err)
+	assert.Equal(t, token+"\n", string(b))
+	for _, d := range []string{"etc/rancher/k3s/config.yaml.d", "etc/rancher/node"} {
+		assert.DirExists(t, filepath.Join(prefix, d))
+	}
+
+	conf := filepath.Join(prefix, "etc", "fleet-role", "agent.toml")
+	a, err := config.LoadAgent(conf)
+	require.NoError(t, err)
+	assert.Equal(t, config.PlatformDocker, a.Platform)
+	assert.Equal(t, []string{"server", "--token-file=/etc/fleet-role/k3s-token"}, a.Docker.ServerArgs)
+	assert.Equal(t, []string{"agent", "--token-file=/etc/fleet-role/k3s-token", "--node-label=fleet-role.io/role=agent"}, a.Docker.AgentArgs)
+	assert.Equal(t, []string{
+		"k3s-data:/var/lib/rancher/k3s",
+		"/etc/fleet-role/k3s-token:/etc/fleet-role/k3s-token:ro",
+		"/etc/rancher/k3s:/etc/rancher/k3s",
+		"/etc/rancher/node:/etc/rancher/node",
+	}, a.Docker.Volumes)
+	assert.Empty(t, a.Docker.Env)
+	rendered, err := os.ReadFile(conf)
+	require.NoError(t, err)
+	assert.NotContains(t, string(rendered), token, "the agent's configuration does not hold the token")
+}
+
 // agentKubeconfig is a kubeconfig, its CA inline, acting as the node's
 // agent through the administrator's right to impersonate.
 func agentKubeconfig(t *testing.T, api *kubeapi.Server, node string) string {
