@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/platform"
+	"github.com/fleet-role/fleet-role/platform/docker"
 	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
@@ -176,6 +178,43 @@ func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANo
 	rendered, err := os.ReadFile(conf)
 	require.NoError(t, err)
 	assert.NotContains(t, string(rendered), token, "the agent's configuration does not hold the token")
+
+	// The rendered configuration drives the Docker backend: the host's
+	// paths are the prefix's, the data volume the test's own.
+	id := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	d := a.Docker
+	d.Image = testhost.Standin(t)
+	d.ServerContainer, d.AgentContainer = "fleet-role-test-server-"+id, "fleet-role-test-agent-"+id
+	d.Network, d.Privileged = "none", false
+	for i, v := range d.Volumes {
+		if strings.HasPrefix(v, "/") {
+			d.Volumes[i] = prefix + v
+		} else {
+			d.Volumes[i] = "fleet-role-test-data-" + id + ":/var/lib/rancher/k3s"
+		}
+	}
+	p, err := docker.New(docker.Config{Image: d.Image, ServerContainer: d.ServerContainer, AgentContainer: d.AgentContainer,
+		ServerArgs: d.ServerArgs, AgentArgs: d.AgentArgs, Volumes: d.Volumes, Network: d.Network, Env: d.Env,
+		StopTimeout: time.Second, Labels: map[string]string{"fleet-role-test": "1"}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		p.Close()
+		_ = exec.Command("docker", "rm", "-f", d.ServerContainer, d.AgentContainer).Run()
+		_ = exec.Command("docker", "volume", "rm", "-f", "fleet-role-test-data-"+id).Run()
+	})
+	ctx := context.Background()
+	for _, u := range platform.Units {
+		_, err := p.Start(ctx, u, platform.StartOptions{ServerURL: "https://10.0.0.2:6443"})
+		require.NoError(t, err)
+		name := map[platform.Unit]string{platform.Server: d.ServerContainer, platform.Agent: d.AgentContainer}[u]
+		inspect := testhost.Docker(t, "inspect", name)
+		assert.NotContains(t, inspect, token, "docker inspect of the %s container does not show the token", u)
+		mounts := testhost.Docker(t, "inspect", "-f", "{{range .Mounts}}{{.Destination}}={{.RW}} {{end}}", name)
+		for _, m := range []string{"/etc/fleet-role/k3s-token=false", "/etc/rancher/k3s=true", "/etc/rancher/node=true"} {
+			assert.Contains(t, mounts, m, "the %s container", u)
+		}
+		assert.Contains(t, testhost.Docker(t, "inspect", "-f", "{{.Config.Cmd}}", name), "--token-file=/etc/fleet-role/k3s-token")
+	}
 }
 
 // agentKubeconfig is a kubeconfig, its CA inline, acting as the node's
