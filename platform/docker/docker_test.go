@@ -108,7 +108,9 @@ func TestAStoppedAgentIsCreatedAnewForANewServer(t *testing.T) {
 
 func TestAMissingImageIsNotInstalled(t *testing.T) {
 	testhost.RequireDocker(t)
-	p, err := docker.New(docker.Config{Image: "fleet-role-test/absent:none", ServerContainer: "a", AgentContainer: "b"})
+	id := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	p, err := docker.New(docker.Config{Image: "fleet-role-test/absent:none",
+		ServerContainer: "fleet-role-test-absent-server-" + id, AgentContainer: "fleet-role-test-absent-agent-" + id})
 	require.NoError(t, err)
 	defer p.Close()
 	ok, err := p.Installed(context.Background(), platform.Server)
