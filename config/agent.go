@@ -43,6 +43,11 @@ type Agent struct {
 	// StagedFiles must all exist for the host to count as staged to
 	// become a server (with the server unit installed).
 	StagedFiles []string `toml:"staged_files"`
+	// JoinFile is the k3s config drop-in in which the agent writes, before
+	// it starts a server that has no datastore, the `server:` that server
+	// joins through: a live voter. k3s merges config.yaml.d/*.yaml over
+	// config.yaml, so the config.yaml Ansible renders stays unchanged.
+	JoinFile string `toml:"join_file"`
 	// KeepRemoved is how many moved-aside datastores (db/etcd-removed-*)
 	// to keep.
 	KeepRemoved int `toml:"keep_removed"`
@@ -134,6 +139,7 @@ func DefaultAgent() Agent {
 		ResyncPeriod:  30 * time.Second,
 		Debounce:      20 * time.Millisecond,
 		StagedFiles:   []string{"/etc/rancher/k3s/config.yaml"},
+		JoinFile:      "/etc/rancher/k3s/config.yaml.d/90-fleet-role.yaml",
 		KeepRemoved:   3,
 		KeepSnapshots: 5,
 		Probe:         Probe{FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond, Writes: 5, History: 100},
@@ -209,6 +215,7 @@ func (a Agent) Validate() error {
 	for i, f := range a.StagedFiles {
 		absolute(&p, fmt.Sprintf("staged_files[%d]", i), f)
 	}
+	absolute(&p, "join_file", a.JoinFile)
 	positive(&p, "probe_period", a.ProbePeriod)
 	positive(&p, "resync_period", a.ResyncPeriod)
 	if a.Debounce < 0 || a.Debounce > time.Second {
@@ -346,6 +353,10 @@ debounce = "{{d .Debounce}}"
 # The host is staged to become a server when all these files exist and
 # the server unit (or image) is installed.
 staged_files = {{q .StagedFiles}}
+
+# The k3s config drop-in where the agent writes, before a server with no
+# datastore starts, the server: it joins through (a live voter).
+join_file = "{{.JoinFile}}"
 
 # How many moved-aside datastores (server/db/etcd-removed-<unix>) to keep.
 keep_removed = {{.KeepRemoved}}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,7 +90,7 @@ func New(o Options) (*Agent, error) {
 		log:      log,
 		notify:   o.Notify,
 		watchdog: o.WatchdogInterval,
-		host:     host{roleFile: o.Config.RoleFile, dataDir: o.Config.DataDir, staged: o.Config.StagedFiles, keep: o.Config.KeepRemoved},
+		host:     host{roleFile: o.Config.RoleFile, dataDir: o.Config.DataDir, staged: o.Config.StagedFiles, keep: o.Config.KeepRemoved, joinFile: o.Config.JoinFile},
 		st:       st,
 		node:     newNodeClient(o.Kube, o.Config.NodeName, log),
 		trigger:  make(chan struct{}, 1),
@@ -223,7 +224,7 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 				a.tell("request", "BadRequest", fmt.Sprintf("annotation %s: %v: ignored", swapplan.AnnotationRequest, err))
 			} else {
 				a.untell("request")
-				f.Request = &role.Request{Swap: q.Swap, Action: q.Action, At: q.At, Leader: q.Leader}
+				f.Request = &role.Request{Swap: q.Swap, Action: q.Action, At: q.At, Leader: q.Leader, Voters: q.Voters}
 			}
 		}
 	}
@@ -232,6 +233,7 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 		f.Handled = &role.Request{Swap: h.Swap, Action: h.Action, At: h.At}
 	}
 	f.Finished = s.Finished
+	f.KnowsVoters = slices.ContainsFunc(s.Voters, func(v string) bool { return v != a.cfg.NodeName })
 	f.Datastore, f.Tombstone, f.Member = a.host.datastore()
 	for _, u := range platform.Units {
 		st, err := a.platform.State(ctx, u)
@@ -329,13 +331,16 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 		t, err := a.platform.Start(ctx, platform.Server, platform.StartOptions{})
 		out.serverStart = t
 		return err
+	case role.WriteJoin:
+		return a.writeJoin(f)
 	case role.StartAgent:
-		servers := make([]role.InventoryServer, len(a.cfg.Servers))
-		for i, s := range a.cfg.Servers {
-			servers[i] = role.InventoryServer{Name: s.Name, Address: s.Address}
-		}
-		url, err := role.AgentServerURL(servers, a.cfg.NodeName, a.st.get().Voters)
+		url, err := role.AgentServerURL(a.inventory(), a.cfg.NodeName, a.st.get().Voters)
 		if err != nil {
+			return err
+		}
+		// Note: k3s's agent reads config.yaml too, whose `server:` wins
+		// over K3S_URL; the drop-in names the same server, over it.
+		if err := a.host.writeJoin(url); err != nil {
 			return err
 		}
 		t, err := a.platform.Start(ctx, platform.Agent, platform.StartOptions{ServerURL: url})
@@ -385,6 +390,38 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 		return nil
 	}
 	return fmt.Errorf("unknown step %q", step)
+}
+
+func (a *Agent) inventory() []role.InventoryServer {
+	servers := make([]role.InventoryServer, len(a.cfg.Servers))
+	for i, s := range a.cfg.Servers {
+		servers[i] = role.InventoryServer{Name: s.Name, Address: s.Address}
+	}
+	return servers
+}
+
+// writeJoin writes the k3s config drop-in that makes this host's server
+// join through a live voter: the voters of the promotion asked, kept as
+// the voters last seen, else those last seen.
+func (a *Agent) writeJoin(f role.Facts) error {
+	voters := a.st.get().Voters
+	if q := f.Request; q != nil && q.Action == role.RequestPromote && len(q.Voters) > 0 {
+		voters = q.Voters
+		if !slices.Equal(voters, a.st.get().Voters) {
+			if err := a.st.update(func(s *state) { s.Voters = slices.Clone(voters) }); err != nil {
+				return err
+			}
+		}
+	}
+	url, err := role.ServerJoinURL(a.inventory(), a.cfg.NodeName, voters)
+	if err != nil {
+		return fmt.Errorf("derive the server to join: %w", err)
+	}
+	if err := a.host.writeJoin(url); err != nil {
+		return err
+	}
+	a.log.Info("join written", "server", url, "file", a.cfg.JoinFile)
+	return nil
 }
 
 // rememberVoters keeps the nodes whose members vote, for the server a

@@ -92,6 +92,7 @@ func newFixture(t *testing.T) *fixture {
 	cfg.RoleFile = filepath.Join(dir, "fleet-role", "role")
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.StagedFiles = []string{filepath.Join(dir, "etc", "config.yaml")}
+	cfg.JoinFile = filepath.Join(dir, "etc", "config.yaml.d", "90-fleet-role.yaml")
 	cfg.Servers = []config.Server{{Name: "h1", Address: "10.0.0.1"}, {Name: "h2", Address: "10.0.0.2"}, {Name: "h3", Address: "10.0.0.3"}}
 	cfg.ResyncPeriod = 500 * time.Millisecond
 	cfg.Debounce = 10 * time.Millisecond
@@ -161,6 +162,9 @@ func (f *fixture) annotate(key, value string) {
 
 func (f *fixture) request(action string) swapplan.Request {
 	q := swapplan.Request{Swap: "s1", Action: action, At: time.Now().UTC().Truncate(time.Second)}
+	if action == swapplan.RequestPromote {
+		q.Voters = []string{"h3", "h1"}
+	}
 	b, _ := json.Marshal(q)
 	f.annotate(swapplan.AnnotationRequest, string(b))
 	return q
@@ -233,6 +237,25 @@ func TestAPromotionOfAStagedStandbyStartsTheServerAndReportsItsStart(t *testing.
 	assert.False(t, agent.Active)
 	b, _ := os.ReadFile(f.cfg.RoleFile)
 	assert.Equal(t, "server\n", string(b))
+	b, err := os.ReadFile(f.cfg.JoinFile)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "\nserver: https://10.0.0.1:6443\n", "the server joins through the first live voter of the inventory")
+}
+
+func TestAPromotionNamingNoLiveServerOfTheInventoryFailsBeforeTheServerStarts(t *testing.T) {
+	f := newFixture(t)
+	f.staged()
+	f.role("agent")
+	f.plat.Set(platform.Agent, true, time.Now().Add(-time.Hour))
+	f.start()
+	q := swapplan.Request{Swap: "s1", Action: swapplan.RequestPromote, At: time.Now().UTC().Truncate(time.Second), Voters: []string{"h2", "h9"}}
+	b, _ := json.Marshal(q)
+	f.annotate(swapplan.AnnotationRequest, string(b))
+	r := f.waitReport(swapplan.RequestPromote, swapplan.StateFailed)
+	assert.Contains(t, r.Message, "no voter named is a server of the inventory")
+	st, _ := f.plat.State(context.Background(), platform.Server)
+	assert.False(t, st.Active, "no server starts without a live server to join")
+	assert.NoFileExists(t, f.cfg.JoinFile)
 }
 
 func TestAPromoteOnAHostThatIsNotStagedIsRefusedAndNothingChanges(t *testing.T) {
@@ -278,6 +301,9 @@ func TestATombstoneWrittenFinishesTheDemotion(t *testing.T) {
 	assert.NoDirExists(t, f.etcdDir())
 	assert.Len(t, f.removedDirs(), 1)
 	assert.Equal(t, "https://10.0.0.3:6443", f.plat.URL(), "the first other server that votes: h1 was a learner")
+	b, err := os.ReadFile(f.cfg.JoinFile)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "\nserver: https://10.0.0.3:6443\n", "k3s's agent reads config.yaml's server: over K3S_URL: the drop-in names the same")
 }
 
 func TestMemberGoneNamingTheSwapFinishesADemotionWhoseRemovedNodeNameNamesAnotherMember(t *testing.T) {

@@ -21,6 +21,23 @@ type host struct {
 	dataDir  string
 	staged   []string
 	keep     int
+	joinFile string
+}
+
+// writeJoin writes the k3s config drop-in naming the server that k3s,
+// server or agent, joins through. Note: k3s merges config.yaml.d/*.yaml over config.yaml in
+// lexical order, later files winning (k3s-io/k3s pkg/configfilearg), so
+// this `server:` wins over a config.yaml that has none, or that says
+// cluster-init, as the bootstrap host's does.
+func (h host) writeJoin(serverURL string) error {
+	if err := os.MkdirAll(filepath.Dir(h.joinFile), 0o755); err != nil {
+		return fmt.Errorf("write the join file %s: %w", h.joinFile, err)
+	}
+	data := fmt.Sprintf("# Written by fleet-role's agent before it starts k3s on this host:\n# the server k3s joins through, a live voter.\nserver: %s\n", serverURL)
+	if err := platform.WriteFileAtomic(h.joinFile, []byte(data), 0o600); err != nil {
+		return fmt.Errorf("write the join file %s: %w", h.joinFile, err)
+	}
+	return nil
 }
 
 func (h host) etcdDir() string { return filepath.Join(h.dataDir, "server", "db", "etcd") }

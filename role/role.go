@@ -68,6 +68,24 @@ type InventoryServer struct {
 // ErrNoServer: the inventory names no server other than this host.
 var ErrNoServer = errors.New("no other server in the inventory to join")
 
+// ErrNoLiveServer: none of the voters named is a server of the inventory.
+var ErrNoLiveServer = errors.New("no voter named is a server of the inventory")
+
+// ServerJoinURL is the server a promoted host's k3s server joins through
+// (its `server:`): the first other server of the inventory that is one of
+// the live voters. Unlike AgentServerURL it never falls back to a server
+// that may no longer be one: k3s's server fails to start when its
+// `server:` does not answer, and a server with no `server:` and an empty
+// datastore starts a cluster of its own.
+func ServerJoinURL(inventory []InventoryServer, self string, voters []string) (string, error) {
+	for _, s := range inventory {
+		if s.Name != self && slices.Contains(voters, s.Name) {
+			return url(s.Address), nil
+		}
+	}
+	return "", fmt.Errorf("%w: voters %v", ErrNoLiveServer, voters)
+}
+
 // AgentServerURL is the server a demoted host's agent joins: the first
 // other server of the inventory that is a current voter, else the first
 // other server of the inventory. A host never joins itself, so the
@@ -106,6 +124,8 @@ type Request struct {
 	At     time.Time
 	// Leader is the node a step-down hands etcd leadership to, if it can.
 	Leader string
+	// Voters are, on a promotion, the live voters the controller saw.
+	Voters []string
 }
 
 // Requests the controller makes.
@@ -150,6 +170,9 @@ type Facts struct {
 	Staged bool
 	// Finished is the swap whose finished demotion was last reported.
 	Finished string
+	// KnowsVoters: the agent knows live voters other than this host, to
+	// derive the server its k3s server joins through.
+	KnowsVoters bool
 }
 
 // CurrentSwap is the swap the controller's latest request belongs to.
@@ -176,6 +199,7 @@ const (
 	StopServer      Step = "stop-server"
 	MoveDatastore   Step = "move-datastore"
 	StartAgent      Step = "start-agent"
+	WriteJoin       Step = "write-join"
 	TakeSnapshot    Step = "snapshot"
 )
 
@@ -262,8 +286,13 @@ func decideRequest(f Facts, q *Request) Decision {
 		if f.Role != Server {
 			steps = append(steps, WriteServerRole)
 		}
-		steps = append(steps, StopAgent, StartServer)
-		return Decision{Do: DoPromote, Steps: steps, Report: answer(StateDone, ""), Why: "promoting: the agent unit stops, the server unit starts"}
+		steps = append(steps, StopAgent)
+		if !f.Server.Active {
+			steps = append(steps, WriteJoin)
+		}
+		steps = append(steps, StartServer)
+		return Decision{Do: DoPromote, Steps: steps, Report: answer(StateDone, ""),
+			Why: "promoting: the agent unit stops, the server's join through a live voter is written, the server unit starts"}
 	case RequestStepDown:
 		steps := []Step{}
 		if f.Role != Agent {
@@ -340,6 +369,12 @@ func decideServer(f Facts) Decision {
 		steps = append(steps, StopAgent)
 	}
 	if !f.Server.Active {
+		// Note: with no datastore, k3s's server joins through its
+		// `server:`; it is written anew from the live voters the agent
+		// knows, never left naming a host that may have been demoted.
+		if !f.Datastore && f.KnowsVoters {
+			steps = append(steps, WriteJoin)
+		}
 		steps = append(steps, StartServer)
 	}
 	return Decision{Do: DoServe, Steps: steps, Why: "the role file says server: the server runs"}

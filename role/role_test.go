@@ -67,6 +67,20 @@ func TestAgentServerURL(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNoServer)
 }
 
+func TestServerJoinURL(t *testing.T) {
+	inv := []InventoryServer{{"h1", "10.0.0.1"}, {"h2", "10.0.0.2"}, {"h3", "10.0.0.3"}}
+	got, err := ServerJoinURL(inv, "h1", []string{"h3", "h2"})
+	require.NoError(t, err)
+	assert.Equal(t, "https://10.0.0.2:6443", got, "the first other server of the inventory that is a live voter")
+	got, err = ServerJoinURL(inv, "h1", []string{"h1", "h3"})
+	require.NoError(t, err)
+	assert.Equal(t, "https://10.0.0.3:6443", got, "the bootstrap host promoted again joins a live voter, never itself")
+	for _, voters := range [][]string{nil, {"h1"}, {"h9"}} {
+		_, err := ServerJoinURL(inv, "h1", voters)
+		assert.ErrorIs(t, err, ErrNoLiveServer, "no fallback to a server that may no longer be one: %v", voters)
+	}
+}
+
 var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func req(action string) *Request { return &Request{Swap: "s1", Action: action, At: at} }
@@ -80,9 +94,9 @@ func TestDecide(t *testing.T) {
 		steps  []Step
 		report *Report
 	}{
-		{"a promotion of a staged standby writes the role first, then swaps the units",
+		{"a promotion of a staged standby writes the role first, then its join through a live voter, then swaps the units",
 			Facts{Role: Agent, Agent: running, Staged: true, Request: req(RequestPromote)},
-			DoPromote, []Step{WriteServerRole, StopAgent, StartServer},
+			DoPromote, []Step{WriteServerRole, StopAgent, WriteJoin, StartServer},
 			&Report{Swap: "s1", Action: RequestPromote, State: StateDone, Answers: req(RequestPromote)}},
 		{"a promotion of a host that is not staged is refused and changes nothing",
 			Facts{Role: Agent, Agent: running, Request: req(RequestPromote)},
@@ -141,6 +155,12 @@ func TestDecide(t *testing.T) {
 		{"a role file edited to server swaps the units on a staged host",
 			Facts{Role: Server, Agent: running, Staged: true},
 			DoServe, []Step{StopAgent, StartServer}, nil},
+		{"a host rebooted mid-promotion writes its join anew from the voters it knows before its server starts",
+			Facts{Role: Server, Staged: true, KnowsVoters: true},
+			DoServe, []Step{WriteJoin, StartServer}, nil},
+		{"a server with a datastore restarts its member without a new join",
+			Facts{Role: Server, Staged: true, Datastore: true, KnowsVoters: true},
+			DoServe, []Step{StartServer}, nil},
 		{"a role file edited to server does nothing on a host that is not staged",
 			Facts{Role: Server, Agent: running},
 			DoNone, nil, nil},

@@ -449,3 +449,11 @@ func TestAManualRequestIsCheckedBeforeItIsWritten(t *testing.T) {
 	w.lease = swapplan.Lease{Holder: "regrade", RenewTime: w.now, Duration: time.Minute}
 	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1"), `held by "regrade"`)
 }
+
+func TestThePromotionNamesTheVotersButTheOutgoingOneForTheCandidateToJoinThrough(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	plan := w.runUntil(50, acting(swapplan.ActionPromote, "s1"))
+	require.NotNil(t, plan.Action.Request)
+	assert.Equal(t, []string{"v2", "v3"}, plan.Action.Request.Voters, "the outgoing v1 is not named: it may be gone by the time s1 restarts")
+}

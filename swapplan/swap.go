@@ -78,8 +78,28 @@ func (p *planner) prepareIn(in, out *Node) Plan {
 		}
 		return p.wait(StepDrainIn, "waiting for %d evicted pod(s) on the candidate %s to go: %s", len(pods), in.Name, short(pods))
 	}
-	return p.act(StepPromote, p.request(in, ActionPromote, RequestPromote),
-		"the candidate %s is cordoned and drained: asking its agent to promote it", in.Name)
+	a := p.request(in, ActionPromote, RequestPromote)
+	a.Request.Voters = p.joinThrough(in, out)
+	return p.act(StepPromote, a, "the candidate %s is cordoned and drained: asking its agent to promote it", in.Name)
+}
+
+// joinThrough are the voters a candidate's server may join through: the
+// healthy ones other than OUT, or, where none is, every voter but IN.
+func (p *planner) joinThrough(in, out *Node) []string {
+	var healthy, all []string
+	for _, v := range p.voters {
+		if v.Name == in.Name {
+			continue
+		}
+		all = append(all, v.Name)
+		if v.Name != out.Name && p.unhealthy(v) == "" {
+			healthy = append(healthy, v.Name)
+		}
+	}
+	if len(healthy) > 0 {
+		return healthy
+	}
+	return all
 }
 
 // snapshotStep: a healthy voter that is not OUT takes an etcd snapshot;

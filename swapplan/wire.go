@@ -80,6 +80,11 @@ type Request struct {
 	// Leader is the node a step-down hands etcd leadership to if it can:
 	// the swap's candidate. Empty: any voter that answers.
 	Leader string `json:"leader,omitempty"`
+	// Voters are, on a promotion, the nodes whose members vote and are
+	// healthy, the outgoing voter left out: the agent derives from them
+	// the server its k3s server joins through (its `server:`), so that it
+	// never joins through a host that is no longer a server.
+	Voters []string `json:"voters,omitempty"`
 }
 
 // Validate reports the first field that is missing or wrong.

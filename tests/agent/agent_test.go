@@ -78,6 +78,7 @@ role_file = %q
 state_dir = %q
 kubeconfig = %q
 staged_files = [%q]
+join_file = %q
 resync_period = "30s"
 
 [[servers]]
@@ -103,7 +104,7 @@ network = "none"
 privileged = false
 stop_timeout = "5s"
 `, h.node, filepath.Join(dir, "k3s"), filepath.Join(dir, "fleet-role", "role"), filepath.Join(dir, "state"), kubeconfig, staged,
-		image, h.server, h.agent, h.volume)
+		filepath.Join(dir, "etc", "config.yaml.d", "90-fleet-role.yaml"), image, h.server, h.agent, h.volume)
 	require.NoError(tb, os.WriteFile(h.config, []byte(cfg), 0o600))
 	return h
 }
@@ -196,7 +197,7 @@ func TestTheAgentBinaryPromotesAStagedDockerStandbyThroughTheRealAPIAndEngine(t 
 	h.note("READY=1", 30*time.Second)
 
 	at := time.Now().UTC().Truncate(time.Second)
-	q, _ := json.Marshal(swapplan.Request{Swap: "s1", Action: swapplan.RequestPromote, At: at})
+	q, _ := json.Marshal(swapplan.Request{Swap: "s1", Action: swapplan.RequestPromote, At: at, Voters: []string{"h1"}})
 	h.annotate(swapplan.AnnotationRequest, string(q))
 	var r *swapplan.Report
 	require.Eventually(t, func() bool { r = h.report(); return r != nil }, 30*time.Second, 100*time.Millisecond, "agent log:\n%s", h.log)

@@ -58,7 +58,9 @@ func TestTheAgentRunsAsItsHardenedSystemdServiceAndPromotesANativeStandby(t *tes
 	}
 	testhost.Docker(t, "cp", binary, h.Name+":/usr/bin/fleet-role")
 	testhost.Docker(t, "cp", filepath.Join(testhost.Root(), "packaging", "fleet-role-agent.service"), h.Name+":/etc/systemd/system/fleet-role-agent.service")
-	h.Exec(t, "sh", "-c", "mkdir -p /var/lib/fleet-role && echo agent > /var/lib/fleet-role/role && systemctl start k3s-agent.service")
+	// The drop-in directory exists, as the agent's Ansible role makes it:
+	// the hardened unit may write there and nowhere else under /etc/rancher.
+	h.Exec(t, "sh", "-c", "mkdir -p /var/lib/fleet-role /etc/rancher/k3s/config.yaml.d && echo agent > /var/lib/fleet-role/role && systemctl start k3s-agent.service")
 
 	verify := h.Exec(t, "sh", "-c", "systemd-analyze verify /etc/systemd/system/fleet-role-agent.service 2>&1 || true")
 	assert.NotContains(t, verify, "fleet-role-agent.service:", "systemd-analyze finds fault with the unit: %s", verify)
@@ -67,7 +69,8 @@ func TestTheAgentRunsAsItsHardenedSystemdServiceAndPromotesANativeStandby(t *tes
 	h.Exec(t, "systemctl", "enable", "--now", "fleet-role-agent.service")
 	assert.Equal(t, "active", h.Exec(t, "systemctl", "is-active", "fleet-role-agent.service"), "Type=notify: active after READY=1")
 
-	q, _ := json.Marshal(swapplan.Request{Swap: "s1", Action: swapplan.RequestPromote, At: time.Now().UTC().Truncate(time.Second)})
+	q, _ := json.Marshal(swapplan.Request{Swap: "s1", Action: swapplan.RequestPromote, At: time.Now().UTC().Truncate(time.Second),
+		Voters: []string{"runner-02", "runner-03"}})
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{swapplan.AnnotationRequest: string(q)}}})
 	_, err = api.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
 	require.NoError(t, err)
@@ -89,6 +92,8 @@ func TestTheAgentRunsAsItsHardenedSystemdServiceAndPromotesANativeStandby(t *tes
 	require.NotNil(t, r.StartedAt)
 	assert.Equal(t, sec, r.StartedAt.Unix(), "the report carries the server unit's start")
 	assert.Equal(t, "server", h.Exec(t, "cat", "/var/lib/fleet-role/role"))
+	assert.Contains(t, h.Exec(t, "cat", "/etc/rancher/k3s/config.yaml.d/90-fleet-role.yaml"), "server: https://10.0.0.2:6443",
+		"the hardened unit wrote the server's join through a live voter")
 
 	h.Exec(t, "systemctl", "stop", "fleet-role-agent.service")
 	assert.Contains(t, h.Exec(t, "journalctl", "-u", "fleet-role-agent", "--no-pager"), "stopping")

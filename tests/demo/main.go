@@ -155,7 +155,9 @@ func containers(r *runner) fleet {
 	f := e2e.Start(r, e2e.Options{
 		Hosts:      e2e.VotersAndStandby,
 		Controller: "\n[verdicts]\nwindow = 5\n",
-		Log:        func(format string, args ...any) { say(format, args...) },
+		// k3s's etcd timing: 5 s election timeout, 500 ms heartbeat.
+		ElectionTimeout: e2e.K3sElectionTimeout,
+		Log:             func(format string, args ...any) { say(format, args...) },
 	})
 	return fleet{
 		bin: f.Bin, kubeconfig: f.API.Kubeconfig, client: f.API.Client,

@@ -83,24 +83,27 @@ func (f *Fleet) membersFrom(h *Host) (Membership, error) {
 	return m, nil
 }
 
-// Writes puts a key every few milliseconds until Stop, counting the
-// writes that failed and the longest time from a failure to the next
-// success.
+// Writes puts a key every few milliseconds until Stop, one write at a
+// time, timing each: a write that stalls hurts its users as much as one
+// that fails, so the slowest write is counted beside the failed ones.
 type Writes struct {
 	c       *clientv3.Client
+	timeout time.Duration
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
 	ok      int
 	failed  int
-	since   time.Time // the first failure of the current run of failures
-	longest time.Duration
+	slowest time.Duration
+	at      time.Time // when the slowest write was started
+	last    bool      // the last write failed
 	errs    []string
 }
 
-// StartWrites starts writing.
+// StartWrites starts writing; each write is given the fleet's election
+// timeout, twice over, before it counts as failed.
 func (f *Fleet) StartWrites(c *clientv3.Client) *Writes {
-	w := &Writes{c: c, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &Writes{c: c, timeout: 2 * f.electionTimeout(), stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	f.t.Cleanup(w.Stop)
 	return w
@@ -114,25 +117,23 @@ func (w *Writes) run() {
 			return
 		case <-time.After(20 * time.Millisecond):
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*ElectionTimeout)
-		_, err := w.c.Put(ctx, fmt.Sprintf("/e2e/writes/%d", i%100), time.Now().Format(time.RFC3339Nano))
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+		_, err := w.c.Put(ctx, fmt.Sprintf("/e2e/writes/%d", i%100), began.Format(time.RFC3339Nano))
 		cancel()
-		now := time.Now()
+		took := time.Since(began)
 		w.mu.Lock()
+		if took > w.slowest {
+			w.slowest, w.at = took, began
+		}
+		w.last = err != nil
 		if err != nil {
 			w.failed++
-			if w.since.IsZero() {
-				w.since = now
-			}
 			if len(w.errs) < 5 {
 				w.errs = append(w.errs, err.Error())
 			}
 		} else {
 			w.ok++
-			if !w.since.IsZero() {
-				w.longest = max(w.longest, now.Sub(w.since))
-				w.since = time.Time{}
-			}
 		}
 		w.mu.Unlock()
 	}
@@ -151,17 +152,19 @@ func (w *Writes) Stop() {
 // WriteCount is what a run of writes saw.
 type WriteCount struct {
 	OK, Failed int
-	// Longest is the longest time from a failed write to the next success;
-	// Unanswered is set when the last writes failed with none after.
-	Longest    time.Duration
+	// Slowest is the longest any one write took, failed or not; At is
+	// when it started.
+	Slowest time.Duration
+	At      time.Time
+	// Unanswered is set when the last write failed.
 	Unanswered bool
 	Errors     []string
 }
 
 func (c WriteCount) String() string {
-	s := fmt.Sprintf("%d writes, %d failed, longest failure to success %s", c.OK+c.Failed, c.Failed, c.Longest.Round(time.Millisecond))
+	s := fmt.Sprintf("%d writes, %d failed, slowest %s (at %s)", c.OK+c.Failed, c.Failed, c.Slowest.Round(time.Millisecond), c.At.Format("15:04:05.000"))
 	if c.Unanswered {
-		s += ", the last failures unanswered"
+		s += ", the last write failed"
 	}
 	if len(c.Errors) > 0 {
 		s += " (" + strings.Join(c.Errors, "; ") + ")"
@@ -174,7 +177,7 @@ func (w *Writes) Count() WriteCount {
 	w.Stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return WriteCount{OK: w.ok, Failed: w.failed, Longest: w.longest, Unanswered: !w.since.IsZero(), Errors: w.errs}
+	return WriteCount{OK: w.ok, Failed: w.failed, Slowest: w.slowest, At: w.at, Unanswered: w.last, Errors: w.errs}
 }
 
 // Check is what must hold after every scenario: the etcd cluster is the

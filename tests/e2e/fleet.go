@@ -71,6 +71,9 @@ type Options struct {
 	Controller string
 	// Bounds override the controller's per-step bounds (step = "25s").
 	Bounds map[string]string
+	// ElectionTimeout is the members' etcd election timeout; 0 means
+	// ElectionTimeout.
+	ElectionTimeout time.Duration
 	// Log, when set, gets what the harness does, as it does it.
 	Log func(format string, args ...any)
 }
@@ -109,8 +112,29 @@ type Host struct {
 	etcd *clientv3.Client
 }
 
-// ElectionTimeout is the members' etcd election timeout.
+// ElectionTimeout is the members' etcd election timeout where a
+// scenario does not set one: k3s's is 5 s (K3sElectionTimeout), shortened
+// to keep the scenarios that do not measure writes inside CI's limit. The
+// heartbeat is a tenth of it, as k3s's 500 ms is of its 5 s.
 const ElectionTimeout = time.Second
+
+// K3sElectionTimeout is k3s's etcd election timeout, at which the writes
+// across a swap are counted.
+const K3sElectionTimeout = 5 * time.Second
+
+// NodeMonitorGracePeriod is how old a Node's heartbeat may be before the
+// k3s double's node lifecycle stand-in turns its Ready to Unknown
+// (Kubernetes: 50s), shortened to keep the scenarios short.
+const NodeMonitorGracePeriod = 20 * time.Second
+
+// electionTimeout is the fleet's etcd election timeout: Options's, else
+// ElectionTimeout.
+func (f *Fleet) electionTimeout() time.Duration {
+	if f.opts.ElectionTimeout > 0 {
+		return f.opts.ElectionTimeout
+	}
+	return ElectionTimeout
+}
 
 // LearnerStall is how long the k3s double lets a learner's raft index
 // stand still before its leader removes it (k3s: 5 minutes).

@@ -33,31 +33,46 @@ func (h *Host) siblingName(unit string) string {
 	return fmt.Sprintf("fleet-role-e2e-%s-%s-%s", strings.ReplaceAll(h.f.subnet, ".", "-"), h.Name, unit)
 }
 
-// doubleArgs are the k3s double's arguments for a unit.
+// doubleArgs are the k3s double's arguments for a unit. The double joins
+// through the one `server:` of the host's config.yaml (and its drop-ins),
+// as k3s does; the timings are the harness's.
 func (h *Host) doubleArgs(unit, kubeconfig string) []string {
-	var join []string
-	for _, s := range h.f.servers() {
-		join = append(join, s.IP)
-	}
-	return []string{unit, "--node-name", h.Name, "--node-ip", h.IP, "--join", strings.Join(join, ","),
-		"--kubeconfig", kubeconfig, "--election-ms", fmt.Sprint(ElectionTimeout.Milliseconds()),
-		"--learner-stall", LearnerStall.String()}
+	return []string{unit, "--node-name", h.Name, "--node-ip", h.IP, "--kubeconfig", kubeconfig,
+		"--election-ms", fmt.Sprint(h.f.electionTimeout().Milliseconds()), "--heartbeat-ms", fmt.Sprint((h.f.electionTimeout() / 10).Milliseconds()),
+		"--node-monitor-grace-period", NodeMonitorGracePeriod.String(), "--learner-stall", LearnerStall.String()}
 }
+
+// token is the fleet's k3s token, in every host's /etc/rancher/k3s/token.
+const token = "fleet-role-e2e-token"
+
+// hostToken is where the token file is in a host (and its k3s containers).
+const hostToken = hostRancher + "/token"
+
+// hostNodeDir is k3s's /etc/rancher/node (the node password), kept in a
+// directory of the host's so that it survives a re-created container.
+const hostNodeDir = "/etc/rancher/node"
 
 // start writes the host's files, starts its container with systemd as
 // PID 1 and starts fleet-role-agent in it.
 func (h *Host) start(t testhost.T) error {
 	f := h.f
-	for _, d := range []string{"etc", "rancher", "state", "data", "units", "sd"} {
+	for _, d := range []string{"etc", "rancher", "rancher/config.yaml.d", "state", "data", "units", "sd", "node"} {
 		if err := os.MkdirAll(filepath.Join(h.dir, d), 0o755); err != nil {
 			return err
 		}
+	}
+	// As Ansible stages a k3s host: the token as a 0600 file, and a
+	// standby's or voter's config.yaml naming the server to join through
+	// (the bootstrap host: cluster-init and no server).
+	if err := os.WriteFile(filepath.Join(h.dir, "rancher", "token"), []byte(token+"\n"), 0o600); err != nil {
+		return err
 	}
 	if h.staged() {
 		conf := "cluster-init: true\n"
 		if b := f.bootstrap(); b != h {
 			conf = fmt.Sprintf("server: https://%s:6443\n", b.IP)
 		}
+		conf += "token-file: " + hostToken + "\n"
 		if err := os.WriteFile(filepath.Join(h.dir, "rancher", "config.yaml"), []byte(conf), 0o644); err != nil {
 			return err
 		}
@@ -78,12 +93,16 @@ func (h *Host) start(t testhost.T) error {
 		}
 	}
 	if uid := h.uid(); uid != 0 {
+		// The server runs as uid: its data, its token and the node
+		// password's directory are its own.
 		server := filepath.Join(h.dir, "data", "server")
 		if err := os.MkdirAll(server, 0o700); err != nil {
 			return err
 		}
-		if err := os.Chown(server, uid, uid); err != nil {
-			return err
+		for _, p := range []string{server, filepath.Join(h.dir, "rancher", "token"), filepath.Join(h.dir, "node")} {
+			if err := os.Chown(p, uid, uid); err != nil {
+				return err
+			}
 		}
 	}
 	mounts := []string{
@@ -98,6 +117,7 @@ func (h *Host) start(t testhost.T) error {
 		"-v", filepath.Join(h.dir, "rancher") + ":" + hostRancher,
 		"-v", filepath.Join(h.dir, "state") + ":" + hostStateDir,
 		"-v", filepath.Join(h.dir, "data") + ":" + hostDataDir,
+		"-v", filepath.Join(h.dir, "node") + ":" + hostNodeDir,
 	}
 	if h.Docker {
 		mounts = append(mounts, "-v", "/var/run/docker.sock:/var/run/docker.sock")
@@ -109,6 +129,11 @@ func (h *Host) start(t testhost.T) error {
 			return fmt.Errorf("%s: add the k3s user: %v: %s", h.Name, err, out)
 		}
 	}
+	if !h.Docker {
+		if err := h.install(); err != nil {
+			return err
+		}
+	}
 	if out, err := h.exec("systemctl", "enable", "--now", "fleet-role-agent.service"); err != nil {
 		journal, _ := h.exec("journalctl", "--no-pager", "-n", "15", "-u", "fleet-role-agent")
 		return fmt.Errorf("%s: start fleet-role-agent: %v: %s\n%s", h.Name, err, out, journal)
@@ -116,14 +141,38 @@ func (h *Host) start(t testhost.T) error {
 	return nil
 }
 
+// install does on a native host what k3s's installer does: it writes
+// the agent unit's environment file (an agent's K3S_URL, the token file)
+// and enables the one unit it installs, k3s.service on a voter and
+// k3s-agent.service on a standby or an agent, starting it without
+// waiting (Type=notify: a server is up once its member votes).
+func (h *Host) install() error {
+	env := "K3S_TOKEN_FILE=" + hostToken + "\n"
+	if b := h.f.bootstrap(); b != h {
+		env = fmt.Sprintf("K3S_URL=https://%s:6443\n", b.IP) + env
+	}
+	if out, err := h.exec("sh", "-c", "umask 077 && printf '%s' \"$1\" > /etc/systemd/system/k3s-agent.service.env", "sh", env); err != nil {
+		return fmt.Errorf("%s: write the agent's environment: %v: %s", h.Name, err, out)
+	}
+	unit := "k3s-agent.service"
+	if h.Role == swapplan.RoleVoter {
+		unit = "k3s.service"
+	}
+	if out, err := h.exec("systemctl", "enable", "--now", "--no-block", unit); err != nil {
+		return fmt.Errorf("%s: enable %s: %v: %s", h.Name, unit, err, out)
+	}
+	return nil
+}
+
 // unitDropIn replaces the stand-in unit's command with the double's, run
-// as uid (0: root).
+// as uid (0: root). The rest is the unit's own (Type=notify,
+// Restart=always, RestartSec=5s).
 func unitDropIn(args []string, uid int) string {
 	user := ""
 	if uid != 0 {
 		user = fmt.Sprintf("User=%d\n", uid)
 	}
-	return "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s " + strings.Join(args, " ") + "\n" + user + "Restart=on-failure\nRestartSec=2s\n"
+	return "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s " + strings.Join(args, " ") + "\n" + user
 }
 
 // uid is the user a native host's k3s server runs as: one of its own, so
@@ -175,6 +224,7 @@ timeout = "3s"
 		volumes := []string{
 			filepath.Join(h.dir, "data") + ":" + hostDataDir,
 			filepath.Join(h.dir, "rancher") + ":" + hostRancher + ":ro",
+			filepath.Join(h.dir, "node") + ":" + hostNodeDir,
 			f.kubeconfig + ":" + hostKubeconfig + ":ro",
 		}
 		fmt.Fprintf(&b, `

@@ -4,61 +4,159 @@
 // `k3s agent` (k3s-agent.service, or the agent container), over a real
 // etcd member (go.etcd.io/etcd/server/v3/embed) and the real
 // kube-apiserver, and does what fleet-role relies on k3s to do around
-// etcd. Each behaviour, and where k3s does it (k3s-io/k3s):
+// etcd, no more forgiving than k3s. Each behaviour, and where k3s does it
+// (k3s-io/k3s unless said otherwise):
 //
-//   - Join. A server with no datastore adds itself to the cluster of the
-//     server it is given as a learner (MemberAddAsLearner), retrying every
-//     second while etcd refuses a second learner, then starts its member
-//     with state "existing"; with no server to join, a cluster-init server
-//     starts a cluster of one. k3s: pkg/etcd/etcd.go, (*ETCD).Start, join
-//     and newCluster. k3s joins through its one `server:` URL, usually a
-//     fixed registration address in front of every server; the double has
-//     none and tries that URL, then each server of --join, in turn, and a
-//     cluster-init server starts a cluster only when none of them answers.
+//   - Configuration. /etc/rancher/k3s/config.yaml (--config) and its
+//     drop-ins config.yaml.d/*.yaml|*.yml, read in name order, a later
+//     file's key replacing an earlier one's ("key+" appends); then the
+//     environment: a key of the files wins over its K3S_* variable
+//     (`server:` over K3S_URL, `token:` over K3S_TOKEN), and a token file
+//     (`token-file:`, K3S_TOKEN_FILE) replaces the token. Servers and
+//     agents read the same file. k3s: pkg/configfilearg (parser.go),
+//     readConfigFile and dotDFiles; the flags' EnvVar in pkg/cli/cmds;
+//     pkg/cli/agent and pkg/cli/server, Run (TokenFile).
+//   - Start of a server. With a datastore (server/db/etcd/member), the
+//     member restarts from it, whatever the config says. Without one and
+//     without `server:`, a cluster-init server starts a new cluster of
+//     one. Without one but with `server:` (cluster-init or not), it joins
+//     through that one URL: no token is "K3S_TOKEN is required to join a
+//     cluster"; a server that does not answer fails the start at once
+//     ("failed to get CA certs"), exit 1, for the unit (Restart=always,
+//     RestartSec=5s) or the container to start it again. k3s:
+//     pkg/cluster/bootstrap.go, shouldBootstrapLoad;
+//     pkg/cluster/managed.go, assignManagedDriver; pkg/clientaccess
+//     (token.go), ParseAndValidateTokenForUser and getCACerts;
+//     pkg/etcd/etcd.go, (*ETCD).Start and newCluster. The double's
+//     "answers" is the named server's etcd answering its status call.
+//   - Join. The member list comes from the named server (k3s: its
+//     /db/info; the double asks that server's etcd); a member with this
+//     node's name but another suffix refuses the join with "duplicate
+//     node name found, please use a unique name for this node" and the
+//     name file removed; an unnamed member at this address is this one
+//     (added before a crash: not added again); otherwise it adds itself as
+//     a learner (MemberAddAsLearner) and starts with state "existing".
+//     Retried every second while etcd answers "too many learner members"
+//     or "unhealthy cluster" or the member list cannot be had; any other
+//     error ends the start, exit 1. k3s: pkg/etcd/etcd.go, (*ETCD).join,
+//     (*ETCD).Start's retry, ClientURLs.
+//   - The token. A new cluster records its token's key,
+//     /bootstrap/<12 hex of sha256(password)>, in etcd; a server finding
+//     another token's key there stops ("bootstrap data already found and
+//     encrypted with different token"). A joining server whose token's key
+//     is not in the named server's etcd is refused ("…/v1-k3s/server-
+//     bootstrap: 401 Unauthorized"), exit 1. k3s: pkg/cluster/encrypt.go,
+//     storageKey and keyHash; pkg/cluster/storage.go, save and
+//     getBootstrapKeyFromStorage; pkg/cluster/bootstrap.go, httpBootstrap.
+//     An agent needs `server:`/K3S_URL ("--server is required") and a
+//     token ("--token is required"), exit 1 (k3s: pkg/cli/agent, Run).
+//   - Agent configuration and the node password. Before its kubelet runs,
+//     a server or an agent retrieves its configuration: an agent from the
+//     server it names (its token's key must be there), and both present
+//     the node password kept in /etc/rancher/node/password (created, 0600,
+//     on the first start). The servers keep its hash in the Secret
+//     kube-system/<node>.node-password.k3s (created if missing); another
+//     password for that node is refused ("Node password rejected,
+//     duplicate hostname or contents of '/etc/rancher/node/password' may
+//     not match server node-passwd entry, try enabling a unique node name
+//     with the --with-node-id flag"). Until it succeeds it logs "Waiting
+//     to retrieve agent configuration; server is not ready: …" and retries
+//     every 5s, its kubelet not running: the Node gets no heartbeat. k3s:
+//     pkg/agent/config/config.go, Get, getNodeNamedCrt and
+//     ensureNodePassword; pkg/nodepassword, Ensure (nodepassword.go) and
+//     GetNodeAuthValidator (validate.go).
 //   - The member's name: the Node's name, "-" and 8 hex digits, kept in
-//     server/db/etcd/name and reused on a restart. k3s: (*ETCD).setName.
-//   - Promotion. The leader asks etcd to promote every learner each
-//     period; etcd refuses a learner not yet in sync with the leader.
-//     k3s: manageLearners and trackLearnerProgress (every 15s there; the
-//     double looks every --period). One learner at a time is etcd's own
-//     limit. A learner whose raft index (its status) has not grown for
-//     --learner-stall (k3s: 5 minutes, learnerMaxStallTime) is removed.
-//   - EtcdIsVoter. The leader writes the condition on every Node that
-//     carries the etcd role label or a member name: True/MemberNotLearner
-//     for a voter, False/MemberIsLearner for a learner, False/Unhealthy
-//     when the member's status call fails, False/NotAMember when no
-//     member is the Node's. k3s: setEtcdStatusCondition, from
-//     manageLearners.
-//   - The removal annotation. A server acts on etcd.k3s.cattle.io/remove
-//     = "true": it removes the member named by etcd.k3s.cattle.io/node-name
-//     (matched by peer address for a learner that never started), then
-//     sets removed-node-name to that name and drops node-name and
-//     node-address. k3s: pkg/etcd/member_controller.go,
-//     etcdMemberHandler.sync and RemovePeer. k3s runs that controller on
-//     its one leader-elected server; the double runs it on every server
-//     but the one whose Node it is, so a removal never depends on the
-//     member being removed.
+//     server/db/etcd/name from before the join and reused on a restart.
+//     k3s: (*ETCD).setName, called from Register.
+//   - Readiness. k3s's apiserver talks to its own member, and a learner
+//     serves no linearizable request, so a server is "ready" (its
+//     apiserver and controllers run) only once its member votes; the unit
+//     is Type=notify and k3s says READY=1 then. A file
+//     <data-dir>/server/never-ready or --never-ready keeps the double from
+//     ever becoming ready (an apiserver that never comes up). Only a ready
+//     server writes its Node's metadata, records the token's key, takes
+//     part in the leader-elected controllers and writes EtcdIsVoter. k3s:
+//     pkg/cli/server, Run (SdNotify after APIServerReady and ETCDReady);
+//     pkg/etcd/etcd.go, (*ETCD).Test ("this server has not yet been
+//     promoted from learner to voting member"); pkg/server/server.go,
+//     startup of the controllers. An agent says READY=1 once its
+//     configuration is retrieved (pkg/agent/run.go, Run).
+//   - Metadata. A ready server keeps etcd.k3s.cattle.io/node-name and
+//     node-address and the labels etcd, control-plane and master on its
+//     own Node, rewriting them when they differ. k3s:
+//     pkg/etcd/metadata_controller.go, metadataHandler.handleSelf.
+//   - Promotion. The etcd leader asks etcd to promote each learner; etcd
+//     refuses one not in sync. A learner whose raft index has not grown
+//     for --learner-stall (k3s: 5 minutes, learnerMaxStallTime) is
+//     removed. k3s: manageLearners and trackLearnerProgress (every 15s
+//     there; the double looks every --period).
+//   - EtcdIsVoter. The etcd leader, once ready, writes the condition on
+//     the Nodes labelled node-role.kubernetes.io/etcd=true, matching a
+//     member to the Node whose node-name annotation is the member's name:
+//     True/MemberNotLearner, False/MemberIsLearner, False/Unhealthy (the
+//     member's status call fails), and False/NotAMember for a labelled
+//     Node no member matches; a member no Node matches is skipped; an
+//     unchanged condition has its heartbeat renewed every 5 minutes. k3s:
+//     pkg/etcd/etcd.go, manageLearners and setEtcdStatusCondition.
+//   - The removal annotation. On the one ready server holding the Lease
+//     kube-system/k3s-etcd (wrangler's leader election: 45s lease, 30s
+//     renew deadline, 2s retry, released on a clean stop), for each Node
+//     carrying the etcd role label: with removed-node-name set, a
+//     node-name that differs from it has removed-node-name dropped and
+//     remove set to "false", else nothing; with remove = "true" (any
+//     case), the member whose name is node-name and whose peer host is
+//     node-address is removed (a missing annotation is an error, retried;
+//     no such member is success), then removed-node-name is set to
+//     node-name and node-name and node-address are dropped. k3s:
+//     pkg/etcd/member_controller.go, etcdMemberHandler.sync;
+//     pkg/etcd/etcd.go, RemovePeer; pkg/server/server.go and wrangler's
+//     pkg/leader, RunOrDie.
 //   - The tombstone. A running server whose member was removed writes
 //     server/db/etcd/tombstone, closes etcd and idles, its kubelet still
 //     running. On the next start it moves server/db/etcd aside to
 //     server/db/etcd-backup-<unix> and joins again as a new member. k3s:
 //     StartETCD (pkg/executor/embed/etcd) on ErrMemberRemoved, and
 //     (*ETCD).Register's backupDirWithRetention.
-//   - Metadata. A server writes etcd.k3s.cattle.io/node-name and
-//     node-address and the server role labels (etcd, control-plane,
-//     master) on its own Node. k3s: metadataHandler.handleSelf
-//     (pkg/etcd/metadata_controller.go) and setNodeLabelsAndAnnotations
-//     (pkg/server/server.go).
 //   - The kubelet. Server and agent alike renew the Node's Lease in
-//     kube-node-lease (every second, where a kubelet takes 10s), keep the
-//     Ready condition true while they run, and delete the Pods being
-//     deleted on their cordoned Node, as a kubelet does once their
-//     containers stopped.
+//     kube-node-lease, set Ready=True while they beat, and delete the Pods
+//     being deleted on their cordoned Node, as a kubelet does once their
+//     containers stopped. A stopped unit beats no more.
+//   - Node lifecycle. On the one ready server holding the Lease
+//     kube-system/kube-controller-manager (15s/10s/2s, its defaults), every
+//     5s, a Node whose kube-node-lease renewTime is older than
+//     --node-monitor-grace-period (default 50s, Kubernetes' default since
+//     1.32) has Ready set to Unknown, reason NodeStatusUnknown, "Kubelet
+//     stopped posting node status.". kubernetes: pkg/controller/
+//     nodelifecycle, (*Controller).tryUpdateNodeHealth; the default in
+//     pkg/controller/nodelifecycle/config/v1alpha1/defaults.go
+//     (kubernetes PR 126287).
+//   - etcd timing: election timeout 5000 ms, heartbeat 500 ms
+//     (--election-ms, --heartbeat-ms). k3s: (*ETCD).cluster.
 //
-// Not copied: TLS between members and clients (plain http on the host's
-// own address), the supervisor and its token, the API server k3s serves
-// (the test's kube-apiserver stands for it), containers and networking.
-// The Nodes are created by the test, as a first kubelet start would.
+// Not copied (simpler than k3s):
+//   - TLS between members and clients (plain http on the host's own
+//     address), the supervisor on :6443 (the double asks the named
+//     server's etcd in its place: a server whose k3s runs but whose etcd
+//     has not started yet counts as not answering), the bootstrap data
+//     itself (only its key is written), the K10 token's CA hash check.
+//   - The API server k3s serves: the test's kube-apiserver stands for
+//     every server's, reached through the admin kubeconfig, so the
+//     double's Kubernetes calls work whether or not its own apiserver
+//     would; readiness is modelled by the double holding back the writes
+//     above. Containers, networking, the Node's registration (the test
+//     creates the Nodes).
+//   - The agent's load balancer: k3s's agent keeps the servers it has
+//     seen (agent/etc/k3s-agent-load-balancer.json) and on a restart
+//     tries them all; the double's agent tries only the server it names.
+//   - The node password hash: scrypt with a salt, but not k3s's encoding
+//     of it; a server's own password is checked like an agent's (k3s may
+//     defer that check and only raise an Event).
+//   - The learner manager's 15s tick (the double looks every --period),
+//     its progress kept in etcd (the double keeps it in memory).
+//   - Node lifecycle: only Ready goes Unknown (not the other conditions),
+//     no unreachable taint, no eviction; the lease age is taken from
+//     renewTime against the double's clock (one machine), not from when
+//     the controller saw it change.
 package main
 
 import (
@@ -69,33 +167,31 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 )
 
-// config is what k3s reads from /etc/rancher/k3s/config.yaml that the
-// double needs.
-type config struct {
-	Server      string `json:"server"`
-	ClusterInit bool   `json:"cluster-init"`
-}
-
 type options struct {
-	role         string
-	nodeName     string
-	nodeIP       string
-	dataDir      string
-	configFile   string
-	kubeconfig   string
-	join         []string
-	period       time.Duration
-	electionMs   uint
-	learnerStall time.Duration
+	role              string
+	nodeName          string
+	nodeIP            string
+	dataDir           string
+	configFile        string
+	kubeconfig        string
+	passwordFile      string
+	period            time.Duration
+	electionMs        uint
+	heartbeatMs       uint
+	learnerStall      time.Duration
+	neverReady        bool
+	monitorGrace      time.Duration
+	leaseDuration     time.Duration
+	renewDeadline     time.Duration
+	retryPeriod       time.Duration
+	configRetryPeriod time.Duration
 }
 
 func main() {
@@ -108,16 +204,20 @@ func main() {
 	fs.StringVar(&o.nodeName, "node-name", "", "this host's Node")
 	fs.StringVar(&o.nodeIP, "node-ip", "", "this host's address; etcd listens on :2379 and :2380 there")
 	fs.StringVar(&o.dataDir, "data-dir", "/var/lib/rancher/k3s", "k3s's data dir")
-	fs.StringVar(&o.configFile, "config", "/etc/rancher/k3s/config.yaml", "k3s's config file")
+	fs.StringVar(&o.configFile, "config", envOr("K3S_CONFIG_FILE", "/etc/rancher/k3s/config.yaml"), "k3s's config file; its drop-ins are in <file>.d")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "/etc/k3s-double/kubeconfig", "the API server")
-	join := fs.String("join", "", "comma-separated addresses of the servers to join through")
+	fs.StringVar(&o.passwordFile, "node-password-file", "/etc/rancher/node/password", "the node password (k3s: /etc/rancher/node/password)")
 	fs.DurationVar(&o.period, "period", 500*time.Millisecond, "how often the double looks at etcd and the Nodes")
-	fs.UintVar(&o.electionMs, "election-ms", 1000, "etcd's election timeout")
+	fs.UintVar(&o.electionMs, "election-ms", 5000, "etcd's election timeout (k3s: 5000)")
+	fs.UintVar(&o.heartbeatMs, "heartbeat-ms", 500, "etcd's heartbeat interval (k3s: 500)")
 	fs.DurationVar(&o.learnerStall, "learner-stall", 5*time.Minute, "how long a learner's raft index may stand still before the leader removes it")
+	fs.BoolVar(&o.neverReady, "never-ready", false, "never become ready, as a server whose apiserver never comes up (also: the file <data-dir>/server/never-ready)")
+	fs.DurationVar(&o.monitorGrace, "node-monitor-grace-period", 50*time.Second, "how old a Node's heartbeat may be before its Ready turns Unknown")
+	fs.DurationVar(&o.leaseDuration, "leader-lease-duration", 45*time.Second, "the k3s-etcd Lease's duration (wrangler: 45s)")
+	fs.DurationVar(&o.renewDeadline, "leader-renew-deadline", 30*time.Second, "the k3s-etcd Lease's renew deadline (wrangler: 30s)")
+	fs.DurationVar(&o.retryPeriod, "leader-retry-period", 2*time.Second, "the k3s-etcd Lease's retry period (wrangler: 2s)")
+	fs.DurationVar(&o.configRetryPeriod, "config-retry-period", 5*time.Second, "how often the agent part retries retrieving its configuration (k3s: 5s)")
 	_ = fs.Parse(os.Args[2:])
-	if *join != "" {
-		o.join = strings.Split(*join, ",")
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", o.nodeName, "role", o.role)
 	if err := run(o, log); err != nil {
 		log.Error("k3s double stopped", "err", err)
@@ -125,9 +225,20 @@ func main() {
 	}
 }
 
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
 func run(o options, log *slog.Logger) error {
 	if o.nodeName == "" || o.nodeIP == "" {
 		return errors.New("--node-name and --node-ip are required")
+	}
+	cfg, err := loadConfig(o.configFile, os.Getenv)
+	if err != nil {
+		return err
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
@@ -141,23 +252,47 @@ func run(o options, log *slog.Logger) error {
 	defer stop()
 	k := &kubeletRole{c: kube, node: o.nodeName, log: log}
 	if o.role == "agent" {
-		log.Info("agent running", "K3S_URL", os.Getenv("K3S_URL"))
-		k.loop(ctx, o.period, nil)
-		return nil
-	}
-	var cfg config
-	if data, err := os.ReadFile(o.configFile); err == nil {
-		if err := yaml.Unmarshal(data, &cfg); err != nil {
-			return fmt.Errorf("%s: %w", o.configFile, err)
+		if cfg.Server == "" {
+			return errors.New("--server is required")
 		}
-	} else if !os.IsNotExist(err) {
-		return err
+		if cfg.Token == "" {
+			return errors.New("--token is required")
+		}
+		log.Info("agent starting", "server", cfg.Server)
+		if !retrieveConfig(ctx, o, log, func() error { return agentConfig(ctx, o, cfg, kube) }) {
+			return nil
+		}
+		notifyReady(log)
+		k.loop(ctx, o.period)
+		return nil
 	}
 	s, err := startServer(ctx, o, cfg, kube, log)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	k.loop(ctx, o.period, s)
-	return nil
+	go func() {
+		if retrieveConfig(ctx, o, log, func() error { return ensureNodePassword(ctx, kube, o) }) {
+			k.loop(ctx, o.period)
+		}
+	}()
+	return s.loop(ctx)
+}
+
+// retrieveConfig calls get until it succeeds, every --config-retry-period,
+// as k3s's agent retrieves its configuration (pkg/agent/config, Get). It
+// says false when ctx ended first.
+func retrieveConfig(ctx context.Context, o options, log *slog.Logger, get func() error) bool {
+	for {
+		err := get()
+		if err == nil {
+			return true
+		}
+		log.Info("Waiting to retrieve agent configuration; server is not ready", "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(o.configRetryPeriod):
+		}
+	}
 }

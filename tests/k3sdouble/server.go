@@ -4,34 +4,29 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/fleet-role/fleet-role/swapplan"
 )
 
 // server is k3s's server as far as etcd goes: a real member, the
-// leader's duties and the removal annotation.
+// leader's duties and, once ready, its controllers.
 type server struct {
 	o       options
+	cfg     config
 	log     *slog.Logger
 	kube    kubernetes.Interface
 	e       *embed.Etcd
@@ -39,9 +34,17 @@ type server struct {
 	name    string
 	dir     string
 	removed atomic.Bool
+	// ready: the member votes and the server's apiserver would run.
+	ready atomic.Bool
 	// learners is the leader's record of each learner's progress.
 	learners map[uint64]progress
+	// stopControllers ends the leader-elected controllers.
+	stopControllers context.CancelFunc
+	// lastMonitor is the node lifecycle stand-in's last pass.
+	lastMonitor time.Time
 }
+
+type etcdMember = etcdserverpb.Member
 
 func clientURL(ip string) string { return "http://" + ip + ":2379" }
 func peerURL(ip string) string   { return "http://" + ip + ":2380" }
@@ -56,35 +59,48 @@ func addressOf(serverURL string) string {
 }
 
 func startServer(ctx context.Context, o options, cfg config, kube kubernetes.Interface, log *slog.Logger) (*server, error) {
-	s := &server{o: o, log: log, kube: kube, dir: filepath.Join(o.dataDir, "server", "db", "etcd"), learners: map[uint64]progress{}}
+	s := &server{o: o, cfg: cfg, log: log, kube: kube, dir: filepath.Join(o.dataDir, "server", "db", "etcd"), learners: map[uint64]progress{}}
+	// k3s: (*ETCD).Register: the tombstone moves the datastore aside.
 	if _, err := os.Stat(filepath.Join(s.dir, "tombstone")); err == nil {
 		backup := fmt.Sprintf("%s-backup-%d", s.dir, time.Now().Unix())
 		if err := os.Rename(s.dir, backup); err != nil {
 			return nil, err
 		}
-		log.Info("a tombstone: the datastore moved aside; joining as a new member", "to", backup)
+		log.Info("tombstone file has been detected, removing data dir to rejoin the cluster", "to", backup)
 	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, err
 	}
+	if err := s.setName(); err != nil {
+		return nil, err
+	}
 	initial, state := "", embed.ClusterStateFlagExisting
-	if _, err := os.Stat(filepath.Join(s.dir, "member")); err == nil {
-		name, err := os.ReadFile(filepath.Join(s.dir, "name"))
-		if err != nil {
-			return nil, fmt.Errorf("a datastore without its member's name: %w", err)
-		}
-		s.name = strings.TrimSpace(string(name))
+	_, statErr := os.Stat(filepath.Join(s.dir, "member"))
+	switch {
+	case statErr == nil:
 		initial = s.name + "=" + peerURL(o.nodeIP)
-		log.Info("restarting the member of the datastore", "member", s.name)
-	} else {
-		s.name = memberName(o.nodeName)
+		log.Info("Starting etcd for existing cluster member", "member", s.name)
+	case cfg.Server == "" && cfg.ClusterInit:
+		// k3s: shouldBootstrapLoad: "not initialized, not joining - must be
+		// initializing (cluster-init)"; then (*ETCD).newCluster.
+		if s.cfg.Token == "" {
+			if err := s.generateToken(); err != nil {
+				return nil, err
+			}
+		}
+		initial, state = s.name+"="+peerURL(o.nodeIP), embed.ClusterStateFlagNew
+		log.Info("Starting etcd for new cluster", "member", s.name)
+	case cfg.Server == "":
+		return nil, errors.New("no datastore, no server to join and no cluster-init: the double runs no other datastore")
+	default:
 		var err error
-		initial, state, err = s.join(ctx, cfg)
-		if err != nil {
+		if initial, err = s.join(ctx); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(s.dir, "name"), []byte(s.name+"\n"), 0o600); err != nil {
-			return nil, err
+	}
+	if s.cfg.Token == "" {
+		if data, err := os.ReadFile(filepath.Join(o.dataDir, "server", "token")); err == nil {
+			s.cfg.Token = strings.TrimSpace(string(data))
 		}
 	}
 	ec := embed.NewConfig()
@@ -95,7 +111,7 @@ func startServer(ctx context.Context, o options, cfg config, kube kubernetes.Int
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	ec.InitialCluster, ec.ClusterState = initial, state
 	ec.InitialClusterToken = "k3s-double"
-	ec.ElectionMs = o.electionMs
+	ec.ElectionMs, ec.TickMs = o.electionMs, o.heartbeatMs
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
@@ -111,73 +127,127 @@ func startServer(ctx context.Context, o options, cfg config, kube kubernetes.Int
 	return s, nil
 }
 
-// memberName is k3s's: the node's name and 8 random hex digits.
-func memberName(node string) string {
+// setName reads the member's name from server/db/etcd/name, or makes one
+// (the Node's name, "-", 8 hex digits) and writes it. k3s:
+// (*ETCD).setName.
+func (s *server) setName() error {
+	file := filepath.Join(s.dir, "name")
+	if data, err := os.ReadFile(file); err == nil {
+		s.name = strings.TrimSpace(string(data))
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return node + "-" + hex.EncodeToString(b)
+	s.name = s.o.nodeName + "-" + hex.EncodeToString(b)
+	return os.WriteFile(file, []byte(s.name), 0o600)
 }
 
-// join adds this host as a learner to the cluster of the first server
-// that answers, or, on a cluster-init server that finds none, starts a
-// cluster of one.
-func (s *server) join(ctx context.Context, cfg config) (initial, state string, err error) {
-	var through []string
-	if a := addressOf(cfg.Server); a != "" && a != s.o.nodeIP {
-		through = append(through, a)
+// generateToken makes a new cluster's token when none is given, kept in
+// <data-dir>/server/token as k3s keeps it.
+func (s *server) generateToken() error {
+	file := filepath.Join(s.o.dataDir, "server", "token")
+	if data, err := os.ReadFile(file); err == nil {
+		s.cfg.Token = strings.TrimSpace(string(data))
+		return nil
 	}
-	for _, a := range s.o.join {
-		if a != s.o.nodeIP && !slices.Contains(through, a) {
-			through = append(through, a)
-		}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	s.cfg.Token = hex.EncodeToString(b)
+	return os.WriteFile(file, []byte(s.cfg.Token+"\n"), 0o600)
+}
+
+// join adds this host as a learner to the cluster of its one server URL.
+// It fails at once when that server does not answer or refuses the
+// token, or on a duplicate name; it retries every second while etcd has
+// too many learners or is unhealthy, or the member list cannot be had.
+// k3s: pkg/cluster/bootstrap.go, shouldBootstrapLoad; pkg/etcd/etcd.go,
+// (*ETCD).Start and join.
+func (s *server) join(ctx context.Context) (string, error) {
+	if s.cfg.Token == "" {
+		return "", errors.New("K3S_TOKEN is required to join a cluster")
 	}
-	for attempt := 0; ; attempt++ {
-		for _, a := range through {
-			initial, err := s.addLearner(ctx, a)
-			if err == nil {
-				s.log.Info("joined as a learner", "member", s.name, "through", a)
-				return initial, embed.ClusterStateFlagExisting, nil
-			}
-			s.log.Info("not joined yet", "through", a, "err", err)
-		}
-		if cfg.ClusterInit && attempt >= 1 {
-			s.log.Info("cluster-init: no cluster answers; starting one", "member", s.name)
-			return s.name + "=" + peerURL(s.o.nodeIP), embed.ClusterStateFlagNew, nil
-		}
-		if len(through) == 0 && !cfg.ClusterInit {
-			return "", "", errors.New("no server to join: set server: in the config or --join")
+	address := addressOf(s.cfg.Server)
+	if address == "" {
+		return "", fmt.Errorf("Invalid server url, failed to parse: %s", s.cfg.Server) //nolint:staticcheck // k3s's words
+	}
+	for {
+		initial, err := s.joinOnce(ctx, address)
+		switch {
+		case err == nil:
+			return initial, nil
+		case errors.Is(err, rpctypes.ErrTooManyLearners), errors.Is(err, rpctypes.ErrUnhealthy):
+			s.log.Info("Waiting for other members to finish joining etcd cluster", "err", err)
+		case errors.Is(err, errMemberList), errors.Is(err, errNoBootstrap):
+			s.log.Info("Waiting to retrieve etcd cluster member list", "err", err)
+		default:
+			return "", fmt.Errorf("etcd cluster join failed: %w", err)
 		}
 		select {
 		case <-ctx.Done():
-			return "", "", ctx.Err()
+			return "", ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-func (s *server) addLearner(ctx context.Context, address string) (string, error) {
+var errMemberList = errors.New("failed to get MemberList from server")
+
+func (s *server) joinOnce(ctx context.Context, address string) (string, error) {
+	if err := tokenKnownBy(ctx, address, s.cfg.Token); err != nil {
+		if errors.Is(err, errTokenUnknown) {
+			return "", fmt.Errorf("https://%s:6443/v1-k3s/server-bootstrap: 401 Unauthorized", address)
+		}
+		return "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{clientURL(address)}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %v", errMemberList, err)
 	}
 	defer cli.Close()
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	resp, err := cli.MemberAddAsLearner(cctx, []string{peerURL(s.o.nodeIP)})
+	lctx, lcancel := context.WithTimeout(cctx, 2*time.Second)
+	list, err := cli.MemberList(lctx)
+	lcancel()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %v", errMemberList, err)
 	}
-	var initial []string
-	for _, m := range resp.Members {
-		name := m.Name
-		if m.ID == resp.Member.ID {
-			name = s.name
-		}
+	var cluster []string
+	add := true
+	for _, m := range list.Members {
 		for _, p := range m.PeerURLs {
-			initial = append(initial, name+"="+p)
+			u, err := url.Parse(p)
+			if err != nil {
+				return "", err
+			}
+			if m.Name == "" && u.Hostname() == s.o.nodeIP {
+				m.Name = s.name // an unstarted member at this address is this one
+			}
+			if m.Name == s.name && u.Hostname() == s.o.nodeIP {
+				add = false
+			}
+		}
+		if len(m.PeerURLs) > 0 {
+			cluster = append(cluster, m.Name+"="+m.PeerURLs[0])
+		}
+		if duplicateName(m.Name, s.name, s.o.nodeName) {
+			if err := os.Remove(filepath.Join(s.dir, "name")); err != nil {
+				s.log.Error("Failed to remove etcd name file", "err", err)
+			}
+			return "", errors.New("duplicate node name found, please use a unique name for this node")
 		}
 	}
-	return strings.Join(initial, ","), nil
+	if add {
+		s.log.Info("Adding member to etcd cluster", "member", s.name, "peer", peerURL(s.o.nodeIP), "cluster", cluster)
+		if _, err := cli.MemberAddAsLearner(cctx, []string{peerURL(s.o.nodeIP)}); err != nil {
+			return "", err
+		}
+		cluster = append(cluster, s.name+"="+peerURL(s.o.nodeIP))
+	}
+	s.log.Info("Starting etcd to join cluster with members", "cluster", cluster)
+	return strings.Join(cluster, ","), nil
 }
 
 // stopped says etcd stopped under the double: its member was removed.
@@ -191,26 +261,54 @@ func (s *server) stopped() bool {
 }
 
 func (s *server) close() {
+	if s.stopControllers != nil {
+		s.stopControllers()
+	}
 	s.cli.Close()
 	if !s.removed.Load() {
 		s.e.Close()
 	}
 }
 
-// tick is one look at etcd and the Nodes; it says whether the server goes on.
-func (s *server) tick(ctx context.Context, nodes []corev1.Node) {
+// neverReady is the fault switch: a server whose apiserver never comes up.
+func (s *server) neverReady() bool {
+	if s.o.neverReady {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(s.o.dataDir, "server", "never-ready"))
+	return err == nil
+}
+
+// loop runs the server's ticks until ctx ends or a fatal error.
+func (s *server) loop(ctx context.Context) error {
+	t := time.NewTicker(s.o.period)
+	defer t.Stop()
+	for {
+		if err := s.tick(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// tick is one look at etcd and the Nodes.
+func (s *server) tick(ctx context.Context) error {
 	if s.removed.Load() {
-		return // k3s idles on its tombstone until it is restarted
+		return nil // k3s idles on its tombstone until it is restarted
 	}
 	if s.stopped() {
 		s.tombstone("etcd stopped")
-		return
+		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	resp, err := s.cli.MemberList(cctx)
 	if err != nil {
-		return // a member that cannot reach a quorum waits
+		return nil // a member that cannot reach a quorum waits
 	}
 	id := uint64(s.e.Server.MemberID())
 	self := false
@@ -219,13 +317,57 @@ func (s *server) tick(ctx context.Context, nodes []corev1.Node) {
 	}
 	if !self {
 		s.tombstone("this member is not in the member list")
-		return
+		return nil
+	}
+	if !s.ready.Load() && !s.e.Server.IsLearner() && !s.neverReady() {
+		if err := s.becomeReady(cctx); err != nil {
+			return err
+		}
 	}
 	if uint64(s.e.Server.Leader()) == id {
 		s.promote(cctx, resp.Members)
-		s.voterConditions(cctx, nodes, resp.Members)
+		if s.ready.Load() {
+			s.voterConditions(cctx, resp.Members)
+		}
 	}
-	s.removals(cctx, nodes, resp.Members)
+	if s.ready.Load() {
+		s.writeMetadata(cctx)
+	}
+	return nil
+}
+
+// becomeReady is the server's apiserver and controllers coming up once
+// its member votes: the token's key saved (or checked), READY=1, the
+// leader-elected controllers. k3s: pkg/cluster/cluster.go, Start (Save
+// once the datastore is ready); pkg/cluster/storage.go, save and
+// getBootstrapKeyFromStorage.
+func (s *server) becomeReady(ctx context.Context) error {
+	key, err := bootstrapKey(s.cfg.Token)
+	if err != nil {
+		return err
+	}
+	resp, err := s.cli.Get(ctx, "/bootstrap/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil // not yet: tried again next tick
+	}
+	switch {
+	case len(resp.Kvs) > 1:
+		return errors.New("found multiple bootstrap keys in storage")
+	case len(resp.Kvs) == 1 && string(resp.Kvs[0].Key) != key:
+		return errors.New("bootstrap data already found and encrypted with different token")
+	case len(resp.Kvs) == 0:
+		if _, err := s.cli.Put(ctx, key, "bootstrap data (the k3s double keeps only the key)"); err != nil {
+			return nil
+		}
+	}
+	s.ready.Store(true)
+	s.log.Info("k3s is up and running", "member", s.name)
+	notifyReady(s.log)
+	cctx, cancel := context.WithCancel(context.Background())
+	s.stopControllers = cancel
+	go s.leaderElected(cctx, "k3s-etcd", s.o.leaseDuration, s.o.renewDeadline, s.o.retryPeriod, s.memberController)
+	go s.leaderElected(cctx, "kube-controller-manager", 15*time.Second, 10*time.Second, 2*time.Second, s.nodeLifecycle)
+	return nil
 }
 
 func (s *server) tombstone(why string) {
@@ -233,6 +375,9 @@ func (s *server) tombstone(why string) {
 		return
 	}
 	s.log.Warn("this member was removed; writing the tombstone", "why", why)
+	if s.stopControllers != nil {
+		s.stopControllers()
+	}
 	_ = os.WriteFile(filepath.Join(s.dir, "tombstone"), nil, 0o600)
 	s.e.Close()
 }
@@ -245,7 +390,7 @@ type progress struct {
 
 // promote asks etcd to promote each learner; etcd refuses one that is
 // not in sync yet. A learner whose raft index has not grown for
-// --learner-stall is removed.
+// --learner-stall is removed. k3s: trackLearnerProgress.
 func (s *server) promote(ctx context.Context, members []*etcdMember) {
 	for _, m := range members {
 		if !m.IsLearner {
@@ -253,118 +398,30 @@ func (s *server) promote(ctx context.Context, members []*etcdMember) {
 			continue
 		}
 		if _, err := s.cli.MemberPromote(ctx, m.ID); err == nil {
-			s.log.Info("learner promoted", "member", m.Name)
+			s.log.Info("Promoted learner", "member", m.Name)
 			delete(s.learners, m.ID)
 			continue
 		}
 		var index uint64
-		if len(m.ClientURLs) > 0 {
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			if st, err := s.cli.Status(cctx, m.ClientURLs[0]); err == nil {
-				index = st.RaftAppliedIndex
-			}
+		for _, ep := range m.ClientURLs {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := s.cli.Status(cctx, ep)
 			cancel()
+			if err == nil {
+				index = st.RaftAppliedIndex
+				break
+			}
 		}
 		p, ok := s.learners[m.ID]
 		if !ok || index > p.index {
 			s.learners[m.ID] = progress{index: index, since: time.Now()}
 			continue
 		}
-		if time.Since(p.since) >= s.o.learnerStall {
+		if time.Since(p.since) > s.o.learnerStall {
 			if _, err := s.cli.MemberRemove(ctx, m.ID); err == nil {
-				s.log.Warn("a stalled learner removed", "member", m.Name, "peer", m.PeerURLs, "stalled", time.Since(p.since).Round(time.Second))
+				s.log.Warn("Removed learner from etcd cluster", "member", m.Name, "peer", m.PeerURLs, "stalled", time.Since(p.since).Round(time.Second))
 				delete(s.learners, m.ID)
 			}
-		}
-	}
-}
-
-type etcdMember = etcdserverpb.Member
-
-// AnnotationNodeAddress is k3s's: the address of the Node's member.
-const AnnotationNodeAddress = "etcd.k3s.cattle.io/node-address"
-
-// matches says the member is the one the Node's annotations name: by
-// name, or for a learner that never started (no name yet) by its peer
-// URL.
-func matches(m *etcdMember, n *corev1.Node) bool {
-	name := n.Annotations[swapplan.AnnotationEtcdNodeName]
-	if name != "" && m.Name == name {
-		return true
-	}
-	addr := n.Annotations[AnnotationNodeAddress]
-	return m.Name == "" && addr != "" && slices.Contains(m.PeerURLs, peerURL(addr))
-}
-
-// voterConditions writes EtcdIsVoter on the Nodes of members and of
-// servers, when it changes.
-func (s *server) voterConditions(ctx context.Context, nodes []corev1.Node, members []*etcdMember) {
-	for i := range nodes {
-		n := &nodes[i]
-		name := n.Annotations[swapplan.AnnotationEtcdNodeName]
-		if name == "" && n.Labels[swapplan.LabelEtcd] != "true" {
-			continue
-		}
-		status, reason, message := corev1.ConditionFalse, swapplan.ReasonNotAMember, "no member of this Node's"
-		for _, m := range members {
-			if !matches(m, n) {
-				continue
-			}
-			status, reason, message = corev1.ConditionTrue, swapplan.ReasonMemberNotLearner, "a voter"
-			if m.IsLearner {
-				status, reason, message = corev1.ConditionFalse, swapplan.ReasonMemberIsLearner, "a learner"
-			}
-			if err := s.healthy(ctx, m); err != nil {
-				status, reason, message = corev1.ConditionFalse, swapplan.ReasonUnhealthy, err.Error()
-			}
-		}
-		if c := condition(n, swapplan.ConditionEtcdIsVoter); c != nil && c.Status == status && c.Reason == reason {
-			continue
-		}
-		now := metav1.Now()
-		patchConditions(ctx, s.kube, n.Name, corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: status, Reason: reason,
-			Message: message, LastHeartbeatTime: now, LastTransitionTime: now})
-	}
-}
-
-// healthy asks the member for its status, as k3s's getETCDStatus does.
-func (s *server) healthy(ctx context.Context, m *etcdMember) error {
-	if len(m.ClientURLs) == 0 {
-		return errors.New("the member has not started")
-	}
-	cctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	st, err := s.cli.Status(cctx, m.ClientURLs[0])
-	if err == nil && len(st.Errors) > 0 {
-		err = errors.New(strings.Join(st.Errors, "; "))
-	}
-	return err
-}
-
-// removals removes the member of a Node annotated for removal, from any
-// server but that Node's own.
-func (s *server) removals(ctx context.Context, nodes []corev1.Node, members []*etcdMember) {
-	for _, n := range nodes {
-		if n.Name == s.o.nodeName || n.Annotations[swapplan.AnnotationEtcdRemove] != "true" {
-			continue
-		}
-		name := n.Annotations[swapplan.AnnotationEtcdNodeName]
-		if name == "" {
-			continue
-		}
-		for _, m := range members {
-			if matches(m, &n) {
-				if _, err := s.cli.MemberRemove(ctx, m.ID); err != nil {
-					s.log.Warn("member not removed", "member", name, "err", err)
-					return
-				}
-				s.log.Info("member removed", "node", n.Name, "member", name)
-			}
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-			swapplan.AnnotationEtcdRemovedNodeName: name, swapplan.AnnotationEtcdNodeName: nil, AnnotationNodeAddress: nil}}})
-		if _, err := s.kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			s.log.Warn("removal not recorded on the Node", "node", n.Name, "err", err)
 		}
 	}
 }

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// AnnotationNodeAddress is k3s's: the address of the Node's member.
+const AnnotationNodeAddress = "etcd.k3s.cattle.io/node-address"
+
+// leaderElected runs do every --period while this server holds the Lease
+// kube-system/<name>, until ctx ends; it releases the Lease on the way
+// out. k3s: wrangler's pkg/leader, RunOrDie (identity: the host; here the
+// Node's name, since the simulated hosts share one hostname).
+func (s *server) leaderElected(ctx context.Context, name string, lease, renew, retry time.Duration, do func(context.Context)) {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: name},
+		Client:     s.kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: s.o.nodeName},
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry, ReleaseOnCancel: true, Name: name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					s.log.Info("leading", "lease", name)
+					t := time.NewTicker(s.o.period)
+					defer t.Stop()
+					for {
+						do(ctx)
+						select {
+						case <-ctx.Done():
+							return
+						case <-t.C:
+						}
+					}
+				},
+				OnStoppedLeading: func() { s.log.Info("no longer leading", "lease", name) },
+			},
+		})
+		if err != nil {
+			s.log.Error("leader election not started", "lease", name, "err", err)
+			return
+		}
+		le.Run(ctx) // returns when leadership is lost; stand again
+	}
+}
+
+// memberController is k3s's member removal controller, over every Node
+// at each pass (k3s: on each Node change). k3s:
+// pkg/etcd/member_controller.go, etcdMemberHandler.sync.
+func (s *server) memberController(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nodes, err := s.kube.CoreV1().Nodes().List(cctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		act := memberSync(n.Labels, n.Annotations)
+		switch act.kind {
+		case syncNothing:
+			continue
+		case syncError:
+			s.log.Warn("member removal", "node", n.Name, "err", act.err)
+			continue
+		case syncRemove:
+			if err := s.removePeer(cctx, act.name, act.address); err != nil {
+				s.log.Warn("member not removed", "node", n.Name, "member", act.name, "err", err)
+				continue
+			}
+			s.log.Info("etcd member removal successful", "node", n.Name, "member", act.name, "address", act.address)
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": act.patch}})
+		if _, err := s.kube.CoreV1().Nodes().Patch(cctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			s.log.Warn("node annotations not updated", "node", n.Name, "err", err)
+		}
+	}
+}
+
+type syncKind int
+
+const (
+	syncNothing syncKind = iota
+	syncError
+	syncRemove
+	syncReset
+)
+
+// syncAction is what k3s's member controller does for one Node.
+type syncAction struct {
+	kind          syncKind
+	err           error
+	name, address string
+	// patch is the annotations to write after it (nil deletes one).
+	patch map[string]any
+}
+
+// memberSync decides, from a Node's labels and annotations, what k3s's
+// member controller does: nothing without the etcd role label (any
+// value); with removed-node-name set, reset the removal when node-name
+// is present and differs (drop removed-node-name, remove = "false"),
+// else nothing; with remove = "true" in any case, remove the member
+// named by node-name at node-address (both needed), then record
+// removed-node-name and drop node-name and node-address. k3s:
+// pkg/etcd/member_controller.go, etcdMemberHandler.sync.
+func memberSync(labels, ann map[string]string) syncAction {
+	if _, ok := labels[swapplan.LabelEtcd]; !ok {
+		return syncAction{}
+	}
+	requested, ok := ann[swapplan.AnnotationEtcdRemove]
+	if !ok {
+		return syncAction{}
+	}
+	if removed, ok := ann[swapplan.AnnotationEtcdRemovedNodeName]; ok {
+		if current, ok := ann[swapplan.AnnotationEtcdNodeName]; ok && current != removed {
+			return syncAction{kind: syncReset, patch: map[string]any{
+				swapplan.AnnotationEtcdRemovedNodeName: nil, swapplan.AnnotationEtcdRemove: "false"}}
+		}
+		return syncAction{}
+	}
+	if strings.ToLower(requested) != "true" {
+		return syncAction{}
+	}
+	name, ok := ann[swapplan.AnnotationEtcdNodeName]
+	if !ok {
+		return syncAction{kind: syncError, err: errors.New("node name annotation not found")}
+	}
+	address, ok := ann[AnnotationNodeAddress]
+	if !ok {
+		return syncAction{kind: syncError, err: errors.New("node address annotation not found")}
+	}
+	return syncAction{kind: syncRemove, name: name, address: address, patch: map[string]any{
+		swapplan.AnnotationEtcdRemovedNodeName: name, swapplan.AnnotationEtcdNodeName: nil, AnnotationNodeAddress: nil}}
+}
+
+// removePeer removes the member whose name is name and one of whose peer
+// URLs has the host address; none such is success. k3s:
+// pkg/etcd/etcd.go, RemovePeer (self-removal allowed, as the member
+// controller asks).
+func (s *server) removePeer(ctx context.Context, name, address string) error {
+	members, err := s.cli.MemberList(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range members.Members {
+		if m.Name != name {
+			continue
+		}
+		for _, p := range m.PeerURLs {
+			u, err := url.Parse(p)
+			if err != nil {
+				return err
+			}
+			if u.Hostname() == address {
+				_, err := s.cli.MemberRemove(ctx, m.ID)
+				if err != nil && strings.Contains(err.Error(), "member not found") {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writeMetadata keeps this server's member name and address and the
+// server role labels on its Node. k3s: pkg/etcd/metadata_controller.go,
+// metadataHandler.handleSelf.
+func (s *server) writeMetadata(ctx context.Context) {
+	n, err := s.kube.CoreV1().Nodes().Get(ctx, s.o.nodeName, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	if n.Annotations[swapplan.AnnotationEtcdNodeName] == s.name && n.Annotations[AnnotationNodeAddress] == s.o.nodeIP &&
+		n.Labels[swapplan.LabelEtcd] == "true" && n.Labels["node-role.kubernetes.io/control-plane"] == "true" {
+		return
+	}
+	labels := map[string]any{}
+	for _, l := range swapplan.ServerLabels {
+		labels[l] = "true"
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]any{swapplan.AnnotationEtcdNodeName: s.name, AnnotationNodeAddress: s.o.nodeIP},
+		"labels":      labels}})
+	if _, err := s.kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		s.log.Warn("server metadata not written", "err", err)
+	}
+}
+
+// conditionHeartbeat is how often an unchanged EtcdIsVoter has its
+// heartbeat renewed. k3s: pkg/etcd/etcd.go, heartbeatInterval.
+const conditionHeartbeat = 5 * time.Minute
+
+// voterConditions writes EtcdIsVoter on the Nodes labelled etcd=true.
+// k3s: pkg/etcd/etcd.go, manageLearners and setEtcdStatusCondition.
+func (s *server) voterConditions(ctx context.Context, members []*etcdMember) {
+	nodes, err := s.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: swapplan.LabelEtcd + "=true"})
+	if err != nil {
+		return
+	}
+	matched := map[string]bool{}
+	for _, m := range members {
+		var node *corev1.Node
+		for i := range nodes.Items {
+			if m.Name == nodes.Items[i].Annotations[swapplan.AnnotationEtcdNodeName] {
+				node = &nodes.Items[i]
+				matched[node.Name] = true
+				break
+			}
+		}
+		if node == nil {
+			continue
+		}
+		status, reason, message := corev1.ConditionTrue, swapplan.ReasonMemberNotLearner, "Node is a voting member of the etcd cluster"
+		if m.IsLearner {
+			status, reason, message = corev1.ConditionFalse, swapplan.ReasonMemberIsLearner, "Node has not been promoted to voting member of the etcd cluster"
+		}
+		if err := s.healthy(ctx, m); err != nil {
+			status, reason, message = corev1.ConditionFalse, swapplan.ReasonUnhealthy, err.Error()
+		}
+		s.setCondition(ctx, node, status, reason, message)
+	}
+	for i := range nodes.Items {
+		if n := &nodes.Items[i]; !matched[n.Name] {
+			s.setCondition(ctx, n, corev1.ConditionFalse, swapplan.ReasonNotAMember, "Node is not a member of the etcd cluster")
+		}
+	}
+}
+
+func (s *server) setCondition(ctx context.Context, n *corev1.Node, status corev1.ConditionStatus, reason, message string) {
+	now := metav1.Now()
+	c := corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: status, Reason: reason, Message: message,
+		LastHeartbeatTime: now, LastTransitionTime: now}
+	if old := condition(n, swapplan.ConditionEtcdIsVoter); old != nil && old.Status == status && old.Reason == reason && old.Message == message {
+		if now.Sub(old.LastHeartbeatTime.Time) < conditionHeartbeat {
+			return
+		}
+		c.LastTransitionTime = old.LastTransitionTime
+	}
+	patchConditions(ctx, s.kube, n.Name, c)
+}
+
+// healthy asks the member for its status. k3s: getETCDStatus.
+func (s *server) healthy(ctx context.Context, m *etcdMember) error {
+	if len(m.ClientURLs) == 0 {
+		return errors.New("failed to check etcd member status: the member has not started")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := s.cli.Status(cctx, m.ClientURLs[0])
+	if err != nil {
+		return fmt.Errorf("failed to check etcd member status: %w", err)
+	}
+	if len(st.Errors) > 0 {
+		return errors.New("etcd member has status errors: " + strings.Join(st.Errors, ","))
+	}
+	return nil
+}
+
+// nodeMonitorPeriod is how often the node lifecycle stand-in looks
+// (kube-controller-manager's --node-monitor-period default).
+const nodeMonitorPeriod = 5 * time.Second
+
+// nodeLifecycle turns Ready to Unknown on the Nodes whose heartbeat Lease
+// is older than the grace period. kubernetes: pkg/controller/
+// nodelifecycle, (*Controller).tryUpdateNodeHealth.
+func (s *server) nodeLifecycle(ctx context.Context) {
+	if time.Since(s.lastMonitor) < nodeMonitorPeriod {
+		return
+	}
+	s.lastMonitor = time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nodes, err := s.kube.CoreV1().Nodes().List(cctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		ready := condition(n, corev1.NodeReady)
+		if ready == nil || ready.Status == corev1.ConditionUnknown {
+			continue
+		}
+		lease, err := s.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(cctx, n.Name, metav1.GetOptions{})
+		var beat time.Time
+		if err == nil && lease.Spec.RenewTime != nil {
+			beat = lease.Spec.RenewTime.Time
+		}
+		if beat.Before(ready.LastHeartbeatTime.Time) {
+			beat = ready.LastHeartbeatTime.Time
+		}
+		if time.Since(beat) <= s.o.monitorGrace {
+			continue
+		}
+		now := metav1.Now()
+		patchConditions(cctx, s.kube, n.Name, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+			Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status.",
+			LastHeartbeatTime: ready.LastHeartbeatTime, LastTransitionTime: now})
+		s.log.Info("node heartbeat stale: Ready is Unknown", "node", n.Name, "since", beat)
+	}
+}

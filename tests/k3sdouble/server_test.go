@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// subnet is a loopback /24 of this process's for the members' addresses.
+var subnet = fmt.Sprintf("127.88.%d", os.Getpid()%200+20)
+
+// testServer starts the double's server part over a real etcd member at
+// subnet.<host>, with the given config, as the unit would.
+func testServer(t *testing.T, node string, host int, cfg config) (*server, error) {
+	t.Helper()
+	return testServerIn(t, t.TempDir(), node, host, cfg)
+}
+
+func testServerIn(t *testing.T, dir, node string, host int, cfg config) (*server, error) {
+	t.Helper()
+	o := options{role: "server", nodeName: node, nodeIP: fmt.Sprintf("%s.%d", subnet, host), dataDir: dir,
+		period: 100 * time.Millisecond, electionMs: 1000, heartbeatMs: 100, learnerStall: time.Minute,
+		leaseDuration: 4 * time.Second, renewDeadline: 3 * time.Second, retryPeriod: 500 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := startServer(ctx, o, cfg, fake.NewClientset(), slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Cleanup(s.close)
+	}
+	return s, err
+}
+
+// tickUntil ticks the servers until cond holds.
+func tickUntil(t *testing.T, what string, cond func() bool, servers ...*server) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30s", what)
+		}
+		for _, s := range servers {
+			require.NoError(t, s.tick(context.Background()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestTheServersStartAsK3sDoes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd members")
+	}
+	a, err := testServer(t, "srv-a", 10, config{ClusterInit: true, Token: "secret"})
+	require.NoError(t, err, "cluster-init with no server starts a new cluster")
+	tickUntil(t, "the bootstrap server is ready", a.ready.Load, a)
+	join := "https://" + a.o.nodeIP + ":6443"
+
+	t.Run("a server with another token is refused", func(t *testing.T) {
+		_, err := testServer(t, "srv-b", 11, config{Server: join, Token: "other"})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "v1-k3s/server-bootstrap: 401 Unauthorized")
+	})
+	t.Run("a server with no token is refused", func(t *testing.T) {
+		_, err := testServer(t, "srv-b", 11, config{Server: join})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "K3S_TOKEN is required to join a cluster")
+	})
+	t.Run("a server whose server does not answer fails at once", func(t *testing.T) {
+		began := time.Now()
+		_, err := testServer(t, "srv-b", 11, config{Server: "https://" + subnet + ".99:6443", Token: "secret"})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "failed to get CA certs")
+		assert.Less(t, time.Since(began), 10*time.Second)
+	})
+
+	b, err := testServer(t, "srv-b", 11, config{Server: join, Token: "secret", ClusterInit: true})
+	require.NoError(t, err, "cluster-init and server both set: the server is joined")
+	assert.False(t, b.ready.Load(), "a learner is not ready")
+	tickUntil(t, "the joined server votes and is ready", b.ready.Load, a, b)
+	list, err := a.cli.MemberList(context.Background())
+	require.NoError(t, err)
+	assert.Len(t, list.Members, 2)
+	blist, err := b.cli.MemberList(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, list.Header.ClusterId, blist.Header.ClusterId, "one cluster")
+
+	t.Run("another incarnation of a member's node is refused as a duplicate, its name file removed", func(t *testing.T) {
+		dir := t.TempDir()
+		_, err := testServerIn(t, dir, "srv-b", 12, config{Server: join, Token: "secret"})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "duplicate node name found, please use a unique name for this node")
+		assert.NoFileExists(t, filepath.Join(dir, "server", "db", "etcd", "name"))
+	})
+
+	t.Run("a server that never becomes ready votes but stays unready", func(t *testing.T) {
+		c, err := testServer(t, "srv-c", 13, config{Server: join, Token: "secret"})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(c.o.dataDir, "server", "never-ready"), nil, 0o600))
+		tickUntil(t, "the member votes", func() bool { return !c.e.Server.IsLearner() }, a, b, c)
+		for range 5 {
+			require.NoError(t, c.tick(context.Background()))
+		}
+		assert.False(t, c.ready.Load())
+	})
+}
