@@ -391,12 +391,22 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 		a.log.Info("etcd member removed", "member", q.Member, "member_id", q.MemberID, "was_listed", removed)
 		return nil
 	case role.TakeSnapshot:
-		name := fmt.Sprintf("fleet-role-%s-%d.db", f.CurrentSwap(), a.clock.Now().Unix())
-		snap, err := a.etcd.Save(ctx, filepath.Join(a.cfg.DataDir, "server", "db", "snapshots"), name)
+		dir := filepath.Join(a.host.dbDir(), "snapshots")
+		name := snapshotName(f.CurrentSwap(), a.clock.Now())
+		snap, err := a.etcd.Save(ctx, dir, name)
 		if err != nil {
 			return err
 		}
 		out.snapshot = &snap
+		// Note: a prune that fails does not fail the snapshot, which is
+		// whole; the next snapshot prunes again.
+		removed, err := pruneSnapshots(dir, a.cfg.KeepSnapshots, name)
+		if len(removed) > 0 {
+			a.log.Info("older snapshots removed", "removed", removed, "keep", a.cfg.KeepSnapshots)
+		}
+		if err != nil {
+			a.log.Warn("older snapshots not all removed", "err", err)
+		}
 		return nil
 	}
 	return fmt.Errorf("unknown step %q", step)

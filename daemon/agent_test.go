@@ -506,3 +506,26 @@ func TestAVoterAskedToRemoveItsOwnMemberByIDReportsFailedAndRemovesNothing(t *te
 	members, _ := f.etcd.Members(context.Background())
 	assert.Len(t, members, 3)
 }
+
+func TestASnapshotIsNamedForK3sAndTheOlderOfOursArePruned(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.KeepSnapshots = 2
+	f.role("server")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	dir := filepath.Join(f.cfg.DataDir, "server", "db", "snapshots")
+	for _, name := range []string{"etcd-snapshot-h2-100", "fleet-role-old-100", "fleet-role-old-300", "fleet-role-old-200"} {
+		f.write(filepath.Join(dir, name), "x")
+	}
+	f.start()
+	f.request(swapplan.RequestSnapshot)
+	r := f.waitReport(swapplan.RequestSnapshot, swapplan.StateDone)
+	require.NotNil(t, r.Snapshot)
+	assert.Regexp(t, `/server/db/snapshots/fleet-role-s1-[0-9]+$`, r.Snapshot.Path)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	assert.ElementsMatch(t, []string{"etcd-snapshot-h2-100", "fleet-role-old-300", filepath.Base(r.Snapshot.Path)}, left)
+}

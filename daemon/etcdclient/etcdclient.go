@@ -350,7 +350,10 @@ func NodeOf(member string) string {
 
 // Save streams a snapshot of the local member into dir/name, verifies the
 // checksum etcd appends to it, syncs it, and returns its size and sha256.
-// Nothing is left under the name unless the snapshot is whole.
+// Nothing is left under the name unless the snapshot is whole: it is
+// written to dir/name.part (as etcd's own snapshot.Save, which k3s uses,
+// does), synced, renamed, and the directory synced; a failed snapshot
+// removes its partial file.
 func (c *Client) Save(ctx context.Context, dir, name string) (Snapshot, error) {
 	cl, err := c.client()
 	if err != nil {
@@ -392,7 +395,20 @@ func (c *Client) Save(ctx context.Context, dir, name string) (Snapshot, error) {
 	if err := os.Rename(part, path); err != nil {
 		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
 	}
+	if err := syncDir(dir); err != nil {
+		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
+	}
 	return Snapshot{Path: path, Size: size, SHA256: hex.EncodeToString(whole.Sum(nil))}, nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // verifier checks the sha256 etcd appends to a snapshot: the hash of all

@@ -489,3 +489,17 @@ func TestRemoveMemberRefusesWhatWouldHarmTheCluster(t *testing.T) {
 		assert.Len(t, names(t, c), 3, "nothing removed")
 	})
 }
+
+func TestAFailedSnapshotLeavesNoFileBehind(t *testing.T) {
+	ms := cluster(t, "h1")
+	ctx := context.Background()
+	c, err := etcdclient.New(etcdclient.Config{Endpoint: ms[0].client, Timeout: 2 * time.Second, SnapshotTimeout: time.Nanosecond})
+	require.NoError(t, err)
+	defer c.Close()
+	dir := t.TempDir()
+	_, err = c.Save(ctx, dir, "fleet-role-s1-100")
+	require.Error(t, err, "the snapshot's time is up before it is whole")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "neither the snapshot nor its partial file")
+}
