@@ -251,14 +251,39 @@ func (p *Platform) job(ctx context.Context, name, op string) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	select {
-	case result := <-done:
-		if result != "done" {
-			return fmt.Errorf("%s %s: %w: %s", op, name, ErrJob, result)
+	// Note: k3s's units are Type=notify with TimeoutStartSec=0, and k3s
+	// says READY=1 only once it is up: a server once its apiserver serves,
+	// which needs its etcd member to vote (k3s-io/k3s pkg/cli/server,
+	// run: SdNotify after APIServerReady and ETCDReady). A start job
+	// therefore lasts until the member votes, or forever. A start is
+	// taken as made once its main process runs (activating/start); the
+	// controller waits for the member to vote, within its own bound.
+	var running <-chan time.Time
+	if op == "start" {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		running = t.C
+	}
+	for {
+		select {
+		case result := <-done:
+			if result != "done" {
+				return fmt.Errorf("%s %s: %w: %s", op, name, ErrJob, result)
+			}
+			return nil
+		case <-running:
+			props, err := conn.GetUnitPropertiesContext(ctx, name)
+			if err != nil {
+				continue
+			}
+			active, _ := props["ActiveState"].(string)
+			sub, _ := props["SubState"].(string)
+			if active == "activating" && sub == "start" {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s: waiting for the job: %w", op, name, ctx.Err())
 		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%s %s: waiting for the job: %w", op, name, ctx.Err())
 	}
 }
 
@@ -288,10 +313,15 @@ func (p *Platform) State(ctx context.Context, u platform.Unit) (platform.State, 
 	default:
 		return st, nil
 	}
-	if at := timestamp(props["ActiveEnterTimestamp"]); !at.IsZero() {
-		st.StartedAt = at
-	} else if at := timestamp(props["InactiveExitTimestamp"]); !at.IsZero() {
-		st.StartedAt = at
+	// The start is the main process's: a Type=notify unit such as k3s's
+	// runs from then, though it is active only once it says READY=1.
+	if prop, err := conn.GetServicePropertyContext(ctx, name, "ExecMainStartTimestamp"); err == nil {
+		st.StartedAt = timestamp(prop.Value.Value())
+	}
+	for _, p := range []string{"ActiveEnterTimestamp", "InactiveExitTimestamp"} {
+		if at := timestamp(props[p]); st.StartedAt.IsZero() && !at.IsZero() {
+			st.StartedAt = at
+		}
 	}
 	recorded := p.recorded(name)
 	switch {

@@ -96,12 +96,34 @@ func TestTheBackendReconnectsWhenDBusDrops(t *testing.T) {
 	assert.True(t, st.Active)
 }
 
-func TestTheStartReturnedIsSystemdsActiveEnterTimestamp(t *testing.T) {
+func TestTheStartReturnedIsTheMainProcesssStart(t *testing.T) {
 	_, host, p := newHarness(t)
 	started, err := p.Start(context.Background(), platform.Server, platform.StartOptions{})
 	require.NoError(t, err)
-	show := host.Exec(t, "systemctl", "show", "-p", "ActiveEnterTimestamp", "--timestamp=unix", "k3s.service")
-	assert.Equal(t, fmt.Sprintf("ActiveEnterTimestamp=@%d", started.Unix()), show)
+	show := host.Exec(t, "systemctl", "show", "-p", "ExecMainStartTimestamp", "--timestamp=unix", "k3s.service")
+	assert.Equal(t, fmt.Sprintf("ExecMainStartTimestamp=@%d", started.Unix()), show)
+}
+
+// k3s says READY=1 only once it is up, and a joining server is up only
+// once its etcd member votes; its unit has TimeoutStartSec=0, so the start
+// job may last for ever. A start returns once the main process runs.
+func TestAStartOfANotifyUnitThatIsNotReadyYetReturnsOnceItsProcessRuns(t *testing.T) {
+	_, host, p := newHarness(t)
+	host.Exec(t, "sh", "-c", "mkdir -p /run/systemd/system/k3s.service.d && printf '[Service]\\nType=notify\\nTimeoutStartSec=0\\nExecStart=\\nExecStart=/bin/sleep infinity\\n' > /run/systemd/system/k3s.service.d/never-ready.conf && systemctl daemon-reload")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	started, err := p.Start(ctx, platform.Server, platform.StartOptions{})
+	require.NoError(t, err, "the start does not wait for READY=1")
+	assert.Equal(t, "activating", host.Exec(t, "sh", "-c", "systemctl is-active k3s.service || true"))
+	st, err := p.State(ctx, platform.Server)
+	require.NoError(t, err)
+	assert.True(t, st.Active, "a starting unit counts as running")
+	assert.True(t, st.Enabled)
+	assert.Equal(t, started, st.StartedAt)
+	require.NoError(t, p.Stop(ctx, platform.Server))
+	st, err = p.State(ctx, platform.Server)
+	require.NoError(t, err)
+	assert.False(t, st.Active)
 }
 
 func TestAUnitWithoutAnInstallSectionStartsAndStopsAndIsNeverEnabled(t *testing.T) {
