@@ -244,7 +244,7 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 		if err != nil {
 			return f, fmt.Errorf("read the %s unit: %w", u, err)
 		}
-		unit := role.Unit{Active: st.Active, StartedAt: st.StartedAt}
+		unit := role.Unit{Active: st.Active, StartedAt: st.StartedAt, Enabled: st.Enabled}
 		if u == platform.Server {
 			f.Server = unit
 		} else {

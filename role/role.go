@@ -151,6 +151,9 @@ func (r *Request) Same(o *Request) bool {
 type Unit struct {
 	Active    bool
 	StartedAt time.Time
+	// Enabled: the unit starts at boot (k3s's installer enables the unit
+	// it installs).
+	Enabled bool
 }
 
 // Facts are what the agent knows of its host at one look.
@@ -356,13 +359,20 @@ func decideAgent(f Facts, gone bool) Decision {
 			return Decision{Do: DoWait, Steps: []Step{MoveLeader, StopServer},
 				Why: "the role file says agent: the server stops, and the agent waits for its member to be gone"}
 		}
+		if f.Server.Enabled {
+			return Decision{Do: DoWait, Steps: []Step{StopServer},
+				Why: "the role file says agent: the server is kept from starting at boot, and the agent waits for its member to be gone"}
+		}
 		return Decision{Do: DoWait, Why: "the role file says agent: waiting for this host's member to be gone"}
 	}
+	// Note: a unit stopped but enabled (as k3s's installer leaves it) is
+	// stopped again, which keeps it from starting at boot: a demoted host
+	// that reboots must not start its server and join as a new member.
 	var steps []Step
-	if f.Server.Active {
+	if f.Server.Active || f.Server.Enabled {
 		steps = append(steps, StopServer)
 	}
-	if !f.Agent.Active {
+	if !f.Agent.Active || !f.Agent.Enabled {
 		steps = append(steps, StartAgent)
 	}
 	d := Decision{Do: DoAgent, Steps: steps, Why: "the role file says agent and no datastore is left: the agent runs"}
@@ -392,7 +402,7 @@ func decideServer(f Facts) Decision {
 		return Decision{Do: DoNone, Why: "the role file says server, but this host is not staged to become one: nothing is done"}
 	}
 	var steps []Step
-	if f.Agent.Active {
+	if f.Agent.Active || f.Agent.Enabled {
 		steps = append(steps, StopAgent)
 	}
 	if !f.Server.Active {
@@ -403,6 +413,8 @@ func decideServer(f Facts) Decision {
 			steps = append(steps, WriteJoin)
 		}
 		steps = append(steps, StartServer)
+	} else if !f.Server.Enabled {
+		steps = append(steps, StartServer) // a start makes it start at boot
 	}
 	return Decision{Do: DoServe, Steps: steps, Why: "the role file says server: the server runs"}
 }

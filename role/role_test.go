@@ -91,7 +91,8 @@ func removal() *Request {
 }
 
 func TestDecide(t *testing.T) {
-	running := Unit{Active: true, StartedAt: at.Add(-time.Hour)}
+	running := Unit{Active: true, Enabled: true, StartedAt: at.Add(-time.Hour)}
+	enabled := Unit{Enabled: true}
 	for _, tc := range []struct {
 		name   string
 		facts  Facts
@@ -173,6 +174,18 @@ func TestDecide(t *testing.T) {
 		{"a finish already reported is not reported again",
 			Facts{Role: Agent, Agent: running, Handled: req(RequestStepDown), Finished: "s1"},
 			DoAgent, nil, nil},
+		{"a stepped-down host whose server is stopped but enabled keeps it from starting at boot while it waits",
+			Facts{Role: Agent, Datastore: true, Member: "h-0a1b2c3d", Server: enabled, Handled: req(RequestStepDown)},
+			DoWait, []Step{StopServer}, nil},
+		{"an agent host whose server the installer left enabled keeps it from starting at boot",
+			Facts{Role: Agent, Agent: running, Server: enabled},
+			DoAgent, []Step{StopServer}, nil},
+		{"an agent running but not enabled is started, which makes it start at boot",
+			Facts{Role: Agent, Agent: Unit{Active: true, StartedAt: at}},
+			DoAgent, []Step{StartAgent}, nil},
+		{"a server running but not enabled is started, which makes it start at boot",
+			Facts{Role: Server, Server: Unit{Active: true, StartedAt: at}, Datastore: true},
+			DoServe, []Step{StartServer}, nil},
 		{"a plain agent host keeps its agent running and reports nothing",
 			Facts{Role: Agent, Agent: running},
 			DoAgent, nil, nil},

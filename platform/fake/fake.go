@@ -92,11 +92,12 @@ func (p *Platform) Notify() <-chan Call {
 	return p.notify
 }
 
-// Set puts a unit in a state, as the host was found.
+// Set puts a unit in a state, as the host was found: a running unit as
+// its installer left it, enabled at boot; a stopped one not.
 func (p *Platform) Set(u platform.Unit, active bool, started time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.units[u].active, p.units[u].started = active, started
+	p.units[u].active, p.units[u].started, p.units[u].enabled = active, started, active
 }
 
 // SetEnabled makes a unit start at boot, or not, behind the platform's
