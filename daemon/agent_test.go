@@ -260,6 +260,9 @@ func TestAPromotionOfAStagedStandbyStartsTheServerAndReportsItsStart(t *testing.
 	b, err := os.ReadFile(f.cfg.JoinFile)
 	require.NoError(t, err)
 	assert.Contains(t, string(b), "\nserver: https://10.0.0.1:6443\n", "the server joins through the first live voter of the inventory")
+	fi, err := os.Stat(f.cfg.JoinFile)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "readable by k3s whatever user it runs as, as config.yaml is; it holds no secret")
 }
 
 func TestAPromotionNamingNoLiveServerOfTheInventoryFailsBeforeTheServerStarts(t *testing.T) {
