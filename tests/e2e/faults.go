@@ -253,3 +253,22 @@ func (w *MemberWatch) String() string {
 	return fmt.Sprintf("%d reads; at most %d members %v (at %s); every member seen: %v",
 		w.reads, len(w.most), w.most, w.mostAt.Format("15:04:05.000"), w.names)
 }
+
+// During runs fn with what the fleet's helpers fail or log reported to t,
+// a subtest of the fleet's test. The cleanups they register stay the
+// fleet's test's: the fleet, and the clients it keeps, outlive the
+// subtest.
+func (f *Fleet) During(t testhost.T, fn func()) {
+	parent := f.t
+	f.t = subtest{T: t, parent: parent}
+	defer func() { f.t = parent }()
+	fn()
+}
+
+// subtest is a subtest's T whose cleanups are its parent's.
+type subtest struct {
+	testhost.T
+	parent testhost.T
+}
+
+func (s subtest) Cleanup(fn func()) { s.parent.Cleanup(fn) }
