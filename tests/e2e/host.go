@@ -165,15 +165,12 @@ func (h *Host) install() error {
 }
 
 // unitDropIn replaces the stand-in unit's command with the double's, run
-// as uid (0: root) with root's reading of files. The rest is the unit's own (Type=notify,
+// as uid (0: root). The rest is the unit's own (Type=notify,
 // Restart=always, RestartSec=5s).
 func unitDropIn(args []string, uid int) string {
 	user := ""
 	if uid != 0 {
-		// Note: k3s runs as root and reads what root wrote 0600, such as
-		// the agent's config drop-in; the double, run as uid, is given
-		// root's reading of files for that.
-		user = fmt.Sprintf("User=%d\nAmbientCapabilities=CAP_DAC_READ_SEARCH\n", uid)
+		user = fmt.Sprintf("User=%d\n", uid)
 	}
 	return "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s " + strings.Join(args, " ") + "\n" + user
 }
