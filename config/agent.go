@@ -51,6 +51,10 @@ type Agent struct {
 	// KeepRemoved is how many moved-aside datastores (db/etcd-removed-*)
 	// to keep.
 	KeepRemoved int `toml:"keep_removed"`
+	// KeepSnapshots is how many of its own etcd snapshots
+	// (server/db/snapshots/fleet-role-*) the agent keeps; the newest is
+	// never removed, and k3s's own snapshots are never touched.
+	KeepSnapshots int `toml:"keep_snapshots"`
 	// Servers is the inventory of servers, in order.
 	Servers []Server `toml:"servers"`
 	Probe   Probe    `toml:"probe"`
@@ -125,19 +129,20 @@ type Docker struct {
 // DefaultAgent returns the agent configuration used where a file is silent.
 func DefaultAgent() Agent {
 	return Agent{
-		Version:      Version,
-		Platform:     PlatformSystemd,
-		DataDir:      "/var/lib/rancher/k3s",
-		RoleFile:     "/var/lib/fleet-role/role",
-		StateDir:     "/var/lib/fleet-role",
-		Kubeconfig:   "/etc/fleet-role/kubeconfig",
-		ProbePeriod:  time.Minute,
-		ResyncPeriod: 30 * time.Second,
-		Debounce:     20 * time.Millisecond,
-		StagedFiles:  []string{"/etc/rancher/k3s/config.yaml"},
-		JoinFile:     "/etc/rancher/k3s/config.yaml.d/90-fleet-role.yaml",
-		KeepRemoved:  3,
-		Probe:        Probe{FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond, Writes: 5, History: 100},
+		Version:       Version,
+		Platform:      PlatformSystemd,
+		DataDir:       "/var/lib/rancher/k3s",
+		RoleFile:      "/var/lib/fleet-role/role",
+		StateDir:      "/var/lib/fleet-role",
+		Kubeconfig:    "/etc/fleet-role/kubeconfig",
+		ProbePeriod:   time.Minute,
+		ResyncPeriod:  30 * time.Second,
+		Debounce:      20 * time.Millisecond,
+		StagedFiles:   []string{"/etc/rancher/k3s/config.yaml"},
+		JoinFile:      "/etc/rancher/k3s/config.yaml.d/90-fleet-role.yaml",
+		KeepRemoved:   3,
+		KeepSnapshots: 5,
+		Probe:         Probe{FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond, Writes: 5, History: 100},
 		Etcd: Etcd{
 			Endpoint: "https://127.0.0.1:2379",
 			CAFile:   "/var/lib/rancher/k3s/server/tls/etcd/server-ca.crt",
@@ -219,6 +224,9 @@ func (a Agent) Validate() error {
 	if a.KeepRemoved < 1 {
 		p.add("keep_removed", "must be at least 1, got %d", a.KeepRemoved)
 	}
+	if a.KeepSnapshots < 1 {
+		p.add("keep_snapshots", "must be at least 1, got %d", a.KeepSnapshots)
+	}
 	if len(a.Servers) == 0 {
 		p.add("servers", "at least one server is required")
 	}
@@ -280,6 +288,8 @@ func (a Agent) Validate() error {
 				p.add(fmt.Sprintf("docker.env[%d]", i), "%q is not NAME=value", e)
 			} else if k == "K3S_URL" {
 				p.add(fmt.Sprintf("docker.env[%d]", i), "K3S_URL is set by the agent from the inventory")
+			} else if k == "K3S_TOKEN" || k == "K3S_AGENT_TOKEN" {
+				p.add(fmt.Sprintf("docker.env[%d]", i), "%s would show in `docker inspect`: give the token as a 0600 file mounted read-only and pass it with --token-file", k)
 			}
 		}
 		positive(&p, "docker.stop_timeout", d.StopTimeout)
@@ -351,6 +361,11 @@ join_file = "{{.JoinFile}}"
 # How many moved-aside datastores (server/db/etcd-removed-<unix>) to keep.
 keep_removed = {{.KeepRemoved}}
 
+# How many of its own etcd snapshots (server/db/snapshots/fleet-role-<swap>-
+# <unix>, taken before each swap) to keep; the newest is never removed and
+# k3s's own snapshots in that directory are never touched.
+keep_snapshots = {{.KeepSnapshots}}
+
 # The servers of the inventory, in order. A demoted host's agent joins the
 # first other server that is a current voter (else the first other one).
 [[servers]]
@@ -408,7 +423,9 @@ agent_args = {{q .Docker.AgentArgs}}
 # source:target[:options]; the data volume is shared by both containers.
 volumes = {{q .Docker.Volumes}}
 network = "{{.Docker.Network}}"
-# Given to both containers; the agent's also gets K3S_URL.
+# Given to both containers; the agent's also gets K3S_URL. Never the
+# token (K3S_TOKEN), which docker inspect would show: mount a 0600 token
+# file read-only (volumes) and pass --token-file in the args.
 env = {{q .Docker.Env}}
 privileged = {{.Docker.Privileged}}
 cap_add = {{q .Docker.CapAdd}}

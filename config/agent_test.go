@@ -33,6 +33,7 @@ func TestAMinimalAgentConfigurationTakesTheDefaults(t *testing.T) {
 	assert.Equal(t, "h1", a.NodeName)
 	assert.Equal(t, PlatformSystemd, a.Platform)
 	assert.Equal(t, 30*time.Second, a.ResyncPeriod)
+	assert.Equal(t, 5, a.KeepSnapshots)
 }
 
 func TestADockerAgentNeedsItsImage(t *testing.T) {
@@ -62,6 +63,9 @@ func TestBadAgentConfigurations(t *testing.T) {
 		{"a bad unit name", minimalAgent + "[systemd]\nagent_unit = \"k3s agent\"\n", []string{"systemd.agent_unit:"}},
 		{"K3S_URL is the agent's to set", "platform = \"docker\"\n" + minimalAgent + "[docker]\nimage = \"i\"\nenv = [\"K3S_URL=https://x:6443\"]\n",
 			[]string{"docker.env[0]: K3S_URL is set by the agent"}},
+		{"the token is never in a container's environment", "platform = \"docker\"\n" + minimalAgent + "[docker]\nimage = \"i\"\nenv = [\"K3S_TOKEN=secret\"]\n",
+			[]string{"docker.env[0]: K3S_TOKEN would show in `docker inspect`"}},
+		{"at least one snapshot is kept", "keep_snapshots = 0\n" + minimalAgent, []string{"keep_snapshots: must be at least 1, got 0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseAgent([]byte(tc.toml))

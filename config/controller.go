@@ -76,6 +76,12 @@ type Bounds struct {
 	MemberGone time.Duration `toml:"member_gone"`
 	Uncordon   time.Duration `toml:"uncordon"`
 	Rollback   time.Duration `toml:"rollback"`
+	// RemoveFallback: how long k3s is given to remove a rolled-back
+	// candidate's member before a voter's agent is asked to.
+	RemoveFallback time.Duration `toml:"remove_fallback"`
+	// RemoveByVoter: how long that agent is given before the swap stops
+	// stuck, for an operator.
+	RemoveByVoter time.Duration `toml:"remove_by_voter"`
 }
 
 // DefaultController returns the controller configuration used where a file
@@ -111,6 +117,12 @@ func DefaultController() Controller {
 			MemberGone: 15 * time.Minute,
 			Uncordon:   15 * time.Minute,
 			Rollback:   5 * time.Minute,
+			// Note: k3s's member controller removes a member within seconds
+			// when it can at all; its own leader removes a learner stalled
+			// for 5 minutes (pkg/etcd/etcd.go, learnerMaxStallTime), so the
+			// fallback comes before that.
+			RemoveFallback: 2 * time.Minute,
+			RemoveByVoter:  5 * time.Minute,
 		},
 	}
 }
@@ -190,7 +202,8 @@ func (c Controller) Validate() error {
 	}{
 		{"snapshot", b.Snapshot}, {"runners", b.Runners}, {"drain", b.Drain}, {"promote", b.Promote},
 		{"join", b.Join}, {"gates", b.Gates}, {"step_down", b.StepDown}, {"member_gone", b.MemberGone},
-		{"uncordon", b.Uncordon}, {"rollback", b.Rollback},
+		{"uncordon", b.Uncordon}, {"rollback", b.Rollback}, {"remove_fallback", b.RemoveFallback},
+		{"remove_by_voter", b.RemoveByVoter},
 	} {
 		positive(&p, "bounds."+d.key, d.v)
 	}
@@ -218,6 +231,7 @@ func (c Controller) Plan() swapplan.Config {
 		Bounds: swapplan.Bounds{
 			Snapshot: b.Snapshot, Runners: b.Runners, Drain: b.Drain, Promote: b.Promote, Join: b.Join,
 			Gates: b.Gates, StepDown: b.StepDown, MemberGone: b.MemberGone, Uncordon: b.Uncordon, Rollback: b.Rollback,
+			RemoveFallback: b.RemoveFallback, RemoveByVoter: b.RemoveByVoter,
 		},
 	}
 }
@@ -308,6 +322,14 @@ member_gone = "{{d .Bounds.MemberGone}}"
 uncordon = "{{d .Bounds.Uncordon}}"
 # The candidate's step-down in a rollback. Past it: go on.
 rollback = "{{d .Bounds.Rollback}}"
+# k3s removing the rolled-back candidate's member (it cannot when the
+# candidate's server never came up). Past it: a healthy voter's agent is
+# asked to remove the member with its etcd client.
+remove_fallback = "{{d .Bounds.RemoveFallback}}"
+# That voter's agent removing it. Past it, or when it fails: the swap stops
+# "stuck", the Lease held, and "fleet-role status" gives the command that
+# removes the member by hand; the rollback goes on once it is gone.
+remove_by_voter = "{{d .Bounds.RemoveByVoter}}"
 `))
 
 // DefaultControllerTOML is the commented default controller configuration.

@@ -43,6 +43,8 @@ func TestBadControllerConfigurations(t *testing.T) {
 		{"a wrong type is named", "version = 1\ndry_run = \"no\"\n", []string{"dry_run"}},
 		{"every problem is reported at once", "version = 2\nnamespace = \"Bad_NS\"\n[bounds]\njoin = \"0s\"\nrollback = \"-1m\"\n",
 			[]string{"version: must be 1", "namespace:", "bounds.join:", "bounds.rollback:"}},
+		{"a removal fallback of zero is refused, by key", "version = 1\n[bounds]\nremove_fallback = \"0s\"\nremove_by_voter = \"-1s\"\n",
+			[]string{"bounds.remove_fallback:", "bounds.remove_by_voter:"}},
 		{"a bad selector is named", "version = 1\nrunner_selector = \"a b c\"\n", []string{"runner_selector:"}},
 		{"a lease shorter than two periods is refused", "version = 1\nperiod = \"1m\"\nlease_duration = \"1m\"\n", []string{"lease_duration:"}},
 		{"malformed TOML says the line", "version = 1\n[bounds\n", []string{"line 3", "table name"}},
@@ -72,4 +74,12 @@ func TestLoadControllerReadsAFile(t *testing.T) {
 	assert.False(t, c.DryRun)
 	assert.False(t, c.Plan().DryRun)
 	assert.Equal(t, c.Bounds.Join, c.Plan().Bounds.Join)
+}
+
+func TestTheRemovalBoundsReachThePlanner(t *testing.T) {
+	c, err := ParseController([]byte("version = 1\n[bounds]\nremove_fallback = \"3m\"\nremove_by_voter = \"7m\"\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Minute, c.Plan().Bounds.RemoveFallback)
+	assert.Equal(t, 7*time.Minute, c.Plan().Bounds.RemoveByVoter)
+	assert.Equal(t, 2*time.Minute, DefaultController().Bounds.RemoveFallback)
 }

@@ -41,8 +41,12 @@ type cache struct {
 	factories []informers.SharedInformerFactory
 	synced    []toolscache.InformerSynced
 
-	mu       sync.Mutex
-	nodes    map[string]swapplan.Node
+	mu    sync.Mutex
+	nodes map[string]swapplan.Node
+	// taints are each Node's taints and the resourceVersion they were read
+	// at: the clean-up writes the whole list back (it is atomic) on
+	// condition that the Node did not change meanwhile.
+	taints   map[string]nodeTaints
 	names    []string // sorted names of nodes
 	problems map[string]string
 	beats    map[string]time.Time
@@ -66,7 +70,7 @@ type podWatch struct {
 func newCache(client kubernetes.Interface, ns string, runners labels.Selector, log *slog.Logger, changed func()) *cache {
 	c := &cache{
 		client: client, ns: ns, runners: runners, log: log, changed: changed,
-		nodes: map[string]swapplan.Node{}, problems: map[string]string{}, beats: map[string]time.Time{},
+		nodes: map[string]swapplan.Node{}, taints: map[string]nodeTaints{}, problems: map[string]string{}, beats: map[string]time.Time{},
 		watched: map[string]bool{}, pods: map[string]*podWatch{},
 		sampled: func(swapplan.Node) {}, gone: func(string) {},
 	}
@@ -106,6 +110,24 @@ func holder(l *coordinationv1.Lease) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// nodeTaints is a Node's taint list at a resourceVersion.
+type nodeTaints struct {
+	resourceVersion string
+	taints          []corev1.Taint
+}
+
+// nodeTaints returns the Node's taints as cached and the version they
+// were read at.
+func (c *cache) nodeTaints(name string) (nodeTaints, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.taints[name]
+	if ok {
+		t.taints = slices.Clone(t.taints)
+	}
+	return t, ok
 }
 
 // node is the cached conversion of a Node.
@@ -193,6 +215,7 @@ func (c *cache) nodeChanged(obj any) {
 	c.mu.Lock()
 	old, existed := c.nodes[n.Name]
 	c.nodes[n.Name] = n
+	c.taints[n.Name] = nodeTaints{resourceVersion: node.ResourceVersion, taints: node.Spec.Taints}
 	if !existed {
 		i, _ := slices.BinarySearch(c.names, n.Name)
 		c.names = slices.Insert(c.names, i, n.Name)
@@ -228,6 +251,7 @@ func (c *cache) nodeDeleted(name string) {
 	c.gone(name)
 	c.mu.Lock()
 	delete(c.nodes, name)
+	delete(c.taints, name)
 	delete(c.problems, name)
 	if i, ok := slices.BinarySearch(c.names, name); ok {
 		c.names = slices.Delete(c.names, i, i+1)

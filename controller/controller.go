@@ -282,7 +282,11 @@ func (c *Controller) pass(ctx context.Context) {
 		c.metrics.reaction.Observe(acting.Sub(from).Seconds())
 		log.Info(plan.Reason, "took", time.Since(start).Round(time.Microsecond), "reaction", acting.Sub(from).Round(time.Microsecond))
 		if ref := eventObject(plan); ref != nil {
-			c.recorder.Eventf(ref, corev1.EventTypeNormal, "Swap"+title(a.Type), "%s", plan.Reason)
+			kind := corev1.EventTypeNormal
+			if a.Type == swapplan.ActionStuck {
+				kind = corev1.EventTypeWarning // an operator must act
+			}
+			c.recorder.Eventf(ref, kind, "Swap"+title(a.Type), "%s", plan.Reason)
 		}
 	default:
 		log.Debug(plan.Reason)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -108,11 +109,11 @@ func (e *executor) do(ctx context.Context, plan swapplan.Plan, status func(*swap
 	}
 	a := plan.Action
 	switch a.Type {
-	case swapplan.ActionNone, swapplan.ActionRollback, swapplan.ActionAbandon:
+	case swapplan.ActionNone, swapplan.ActionRollback, swapplan.ActionAbandon, swapplan.ActionStuck:
 		return nil // the record the renewal wrote is the whole of them
 	case swapplan.ActionStart:
 		return e.acquire(ctx, plan.Swap)
-	case swapplan.ActionSnapshot, swapplan.ActionPromote, swapplan.ActionStepDown:
+	case swapplan.ActionSnapshot, swapplan.ActionPromote, swapplan.ActionStepDown, swapplan.ActionRemoveByVoter:
 		b, err := json.Marshal(a.Request)
 		if err != nil {
 			return err
@@ -135,8 +136,8 @@ func (e *executor) do(ctx context.Context, plan swapplan.Plan, status func(*swap
 	case swapplan.ActionMemberGone:
 		return e.patchNode(ctx, a.Node, annotations(map[string]any{swapplan.AnnotationMemberGone: plan.Swap.ID}))
 	case swapplan.ActionCleanUp:
-		n, _ := e.cache.node(a.Node)
-		return e.patchNode(ctx, a.Node, cleanUp(a.Role, n.EtcdTaint))
+		t, _ := e.cache.nodeTaints(a.Node)
+		return e.patchNode(ctx, a.Node, cleanUp(a.Role, t))
 	case swapplan.ActionEnd:
 		return e.end(ctx, plan, status)
 	}
@@ -148,10 +149,15 @@ func annotations(a map[string]any) map[string]any {
 }
 
 // cleanUp is the patch of a Node's clean-up: its role, and for a standby
-// no server state left. Note: a delete directive for a taint the Node does
-// not carry would be taken for a taint to add, so it is sent only for one
-// it carries.
-func cleanUp(role string, taint bool) map[string]any {
+// no server state left. Note: NodeSpec.Taints has no patch strategy (an
+// atomic list, k8s.io/api/core/v1 types.go), so a strategic merge patch
+// replaces it whole; a "$patch: delete" inside it is kept as a taint of
+// the key alone, which the API server refuses ("taints[0].effect: Required
+// value"). The patch therefore carries the Node's taints less the etcd-only
+// one, with the resourceVersion they were read at as a precondition, so
+// that a taint changed meanwhile makes the patch fail with a conflict (and
+// be made again next pass from the new list) rather than be overwritten.
+func cleanUp(role string, t nodeTaints) map[string]any {
 	labels := map[string]any{swapplan.LabelRole: role}
 	if role != swapplan.RoleStandby {
 		return map[string]any{"metadata": map[string]any{"labels": labels}}
@@ -164,9 +170,16 @@ func cleanUp(role string, taint bool) map[string]any {
 	for _, a := range swapplan.EtcdAnnotations {
 		ann[a] = nil
 	}
-	patch := map[string]any{"metadata": map[string]any{"labels": labels, "annotations": ann}}
-	if taint {
-		patch["spec"] = map[string]any{"taints": []any{map[string]any{"key": swapplan.TaintEtcdOnly, "$patch": "delete"}}}
+	meta := map[string]any{"labels": labels, "annotations": ann}
+	patch := map[string]any{"metadata": meta}
+	keep := slices.DeleteFunc(slices.Clone(t.taints), func(x corev1.Taint) bool { return x.Key == swapplan.TaintEtcdOnly })
+	if len(keep) < len(t.taints) {
+		var taints any // null removes the list
+		if len(keep) > 0 {
+			taints = keep
+		}
+		patch["spec"] = map[string]any{"taints": taints}
+		meta["resourceVersion"] = t.resourceVersion
 	}
 	return patch
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,9 @@ type Etcd interface {
 	Read(ctx context.Context) (time.Duration, error)
 	MoveLeaderAway(ctx context.Context, preferNode string) (string, error)
 	Save(ctx context.Context, dir, name string) (etcdclient.Snapshot, error)
+	// RemoveMember removes another host's member by name and/or ID (0:
+	// none), idempotently, never this host's own nor past quorum.
+	RemoveMember(ctx context.Context, name string, id uint64) (bool, error)
 }
 
 // Options are the agent's parts. Clock, Log and Notify may be nil.
@@ -224,7 +228,7 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 				a.tell("request", "BadRequest", fmt.Sprintf("annotation %s: %v: ignored", swapplan.AnnotationRequest, err))
 			} else {
 				a.untell("request")
-				f.Request = &role.Request{Swap: q.Swap, Action: q.Action, At: q.At, Leader: q.Leader, Voters: q.Voters}
+				f.Request = &role.Request{Swap: q.Swap, Action: q.Action, At: q.At, Leader: q.Leader, Voters: q.Voters, Member: q.Member, MemberID: q.MemberID}
 			}
 		}
 	}
@@ -240,7 +244,7 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 		if err != nil {
 			return f, fmt.Errorf("read the %s unit: %w", u, err)
 		}
-		unit := role.Unit{Active: st.Active, StartedAt: st.StartedAt}
+		unit := role.Unit{Active: st.Active, StartedAt: st.StartedAt, Enabled: st.Enabled}
 		if u == platform.Server {
 			f.Server = unit
 		} else {
@@ -370,13 +374,39 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 			a.log.Info("datastore moved aside", "to", to)
 		}
 		return err
+	case role.RemoveMember:
+		q := f.Request
+		var id uint64
+		if q.MemberID != "" {
+			v, err := strconv.ParseUint(q.MemberID, 16, 64)
+			if err != nil {
+				return fmt.Errorf("member ID %q: %w", q.MemberID, err)
+			}
+			id = v
+		}
+		removed, err := a.etcd.RemoveMember(ctx, q.Member, id)
+		if err != nil {
+			return err
+		}
+		a.log.Info("etcd member removed", "member", q.Member, "member_id", q.MemberID, "was_listed", removed)
+		return nil
 	case role.TakeSnapshot:
-		name := fmt.Sprintf("fleet-role-%s-%d.db", f.CurrentSwap(), a.clock.Now().Unix())
-		snap, err := a.etcd.Save(ctx, filepath.Join(a.cfg.DataDir, "server", "db", "snapshots"), name)
+		dir := filepath.Join(a.host.dbDir(), "snapshots")
+		name := snapshotName(f.CurrentSwap(), a.clock.Now())
+		snap, err := a.etcd.Save(ctx, dir, name)
 		if err != nil {
 			return err
 		}
 		out.snapshot = &snap
+		// Note: a prune that fails does not fail the snapshot, which is
+		// whole; the next snapshot prunes again.
+		removed, err := pruneSnapshots(dir, a.cfg.KeepSnapshots, name)
+		if len(removed) > 0 {
+			a.log.Info("older snapshots removed", "removed", removed, "keep", a.cfg.KeepSnapshots)
+		}
+		if err != nil {
+			a.log.Warn("older snapshots not all removed", "err", err)
+		}
 		return nil
 	}
 	return fmt.Errorf("unknown step %q", step)

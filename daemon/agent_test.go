@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,10 +31,11 @@ import (
 
 // fakeEtcd is the host's etcd member as the agent sees it.
 type fakeEtcd struct {
-	mu      sync.Mutex
-	members []etcdclient.Member
-	moved   []string
-	saved   int
+	mu       sync.Mutex
+	members  []etcdclient.Member
+	moved    []string
+	saved    int
+	removals []string
 }
 
 func (e *fakeEtcd) Members(context.Context) ([]etcdclient.Member, error) {
@@ -67,6 +69,24 @@ func (e *fakeEtcd) Save(_ context.Context, dir, name string) (etcdclient.Snapsho
 		return etcdclient.Snapshot{}, err
 	}
 	return etcdclient.Snapshot{Path: path, Size: 8, SHA256: strings.Repeat("ab", 32)}, nil
+}
+
+// RemoveMember removes a member as the etcd client does: never its own
+// (ID 2), a member no longer listed counts as removed.
+func (e *fakeEtcd) RemoveMember(_ context.Context, name string, id uint64) (bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.removals = append(e.removals, fmt.Sprintf("%s/%x", name, id))
+	for i, m := range e.members {
+		if m.ID == id || id == 0 && m.Name == name {
+			if m.ID == 2 {
+				return false, etcdclient.ErrOwnMember
+			}
+			e.members = append(e.members[:i:i], e.members[i+1:]...)
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // fixture is one host: its files in a temp dir, the fake platform, a fake
@@ -240,6 +260,9 @@ func TestAPromotionOfAStagedStandbyStartsTheServerAndReportsItsStart(t *testing.
 	b, err := os.ReadFile(f.cfg.JoinFile)
 	require.NoError(t, err)
 	assert.Contains(t, string(b), "\nserver: https://10.0.0.1:6443\n", "the server joins through the first live voter of the inventory")
+	fi, err := os.Stat(f.cfg.JoinFile)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "readable by k3s whatever user it runs as, as config.yaml is; it holds no secret")
 }
 
 func TestAPromotionNamingNoLiveServerOfTheInventoryFailsBeforeTheServerStarts(t *testing.T) {
@@ -451,4 +474,61 @@ func TestTheAgentTellsSystemdReadyAfterTheFirstLookAndStoppingOnTheWayOut(t *tes
 	}
 	f.stop()
 	assert.Equal(t, "STOPPING=1", <-f.notes)
+}
+
+func TestAVoterAskedToRemoveACandidatesMemberRemovesItAndReportsDone(t *testing.T) {
+	f := newFixture(t)
+	f.role("server")
+	f.datastore("h2-0a1b2c3d")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	f.etcd.members = append(f.etcd.members, etcdclient.Member{ID: 0x8e9e05c52164694d, Name: "c1-0a1b2c3d", Learner: true})
+	f.start()
+	q := swapplan.Request{Swap: "s1", Action: swapplan.RequestRemoveMember, At: time.Now().UTC().Truncate(time.Second),
+		Member: "c1-0a1b2c3d", MemberID: "8e9e05c52164694d"}
+	b, _ := json.Marshal(q)
+	f.annotate(swapplan.AnnotationRequest, string(b))
+	r := f.waitReport(swapplan.RequestRemoveMember, swapplan.StateDone)
+	assert.True(t, r.Answers(&q))
+	assert.Equal(t, []string{"c1-0a1b2c3d/8e9e05c52164694d"}, f.etcd.removals, "once")
+	members, _ := f.etcd.Members(context.Background())
+	assert.Len(t, members, 3)
+	assert.Equal(t, 0, f.calls("stop", platform.Server), "the server keeps running")
+}
+
+func TestAVoterAskedToRemoveItsOwnMemberByIDReportsFailedAndRemovesNothing(t *testing.T) {
+	f := newFixture(t)
+	f.role("server")
+	f.datastore("h2-0a1b2c3d")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	f.start()
+	q := swapplan.Request{Swap: "s1", Action: swapplan.RequestRemoveMember, At: time.Now().UTC().Truncate(time.Second), MemberID: "2"}
+	b, _ := json.Marshal(q)
+	f.annotate(swapplan.AnnotationRequest, string(b))
+	r := f.waitReport(swapplan.RequestRemoveMember, swapplan.StateFailed)
+	assert.Contains(t, r.Message, "this host's own")
+	members, _ := f.etcd.Members(context.Background())
+	assert.Len(t, members, 3)
+}
+
+func TestASnapshotIsNamedForK3sAndTheOlderOfOursArePruned(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.KeepSnapshots = 2
+	f.role("server")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	dir := filepath.Join(f.cfg.DataDir, "server", "db", "snapshots")
+	for _, name := range []string{"etcd-snapshot-h2-100", "fleet-role-old-100", "fleet-role-old-300", "fleet-role-old-200"} {
+		f.write(filepath.Join(dir, name), "x")
+	}
+	f.start()
+	f.request(swapplan.RequestSnapshot)
+	r := f.waitReport(swapplan.RequestSnapshot, swapplan.StateDone)
+	require.NotNil(t, r.Snapshot)
+	assert.Regexp(t, `/server/db/snapshots/fleet-role-s1-[0-9]+$`, r.Snapshot.Path)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	assert.ElementsMatch(t, []string{"etcd-snapshot-h2-100", "fleet-role-old-300", filepath.Base(r.Snapshot.Path)}, left)
 }

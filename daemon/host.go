@@ -34,7 +34,8 @@ func (h host) writeJoin(serverURL string) error {
 		return fmt.Errorf("write the join file %s: %w", h.joinFile, err)
 	}
 	data := fmt.Sprintf("# Written by fleet-role's agent before it starts k3s on this host:\n# the server k3s joins through, a live voter.\nserver: %s\n", serverURL)
-	if err := platform.WriteFileAtomic(h.joinFile, []byte(data), 0o600); err != nil {
+	// Note: 0644, as config.yaml may be: it names a server, no secret.
+	if err := platform.WriteFileAtomic(h.joinFile, []byte(data), 0o644); err != nil {
 		return fmt.Errorf("write the join file %s: %w", h.joinFile, err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -105,7 +106,7 @@ func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool)
 		names := map[uint64]string{}
 		for _, m := range members {
 			names[m.ID] = m.Name
-			s.Members = append(s.Members, swapplan.Member{Name: m.Name, Learner: m.Learner})
+			s.Members = append(s.Members, swapplan.Member{Name: m.Name, Learner: m.Learner, ID: strconv.FormatUint(m.ID, 16)})
 		}
 		if st, err := p.etcd.Status(ctx); err != nil {
 			problems = append(problems, err.Error())

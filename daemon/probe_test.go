@@ -45,7 +45,7 @@ func TestTheProbeOfAnAgentSamplesTheDiskOnly(t *testing.T) {
 }
 
 func TestTheProbeOfAServerReadsItsEtcd(t *testing.T) {
-	e := &fakeEtcd{members: []etcdclient.Member{{ID: 1, Name: "h1-0a1b2c3d"}, {ID: 2, Name: "h2-0a1b2c3d"}, {ID: 3, Name: "s1-0a1b2c3d", Learner: true}}}
+	e := &fakeEtcd{members: []etcdclient.Member{{ID: 1, Name: "h1-0a1b2c3d"}, {ID: 2, Name: "h2-0a1b2c3d"}, {ID: 0x8e9e05c52164694d, Name: "s1-0a1b2c3d", Learner: true}}}
 	p := newProber(t.TempDir(), config.DefaultAgent().Probe, time.Minute, e)
 	defer p.close()
 	s, members := p.sample(context.Background(), time.Now(), true, false)
@@ -53,7 +53,7 @@ func TestTheProbeOfAServerReadsItsEtcd(t *testing.T) {
 	assert.Equal(t, "h2-0a1b2c3d", s.Member)
 	assert.Equal(t, "h1-0a1b2c3d", s.Leader)
 	assert.Equal(t, 1.0, s.RTTMs)
-	assert.Equal(t, []swapplan.Member{{Name: "h1-0a1b2c3d"}, {Name: "h2-0a1b2c3d"}, {Name: "s1-0a1b2c3d", Learner: true}}, s.Members)
+	assert.Equal(t, []swapplan.Member{{Name: "h1-0a1b2c3d", ID: "1"}, {Name: "h2-0a1b2c3d", ID: "2"}, {Name: "s1-0a1b2c3d", Learner: true, ID: "8e9e05c52164694d"}}, s.Members, "IDs in hex, as etcdctl prints them")
 	assert.Len(t, members, 3)
 }
 

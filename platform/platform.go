@@ -33,6 +33,10 @@ type State struct {
 	// StartedAt is the start of the unit's current run; zero when it
 	// does not run.
 	StartedAt time.Time
+	// Enabled: the unit starts again by itself when the host boots (or
+	// its engine restarts) — systemd's UnitFileState enabled, or a
+	// container whose restart policy will revive it.
+	Enabled bool
 }
 
 // StartOptions are what a start needs beside the unit.
@@ -44,12 +48,21 @@ type StartOptions struct {
 // Platform starts and stops k3s's units on one host. Every method is
 // idempotent: starting a running unit, or stopping a stopped one, changes
 // nothing and is no error.
+//
+// Start and Stop also set what the host does at boot, so that a rebooted
+// host comes back as its role says: k3s's installer enables its unit
+// (WantedBy=multi-user.target), and a demoted server left enabled would
+// start again at boot, find its tombstone, move its datastore aside and
+// join as a new etcd member nobody asked for.
 type Platform interface {
-	// Start starts the unit and returns the start of its run. A unit that
-	// already runs is left running and the start recorded for it is
+	// Start starts the unit and returns the start of its run, and makes
+	// the unit start at boot. A unit that already runs is left running
+	// (and made to start at boot) and the start recorded for it is
 	// returned, never a zero time.
 	Start(ctx context.Context, u Unit, opts StartOptions) (time.Time, error)
-	// Stop stops the unit. A stopped, failed or missing unit is fine.
+	// Stop stops the unit and keeps it from starting at boot. A stopped,
+	// failed or missing unit is fine; a stopped unit left enabled (as
+	// k3s's installer leaves it) is disabled.
 	Stop(ctx context.Context, u Unit) error
 	// State reads the unit's state.
 	State(ctx context.Context, u Unit) (State, error)

@@ -126,6 +126,10 @@ type Request struct {
 	Leader string
 	// Voters are, on a promotion, the live voters the controller saw.
 	Voters []string
+	// Member and MemberID (hex) name the member a remove-member request
+	// removes.
+	Member   string
+	MemberID string
 }
 
 // Requests the controller makes.
@@ -133,6 +137,9 @@ const (
 	RequestPromote  = "promote"
 	RequestStepDown = "step-down"
 	RequestSnapshot = "snapshot"
+	// RequestRemoveMember asks this host, a voter, to remove another
+	// host's member with its etcd client.
+	RequestRemoveMember = "remove-member"
 )
 
 // Same says both are the one request.
@@ -144,6 +151,9 @@ func (r *Request) Same(o *Request) bool {
 type Unit struct {
 	Active    bool
 	StartedAt time.Time
+	// Enabled: the unit starts at boot (k3s's installer enables the unit
+	// it installs).
+	Enabled bool
 }
 
 // Facts are what the agent knows of its host at one look.
@@ -201,6 +211,10 @@ const (
 	StartAgent      Step = "start-agent"
 	WriteJoin       Step = "write-join"
 	TakeSnapshot    Step = "snapshot"
+	// RemoveMember removes the member the request names through the local
+	// etcd: never this host's own, never when the voters left would not
+	// be a quorum; one already gone counts as removed.
+	RemoveMember Step = "remove-member"
 )
 
 // What a decision carries out.
@@ -209,6 +223,7 @@ const (
 	DoPromote  = RequestPromote
 	DoStepDown = RequestStepDown
 	DoSnapshot = RequestSnapshot
+	DoRemove   = RequestRemoveMember
 	DoFinish   = "finish"
 	DoServe    = "serve" // the role file says server
 	DoWait     = "wait"  // the role file says agent, the member is not gone
@@ -308,6 +323,21 @@ func decideRequest(f Facts, q *Request) Decision {
 			return Decision{Do: DoSnapshot, Report: answer(StateFailed, "no server runs on this host"), Why: "no snapshot: no server runs here"}
 		}
 		return Decision{Do: DoSnapshot, Steps: []Step{TakeSnapshot}, Report: answer(StateDone, ""), Why: "taking an etcd snapshot"}
+	case RequestRemoveMember:
+		member := q.Member
+		if member == "" {
+			member = q.MemberID
+		}
+		switch {
+		case !f.Server.Active || f.Role != Server:
+			return Decision{Do: DoRemove, Report: answer(StateFailed, "no server runs on this host, or it is stepping down: it removes no member"),
+				Why: "not removing the member " + member + ": no server runs here"}
+		case q.Member != "" && q.Member == f.Member:
+			return Decision{Do: DoRemove, Report: answer(StateFailed, "the member named is this host's own: a host never removes its own"),
+				Why: "not removing the member " + member + ": it is this host's own"}
+		}
+		return Decision{Do: DoRemove, Steps: []Step{RemoveMember}, Report: answer(StateDone, ""),
+			Why: "removing the member " + member + " with this host's etcd client"}
 	}
 	return Decision{Do: DoNone, Why: fmt.Sprintf("ignoring a request to %q, which this agent does not know", q.Action)}
 }
@@ -329,13 +359,20 @@ func decideAgent(f Facts, gone bool) Decision {
 			return Decision{Do: DoWait, Steps: []Step{MoveLeader, StopServer},
 				Why: "the role file says agent: the server stops, and the agent waits for its member to be gone"}
 		}
+		if f.Server.Enabled {
+			return Decision{Do: DoWait, Steps: []Step{StopServer},
+				Why: "the role file says agent: the server is kept from starting at boot, and the agent waits for its member to be gone"}
+		}
 		return Decision{Do: DoWait, Why: "the role file says agent: waiting for this host's member to be gone"}
 	}
+	// Note: a unit stopped but enabled (as k3s's installer leaves it) is
+	// stopped again, which keeps it from starting at boot: a demoted host
+	// that reboots must not start its server and join as a new member.
 	var steps []Step
-	if f.Server.Active {
+	if f.Server.Active || f.Server.Enabled {
 		steps = append(steps, StopServer)
 	}
-	if !f.Agent.Active {
+	if !f.Agent.Active || !f.Agent.Enabled {
 		steps = append(steps, StartAgent)
 	}
 	d := Decision{Do: DoAgent, Steps: steps, Why: "the role file says agent and no datastore is left: the agent runs"}
@@ -365,7 +402,7 @@ func decideServer(f Facts) Decision {
 		return Decision{Do: DoNone, Why: "the role file says server, but this host is not staged to become one: nothing is done"}
 	}
 	var steps []Step
-	if f.Agent.Active {
+	if f.Agent.Active || f.Agent.Enabled {
 		steps = append(steps, StopAgent)
 	}
 	if !f.Server.Active {
@@ -376,6 +413,8 @@ func decideServer(f Facts) Decision {
 			steps = append(steps, WriteJoin)
 		}
 		steps = append(steps, StartServer)
+	} else if !f.Server.Enabled {
+		steps = append(steps, StartServer) // a start makes it start at boot
 	}
 	return Decision{Do: DoServe, Steps: steps, Why: "the role file says server: the server runs"}
 }

@@ -85,8 +85,14 @@ var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func req(action string) *Request { return &Request{Swap: "s1", Action: action, At: at} }
 
+// removal is a remove-member request naming the member of the candidate c1.
+func removal() *Request {
+	return &Request{Swap: "s1", Action: RequestRemoveMember, At: at, Member: "c1-0a1b2c3d", MemberID: "8e9e05c52164694d"}
+}
+
 func TestDecide(t *testing.T) {
-	running := Unit{Active: true, StartedAt: at.Add(-time.Hour)}
+	running := Unit{Active: true, Enabled: true, StartedAt: at.Add(-time.Hour)}
+	enabled := Unit{Enabled: true}
 	for _, tc := range []struct {
 		name   string
 		facts  Facts
@@ -118,6 +124,25 @@ func TestDecide(t *testing.T) {
 			Facts{Role: Agent, Request: req(RequestSnapshot)},
 			DoSnapshot, nil,
 			&Report{Swap: "s1", Action: RequestSnapshot, State: StateFailed, Message: "no server runs on this host", Answers: req(RequestSnapshot)}},
+		{"a voter asked to remove another host's member removes it through its etcd client",
+			Facts{Role: Server, Server: running, Datastore: true, Member: "v2-11111111", Request: removal()},
+			DoRemove, []Step{RemoveMember},
+			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateDone, Answers: removal()}},
+		{"a host asked to remove its own member fails the request and removes nothing",
+			Facts{Role: Server, Server: running, Datastore: true, Member: "c1-0a1b2c3d", Request: removal()},
+			DoRemove, nil,
+			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateFailed, Message: "the member named is this host's own: a host never removes its own", Answers: removal()}},
+		{"a host where no server runs fails a removal",
+			Facts{Role: Agent, Agent: running, Request: removal()},
+			DoRemove, nil,
+			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateFailed, Message: "no server runs on this host, or it is stepping down: it removes no member", Answers: removal()}},
+		{"a server whose role file says agent fails a removal",
+			Facts{Role: Agent, Server: running, Datastore: true, Request: removal()},
+			DoRemove, nil,
+			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateFailed, Message: "no server runs on this host, or it is stepping down: it removes no member", Answers: removal()}},
+		{"a removal handled is not carried out again",
+			Facts{Role: Server, Server: running, Datastore: true, Request: removal(), Handled: removal()},
+			DoServe, nil, nil},
 		{"a handled request is not carried out again",
 			Facts{Role: Server, Server: running, Request: req(RequestSnapshot), Handled: req(RequestSnapshot)},
 			DoServe, nil, nil},
@@ -149,6 +174,18 @@ func TestDecide(t *testing.T) {
 		{"a finish already reported is not reported again",
 			Facts{Role: Agent, Agent: running, Handled: req(RequestStepDown), Finished: "s1"},
 			DoAgent, nil, nil},
+		{"a stepped-down host whose server is stopped but enabled keeps it from starting at boot while it waits",
+			Facts{Role: Agent, Datastore: true, Member: "h-0a1b2c3d", Server: enabled, Handled: req(RequestStepDown)},
+			DoWait, []Step{StopServer}, nil},
+		{"an agent host whose server the installer left enabled keeps it from starting at boot",
+			Facts{Role: Agent, Agent: running, Server: enabled},
+			DoAgent, []Step{StopServer}, nil},
+		{"an agent running but not enabled is started, which makes it start at boot",
+			Facts{Role: Agent, Agent: Unit{Active: true, StartedAt: at}},
+			DoAgent, []Step{StartAgent}, nil},
+		{"a server running but not enabled is started, which makes it start at boot",
+			Facts{Role: Server, Server: Unit{Active: true, StartedAt: at}, Datastore: true},
+			DoServe, []Step{StartServer}, nil},
 		{"a plain agent host keeps its agent running and reports nothing",
 			Facts{Role: Agent, Agent: running},
 			DoAgent, nil, nil},

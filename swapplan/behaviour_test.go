@@ -111,9 +111,8 @@ func TestAFinishedRollbackWaitsUntilEveryVoterListsTheTargetMembersAndNoMore(t *
 	for range 10 {
 		plan := w.pass()
 		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
-		assert.Equal(t, swapplan.StepRollback, plan.Step)
-		assert.Contains(t, plan.Reason, "waiting until every voter lists the original members and no more")
-		assert.Contains(t, plan.Reason, "s1")
+		assert.Equal(t, swapplan.StepRemoveCandidate, plan.Step)
+		assert.Contains(t, plan.Reason, "waiting for k3s to remove the member s1-")
 	}
 	w.k3sPaused = false
 	w.runUntil(5, acting(swapplan.ActionMemberGone, "s1"))

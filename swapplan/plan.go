@@ -30,14 +30,24 @@ const (
 	StepUncordon     = "uncordon"
 	StepEnd          = "end"
 	StepRollback     = "rollback"
-	StepAbandon      = "abandon"
+	// StepRemoveCandidate: in a rollback, k3s was asked to remove the
+	// candidate's member and a voter still lists it.
+	StepRemoveCandidate = "remove-candidate"
+	// StepRemoveByVoter: past remove_fallback, a voter's agent was asked
+	// to remove it with its etcd client.
+	StepRemoveByVoter = "remove-by-voter"
+	// StepStuck: neither could; the swap waits, the Lease held, for an
+	// operator to remove it (PhaseStuck).
+	StepStuck   = "stuck"
+	StepAbandon = "abandon"
 )
 
 // Steps lists every step, forward ones first in their order.
 var Steps = []string{
 	StepStart, StepSnapshot, StepCordonIn, StepRunnersIn, StepDrainIn, StepPromote, StepJoin,
 	StepGates, StepCordonOut, StepRunnersOut, StepDrainOut, StepStepDown, StepRemoveMember,
-	StepMemberGone, StepCleanUp, StepUncordon, StepEnd, StepRollback, StepAbandon,
+	StepMemberGone, StepCleanUp, StepUncordon, StepEnd, StepRollback, StepRemoveCandidate,
+	StepRemoveByVoter, StepStuck, StepAbandon,
 }
 
 // Action types. Each names the step it carries out; ActionNone waits.
@@ -58,13 +68,19 @@ const (
 	ActionEnd          = StepEnd          // write Plan.Swap, clear Action.Clear, record, release
 	ActionRollback     = StepRollback     // write Plan.Swap (phase rollback) to the Lease
 	ActionAbandon      = StepAbandon      // write Plan.Swap (phase abandon) to the Lease
+	// ActionRemoveByVoter writes Action.Request (remove-member) on
+	// Action.Node, a voter.
+	ActionRemoveByVoter = StepRemoveByVoter
+	// ActionStuck writes Plan.Swap (phase stuck) to the Lease; its Event,
+	// a warning on Action.Node (the candidate), says what an operator does.
+	ActionStuck = StepStuck
 )
 
 // Action is the one thing the controller does this pass.
 type Action struct {
 	Type string `json:"type"`
 	Node string `json:"node,omitempty"`
-	// Request to write on Node (snapshot, promote, step-down).
+	// Request to write on Node (snapshot, promote, step-down, remove-member).
 	Request *Request `json:"request,omitempty"`
 	// Role to label Node with (clean-up).
 	Role string `json:"role,omitempty"`
@@ -264,6 +280,10 @@ func (p *planner) bound(step string) time.Duration {
 		return b.Uncordon
 	case StepRollback:
 		return b.Rollback
+	case StepRemoveCandidate:
+		return b.RemoveFallback
+	case StepRemoveByVoter:
+		return b.RemoveByVoter
 	}
 	return 0
 }

@@ -134,7 +134,7 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 			})
 		}
 	}
-	switch rng.IntN(10) {
+	switch rng.IntN(11) {
 	case 0:
 		w.hosts[in].refusePromote = true
 	case 1:
@@ -150,6 +150,23 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 		w.node(out).Pods = append(w.node(out).Pods, swapplan.Pod{Namespace: "arc", Name: "runner-stuck", Runner: true})
 	case 6:
 		w.hosts[out].ignoreStepDown = true
+	case 7:
+		// The candidate's apiserver never comes up: k3s cannot remove
+		// its member, a voter's agent is asked, and may fail or not
+		// answer; then an operator removes it some minutes after the
+		// swap stopped stuck.
+		w.hosts[in].neverReady = true
+		switch rng.IntN(3) {
+		case 0:
+			w.hosts[others[0]].removeFails = true
+		case 1:
+			w.hosts[others[0]].removeIgnored = true
+		}
+		d := minute(10)
+		faultTime += d
+		events = append(events, event{step: swapplan.StepStuck, do: func(w *world) {
+			w.faults = append(w.faults, operatorRemoves(w.now.Add(d), in))
+		}})
 	}
 	if rng.IntN(2) == 0 {
 		w.requestSwap(out, in)
@@ -190,10 +207,17 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 				swapID, startedAt = p.Swap.ID, w.now
 			}
 		}
-		if p.Action.Type == swapplan.ActionRemoveMember {
+		if p.Action.Type == swapplan.ActionRemoveMember || p.Action.Type == swapplan.ActionRemoveByVoter {
+			gone := p.Action.Node
+			if p.Action.Type == swapplan.ActionRemoveByVoter {
+				gone = in
+				if p.Action.Node == in || p.Action.Node == out {
+					t.Fatalf("asked %s's agent to remove the candidate's member: %s", p.Action.Node, desc)
+				}
+			}
 			var remaining, alive int
 			for _, m := range w.members {
-				if m.node == p.Action.Node {
+				if m.node == gone {
 					continue
 				}
 				remaining++
@@ -225,4 +249,14 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 	}
 	t.Fatalf("seed %d: swap %s did not end; last plan %+v", seed, swapID, w.plans[len(w.plans)-1])
 	return ""
+}
+
+// operatorRemoves removes the node's member at the time, as an operator
+// typing the command a stuck swap gives.
+func operatorRemoves(at time.Time, node string) func(w *world) {
+	return func(w *world) {
+		if !w.now.Before(at) {
+			w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.node == node })
+		}
+	}
 }

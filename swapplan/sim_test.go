@@ -71,6 +71,13 @@ type host struct {
 	kubeletDead      bool // never Ready again
 	neverJoin        bool
 	snapshotNotReady bool
+	// neverReady: the server runs but its apiserver never comes up, so
+	// k3s writes none of its Node's etcd labels and annotations.
+	neverReady bool
+	// removeFails: the agent reports a remove-member request failed;
+	// removeIgnored: it never answers one.
+	removeFails   bool
+	removeIgnored bool
 }
 
 var epoch = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
@@ -91,6 +98,10 @@ func testConfig() swapplan.Config {
 			MemberGone: 5 * time.Minute,
 			Uncordon:   5 * time.Minute,
 			Rollback:   3 * time.Minute,
+			// k3s is given 2m to remove a rolled-back candidate's member,
+			// a voter's agent 3m more.
+			RemoveFallback: 2 * time.Minute,
+			RemoveByVoter:  3 * time.Minute,
 		},
 	}
 }
@@ -139,6 +150,13 @@ func memberName(node string, incarnation int) string {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%s/%d", node, incarnation)
 	return fmt.Sprintf("%s-%08x", node, h.Sum32())
+}
+
+// memberID is a member's ID in hex, as etcdctl prints it.
+func memberID(name string) string {
+	h := fnv.New64a()
+	fmt.Fprint(h, name)
+	return fmt.Sprintf("%x", h.Sum64())
 }
 
 func (w *world) node(name string) *swapplan.Node {
@@ -236,6 +254,14 @@ func (w *world) agent(n *swapplan.Node) {
 					SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
 			}
 			w.report(n, r)
+		case swapplan.RequestRemoveMember:
+			switch {
+			case h.removeIgnored:
+			case h.removeFails || !h.server:
+				w.report(n, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateFailed, RequestAt: &at, Message: "etcd member remove: injected failure"})
+			default:
+				w.report(n, w.removeByVoter(h, q))
+			}
 		}
 	}
 	// finish: the role file says agent, and the member is gone.
@@ -254,6 +280,38 @@ func (w *world) agent(n *swapplan.Node) {
 		start := h.agentStart
 		w.report(n, swapplan.Report{Swap: n.MemberGone, Action: swapplan.ReportFinish, State: swapplan.StateDone, StartedAt: &start})
 	}
+}
+
+// removeByVoter removes the member a remove-member request names, as the
+// agent does with its etcd client: never its own, never when the voters
+// left that run would not be a quorum; one already gone is done.
+func (w *world) removeByVoter(h *host, q *swapplan.Request) swapplan.Report {
+	at := q.At
+	r := swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at}
+	i := slices.IndexFunc(w.members, func(m member) bool { return m.name == q.Member && memberID(m.name) == q.MemberID })
+	if i < 0 {
+		return r
+	}
+	if w.members[i].name == h.member {
+		r.State, r.Message = swapplan.StateFailed, "the member is this host's own"
+		return r
+	}
+	var voters, up int
+	for j, m := range w.members {
+		if j == i || m.learner {
+			continue
+		}
+		voters++
+		if o := w.hosts[m.node]; o.server && !o.paused {
+			up++
+		}
+	}
+	if !w.members[i].learner && up < swapplan.Quorum(voters) {
+		r.State, r.Message = swapplan.StateFailed, "the voters left would not be a quorum"
+		return r
+	}
+	w.members = slices.Delete(w.members, i, i+1)
+	return r
 }
 
 func (w *world) isMember(name string) bool {
@@ -276,7 +334,7 @@ func (w *world) k3s() {
 			w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.name == n.MemberName })
 			n.RemovedMember = n.MemberName
 		}
-		if h.server && !h.paused {
+		if h.server && !h.paused && !h.neverReady {
 			for _, l := range swapplan.ServerLabels {
 				if !slices.Contains(n.ServerLabels, l) {
 					n.ServerLabels = append(n.ServerLabels, l)
@@ -285,6 +343,8 @@ func (w *world) k3s() {
 			n.MemberName = h.member
 		}
 		switch idx := slices.IndexFunc(w.members, func(m member) bool { return m.node == n.Name }); {
+		case h.neverReady && len(n.ServerLabels) == 0:
+			// k3s's leader writes the condition on etcd Nodes only.
 		case idx < 0 && len(n.ServerLabels) > 0:
 			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: swapplan.ReasonNotAMember}
 		case idx < 0:
@@ -310,7 +370,7 @@ func (w *world) kubelet(n *swapplan.Node) {
 		if h.server {
 			p.Member = h.member
 			for _, m := range w.members {
-				p.Members = append(p.Members, swapplan.Member{Name: m.name, Learner: m.learner})
+				p.Members = append(p.Members, swapplan.Member{Name: m.name, Learner: m.learner, ID: memberID(m.name)})
 			}
 		}
 		n.Probe = p
@@ -377,7 +437,7 @@ func (w *world) apply(plan swapplan.Plan) {
 		rec := *plan.Swap
 		w.lease = swapplan.Lease{Holder: swapplan.ControllerHolder, RenewTime: now, Duration: time.Minute, Swap: &rec}
 		w.status.Swap = &rec
-	case swapplan.ActionSnapshot, swapplan.ActionPromote, swapplan.ActionStepDown:
+	case swapplan.ActionSnapshot, swapplan.ActionPromote, swapplan.ActionStepDown, swapplan.ActionRemoveByVoter:
 		q := *a.Request
 		n.Request = &q
 	case swapplan.ActionCordonIn, swapplan.ActionCordonOut:

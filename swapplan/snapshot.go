@@ -44,12 +44,18 @@ type Bounds struct {
 	MemberGone time.Duration // clean up anyway; OUT left pending
 	Uncordon   time.Duration // end pending
 	Rollback   time.Duration // the candidate's step-down: go on
+	// RemoveFallback is how long k3s is given to remove the candidate's
+	// member in a rollback; past it a voter's agent is asked to.
+	RemoveFallback time.Duration
+	// RemoveByVoter is how long that agent is given; past it (or when it
+	// fails) the swap stops stuck, for an operator.
+	RemoveByVoter time.Duration
 }
 
 // Sum is the longest a swap waits on its bounded steps: the whole wait.
 func (b Bounds) Sum() time.Duration {
 	return b.Snapshot + 2*b.Runners + 2*b.Drain + b.Promote + b.Join + b.Gates +
-		b.StepDown + b.MemberGone + b.Uncordon + b.Rollback
+		b.StepDown + b.MemberGone + b.Uncordon + b.Rollback + b.RemoveFallback + b.RemoveByVoter
 }
 
 // Lease is the regrade Lease.

@@ -16,7 +16,7 @@ func (p *planner) swap() Plan {
 		return p.end(p.rec.Result, p.rec.Pending, p.rec.Reason)
 	case PhaseAbandon:
 		return p.abandoning()
-	case PhaseRollback:
+	case PhaseRollback, PhaseStuck:
 		return p.rollingBack()
 	}
 	return p.forward()
@@ -414,7 +414,9 @@ func (p *planner) rollingBack() Plan {
 	if in.requested(id, RequestStepDown) == nil {
 		return p.act(StepRollback, p.request(in, ActionStepDown, RequestStepDown), "rolling back: asking the candidate %s to step down", in.Name)
 	}
-	if in.answer(id, RequestStepDown) == nil && in.Ready && !p.pastBound(StepRollback) {
+	// Note: a finish report of the swap answers the step-down too: the
+	// agent reports it once the member is gone, over its step-down report.
+	if in.answer(id, RequestStepDown) == nil && p.finished(in) == nil && in.Ready && !p.pastBound(StepRollback) {
 		return p.wait(StepRollback, "rolling back: waiting for the candidate %s to step down", in.Name)
 	}
 	original := p.voterSet([]string{p.rec.Out}, in.Name)
@@ -433,6 +435,17 @@ func (p *planner) rollingBack() Plan {
 		}
 		return p.act(StepRollback, Action{Type: ActionRemoveMember, Node: in.Name}, "rolling back: asking k3s to remove the member %s joined with", in.Name)
 	}
+	m, lister := p.candidateMember(in)
+	switch {
+	case lister != nil && (in.RemoveRequested || p.rec.Phase == PhaseStuck):
+		return p.removeCandidate(in, m, lister, original)
+	case p.rec.Phase == PhaseStuck:
+		// Note: the member is gone (an operator removed it, or k3s's
+		// leader removed a stalled learner): the rollback goes on.
+		rec := *p.rec
+		rec.Phase, rec.Stuck = PhaseRollback, nil
+		p.rec = &rec
+	}
 	for _, name := range original {
 		if name == p.rec.Out {
 			continue
@@ -447,6 +460,104 @@ func (p *planner) rollingBack() Plan {
 	}
 	return p.act(StepRollback, Action{Type: ActionMemberGone, Node: in.Name},
 		"rolling back: every voter lists the original members: telling %s its member is gone", in.Name)
+}
+
+// candidateMember returns IN's member as the first voter with a fresh
+// sample lists it (OUT and IN left out), and that voter; nil when none
+// lists it.
+func (p *planner) candidateMember(in *Node) (Member, *Node) {
+	for _, v := range p.voters {
+		if v.Name == p.rec.Out || v.Name == in.Name || !p.fresh(v) {
+			continue
+		}
+		for _, m := range v.Probe.Members {
+			if m.Name != "" && p.memberNode(m.Name) == in.Name {
+				return m, v
+			}
+		}
+	}
+	return Member{}, nil
+}
+
+// removeCandidate: k3s was asked to remove IN's member and a voter still
+// lists it. On real k3s that fails for a candidate whose apiserver never
+// came up: k3s's member controller (k3s-io/k3s pkg/etcd/member_controller.go,
+// etcdMemberHandler.sync) skips a Node without the etcd role label, and
+// errors without the etcd.k3s.cattle.io/node-name and node-address
+// annotations, all of which a server writes only once its apiserver runs
+// (pkg/etcd/metadata_controller.go, handleSelf). So past remove_fallback a
+// healthy voter's agent (not IN, not OUT; the first by name, or the one
+// already asked) is asked to remove it with its etcd client, held while a
+// voter is unhealthy as the annotation is; and when that agent fails, or
+// does not manage within remove_by_voter, the swap stops stuck: it holds
+// the Lease and says what an operator types, never waiting in silence.
+func (p *planner) removeCandidate(in *Node, m Member, lister *Node, original []string) Plan {
+	id := p.rec.ID
+	if p.rec.Phase == PhaseStuck {
+		st := p.rec.Stuck
+		if st == nil {
+			return p.stick(in, m, lister, "the swap record says stuck without saying why")
+		}
+		return p.wait(StepStuck, "stuck: the member %s of the candidate %s is still listed by %s and fleet-role cannot remove it (%s); "+
+			"the Lease stays held until it is gone. Remove it by hand, as root on %s: %s",
+			st.Member, in.Name, lister.Name, st.Why, st.Voter, st.Command())
+	}
+	var asked *Node
+	for _, v := range p.voters {
+		if v.requested(id, RequestRemoveMember) != nil {
+			asked = v
+			break
+		}
+	}
+	if asked == nil {
+		if !p.pastBound(StepRemoveCandidate) {
+			return p.wait(StepRemoveCandidate, "rolling back: waiting for k3s to remove the member %s of %s (%s lists it); past %s a voter's agent is asked to",
+				m.Name, in.Name, lister.Name, p.bound(StepRemoveCandidate))
+		}
+		var target *Node
+		for _, name := range original {
+			if name == p.rec.Out {
+				continue
+			}
+			v := p.node(name)
+			if v == nil {
+				return p.wait(StepRemoveCandidate, "rolling back: removal of %s's member by a voter held: voter %s has no Node", in.Name, name)
+			}
+			if why := p.unhealthy(v); why != "" {
+				return p.wait(StepRemoveCandidate, "rolling back: removal of %s's member by a voter held while a voter is unhealthy: %s", in.Name, why)
+			}
+			if target == nil && v.Voter() {
+				target = v
+			}
+		}
+		if target == nil {
+			return p.stick(in, m, lister, "no voter but the outgoing one is left to ask")
+		}
+		a := p.request(target, ActionRemoveByVoter, RequestRemoveMember)
+		a.Request.Member, a.Request.MemberID = m.Name, m.ID
+		return p.act(StepRemoveByVoter, a, "rolling back: k3s did not remove the member %s of %s within %s (its server never came up, so k3s cannot): asking the agent of the voter %s to remove it",
+			m.Name, in.Name, p.bound(StepRemoveCandidate), target.Name)
+	}
+	q := asked.Request
+	if rep := asked.answer(id, RequestRemoveMember); rep != nil && rep.State != StateDone {
+		return p.stick(in, m, asked, fmt.Sprintf("the agent of %s %s the removal: %s", asked.Name, rep.State, rep.Message))
+	}
+	if p.s.Now.Sub(q.At) > p.bound(StepRemoveByVoter) {
+		return p.stick(in, m, asked, fmt.Sprintf("the agent of %s did not remove it within %s", asked.Name, p.bound(StepRemoveByVoter)))
+	}
+	return p.wait(StepRemoveByVoter, "rolling back: waiting for the agent of %s to remove the member %s of %s (%s lists it)",
+		asked.Name, m.Name, in.Name, lister.Name)
+}
+
+// stick stops the swap stuck: the phase on the Lease says so, and what
+// an operator types.
+func (p *planner) stick(in *Node, m Member, voter *Node, why string) Plan {
+	rec := *p.rec
+	rec.Phase = PhaseStuck
+	rec.Stuck = &Stuck{Node: in.Name, Member: m.Name, MemberID: m.ID, Voter: voter.Name, Why: why}
+	return Plan{Action: Action{Type: ActionStuck, Node: in.Name}, Step: StepStuck, Swap: &rec,
+		Reason: fmt.Sprintf("stuck: the member %s of the candidate %s cannot be removed (%s); the Lease stays held until it is gone. Remove it by hand, as root on %s: %s",
+			m.Name, in.Name, why, voter.Name, rec.Stuck.Command())}
 }
 
 // joined says IN has, or had, an etcd member: k3s named one, or a voter lists one.

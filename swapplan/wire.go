@@ -15,7 +15,14 @@ const (
 	RequestPromote  = "promote"
 	RequestStepDown = "step-down"
 	RequestSnapshot = "snapshot"
+	// RequestRemoveMember asks a voter's agent to remove another host's
+	// etcd member (Request.Member, Request.MemberID) with its etcd client:
+	// the rollback's way to remove a candidate k3s cannot remove.
+	RequestRemoveMember = "remove-member"
 )
+
+// requestActions are the actions a Request may carry.
+var requestActions = []string{RequestPromote, RequestStepDown, RequestSnapshot, RequestRemoveMember}
 
 // ReportFinish is the action an agent reports when it has finished a
 // demotion on its own (the member gone), without a request.
@@ -35,8 +42,12 @@ const (
 )
 
 // Swap phases (SwapRecord.Phase). The empty phase is a swap going forward.
+// PhaseStuck is a rollback that cannot remove the candidate's member on its
+// own: it waits, the Lease held, until an operator removes it
+// (SwapRecord.Stuck says how), then rolls back on.
 const (
 	PhaseRollback = "rollback"
+	PhaseStuck    = "stuck"
 	PhaseAbandon  = "abandon"
 	PhaseEnd      = "end"
 )
@@ -85,6 +96,11 @@ type Request struct {
 	// the server its k3s server joins through (its `server:`), so that it
 	// never joins through a host that is no longer a server.
 	Voters []string `json:"voters,omitempty"`
+	// Member and MemberID name the member a remove-member request removes:
+	// its name as the voters list it, and its ID in hex as etcdctl prints
+	// it (empty when the voters' samples do not say it).
+	Member   string `json:"member,omitempty"`
+	MemberID string `json:"memberID,omitempty"`
 }
 
 // Validate reports the first field that is missing or wrong.
@@ -93,14 +109,22 @@ func (r Request) Validate() error {
 	if r.Swap == "" {
 		errs = append(errs, missing("swap"))
 	}
-	if !slices.Contains([]string{RequestPromote, RequestStepDown, RequestSnapshot}, r.Action) {
-		errs = append(errs, oneOf("action", r.Action, RequestPromote, RequestStepDown, RequestSnapshot))
+	if !slices.Contains(requestActions, r.Action) {
+		errs = append(errs, oneOf("action", r.Action, requestActions...))
 	}
 	if r.At.IsZero() {
 		errs = append(errs, missing("at"))
 	}
+	if r.Action == RequestRemoveMember && r.Member == "" && r.MemberID == "" {
+		errs = append(errs, fmt.Errorf("fields %q and %q: a %s request names the member", "member", "memberID", RequestRemoveMember))
+	}
+	if r.MemberID != "" && !memberID.MatchString(r.MemberID) {
+		errs = append(errs, fmt.Errorf("field %q: %q is not a member ID in hex", "memberID", r.MemberID))
+	}
 	return joinFields(errs)
 }
+
+var memberID = regexp.MustCompile(`^[0-9a-f]{1,16}$`)
 
 // SnapshotFile describes an etcd snapshot an agent took and verified.
 type SnapshotFile struct {
@@ -138,8 +162,8 @@ func (r Report) Validate() error {
 	if r.Swap == "" {
 		errs = append(errs, missing("swap"))
 	}
-	if !slices.Contains([]string{RequestPromote, RequestStepDown, RequestSnapshot, ReportFinish}, r.Action) {
-		errs = append(errs, oneOf("action", r.Action, RequestPromote, RequestStepDown, RequestSnapshot, ReportFinish))
+	if actions := append(slices.Clone(requestActions), ReportFinish); !slices.Contains(actions, r.Action) {
+		errs = append(errs, oneOf("action", r.Action, actions...))
 	}
 	if !slices.Contains([]string{StateDone, StateRefused, StateFailed}, r.State) {
 		errs = append(errs, oneOf("state", r.State, StateDone, StateRefused, StateFailed))
@@ -167,6 +191,8 @@ type Member struct {
 	// started yet without one.
 	Name    string `json:"name"`
 	Learner bool   `json:"learner,omitempty"`
+	// ID is the member's ID in hex, as etcdctl prints it.
+	ID string `json:"id,omitempty"`
 }
 
 // Probe is an agent's latest health sample (AnnotationProbe).
@@ -227,6 +253,50 @@ type SwapRecord struct {
 	EndedAt *time.Time `json:"endedAt,omitempty"`
 	// Pending names the hosts left to node recovery, set with PhaseEnd.
 	Pending []string `json:"pending,omitempty"`
+	// Stuck says which member the swap could not remove, set with
+	// PhaseStuck.
+	Stuck *Stuck `json:"stuck,omitempty"`
+}
+
+// Stuck is the candidate's member a rollback could not remove, neither
+// through k3s nor through a voter's agent, and how an operator removes it.
+type Stuck struct {
+	// Node is the candidate whose member it is.
+	Node string `json:"node"`
+	// Member is its name as the voters list it, MemberID its ID in hex
+	// (empty when the voters' samples did not say it).
+	Member   string `json:"member"`
+	MemberID string `json:"memberID,omitempty"`
+	// Voter is a voter to run the command on.
+	Voter string `json:"voter"`
+	// Why the removal failed.
+	Why string `json:"why"`
+}
+
+// K3sEtcdCerts are the etcd client certificates k3s writes under its data
+// dir (k3s-io/k3s pkg/daemons/control/deps/deps.go, CreateRuntimeCertFiles:
+// server/tls/etcd/server-ca.crt, client.crt, client.key), here under k3s's
+// default data dir.
+const (
+	K3sEtcdCA   = "/var/lib/rancher/k3s/server/tls/etcd/server-ca.crt"
+	K3sEtcdCert = "/var/lib/rancher/k3s/server/tls/etcd/client.crt"
+	K3sEtcdKey  = "/var/lib/rancher/k3s/server/tls/etcd/client.key"
+)
+
+// Command is what an operator types, as root on the voter, to remove the
+// member: etcdctl (which k3s does not ship; etcd's release of the same
+// minor version) through the local member with k3s's client certificates.
+// Note: not `kubectl annotate ... etcd.k3s.cattle.io/remove=true`: that is
+// the path that already failed, since k3s's member controller
+// (pkg/etcd/member_controller.go, etcdMemberHandler.sync) skips a Node
+// without the etcd role label and the node-name and node-address
+// annotations, which a server whose apiserver never came up never wrote.
+func (s Stuck) Command() string {
+	etcdctl := fmt.Sprintf("etcdctl --endpoints=https://127.0.0.1:2379 --cacert=%s --cert=%s --key=%s", K3sEtcdCA, K3sEtcdCert, K3sEtcdKey)
+	if s.MemberID != "" {
+		return fmt.Sprintf("%s member remove %s", etcdctl, s.MemberID)
+	}
+	return fmt.Sprintf("%s member remove \"$(%s member list | awk -F', ' '$3 == \"%s\" {print $1}')\"", etcdctl, etcdctl, s.Member)
 }
 
 // Validate reports the fields that are missing or wrong.
@@ -247,8 +317,11 @@ func (r SwapRecord) Validate() error {
 	if r.StartedAt.IsZero() {
 		errs = append(errs, missing("startedAt"))
 	}
-	if !slices.Contains([]string{"", PhaseRollback, PhaseAbandon, PhaseEnd}, r.Phase) {
-		errs = append(errs, oneOf("phase", r.Phase, PhaseRollback, PhaseAbandon, PhaseEnd))
+	if !slices.Contains([]string{"", PhaseRollback, PhaseStuck, PhaseAbandon, PhaseEnd}, r.Phase) {
+		errs = append(errs, oneOf("phase", r.Phase, PhaseRollback, PhaseStuck, PhaseAbandon, PhaseEnd))
+	}
+	if r.Phase == PhaseStuck && r.Stuck == nil {
+		errs = append(errs, missing("stuck"))
 	}
 	if r.Phase == PhaseEnd {
 		if !slices.Contains([]string{ResultCompleted, ResultRolledBack, ResultAbandoned, ResultPending}, r.Result) {

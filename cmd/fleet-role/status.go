@@ -125,6 +125,12 @@ func renderStatus(w io.Writer, st swapplan.Status, now time.Time) {
 			step += ")"
 		}
 		row("STEP", "%s", step)
+		if x := s.Stuck; x != nil {
+			row("STUCK", "the member %s of the candidate %s cannot be removed by fleet-role: %s", x.Member, x.Node, x.Why)
+			row("TO REMOVE IT", "as root on the voter %s (etcdctl of etcd's release, k3s ships none):", x.Voter)
+			row("", "%s", x.Command())
+			row("", "the Lease stays held until the member is gone; then the rollback goes on by itself")
+		}
 	} else {
 		row("SWAP", "none under way")
 	}

@@ -1,6 +1,6 @@
 // Package etcdclient is the agent's narrow wrapper over etcd's client: the
-// member list, the local member's status, moving leadership away, and a
-// snapshot streamed to a file and verified. Every call carries its own
+// member list, the local member's status, moving leadership away, removing
+// another host's member, and a snapshot streamed to a file and verified. Every call carries its own
 // timeout, so that no caller waits on an etcd that does not answer.
 package etcdclient
 
@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -59,6 +60,17 @@ type Snapshot struct {
 
 // ErrNoTransferee: no other started voter to hand leadership to.
 var ErrNoTransferee = errors.New("no other started voter to move leadership to")
+
+// ErrOwnMember: a host never removes its own member.
+var ErrOwnMember = errors.New("the member is this host's own")
+
+// ErrNoQuorum: removing the voter would leave fewer voters that answer
+// than a quorum of the voters left.
+var ErrNoQuorum = errors.New("the voters left that answer would not be a quorum")
+
+// ErrAmbiguous: the name given matches more than one member, or the ID
+// given names a member of another name.
+var ErrAmbiguous = errors.New("the member named is not one member")
 
 // ErrCorruptSnapshot: the snapshot's appended checksum does not match.
 var ErrCorruptSnapshot = errors.New("snapshot checksum mismatch")
@@ -222,6 +234,100 @@ func (c *Client) MoveLeaderAway(ctx context.Context, preferNode string) (string,
 	return "", ErrNoTransferee
 }
 
+// RemoveMember removes another host's member from the cluster through the
+// local member: the member with the ID (hex, as etcdctl prints it), which
+// must then carry the name if one is given, or else the one member of the
+// name. It is idempotent: a member no longer listed, or one etcd says it
+// does not know after a try, counts as removed (removed is then false). It
+// never removes the local member, and removes a voter only when a quorum
+// of the voters left answer (a learner votes on nothing). Note: etcd
+// itself refuses a removal that would leave too few started members
+// (--strict-reconfig-check, on by default); this check comes first so the
+// refusal says why.
+func (c *Client) RemoveMember(ctx context.Context, name string, id uint64) (removed bool, err error) {
+	if name == "" && id == 0 {
+		return false, errors.New("etcd member remove: no member named")
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return false, err
+	}
+	members, err := c.Members(ctx)
+	if err != nil {
+		return false, err
+	}
+	target, err := pick(members, name, id)
+	if err != nil || target == nil {
+		return false, err
+	}
+	if target.ID == st.MemberID {
+		return false, fmt.Errorf("etcd member remove %s: %w", target.Name, ErrOwnMember)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return false, err
+	}
+	if !target.Learner {
+		voters, up := 0, 0
+		for _, m := range members {
+			if m.ID == target.ID || m.Learner {
+				continue
+			}
+			voters++
+			if m.ID == st.MemberID || len(m.ClientURLs) > 0 && answers(ctx, cl, m, c.cfg.Timeout) {
+				up++
+			}
+		}
+		if q := voters/2 + 1; up < q {
+			return false, fmt.Errorf("etcd member remove %s: %d of %d voters left answer, %d needed: %w", target.Name, up, voters, q, ErrNoQuorum)
+		}
+	}
+	tried := false
+	for attempt := 0; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		_, err = cl.MemberRemove(rctx, target.ID)
+		cancel()
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, rpctypes.ErrMemberNotFound):
+			// Gone: removed by someone else, or by a try whose answer
+			// was lost.
+			return tried, nil
+		case attempt == 2 || ctx.Err() != nil || errors.Is(err, rpctypes.ErrMemberNotEnoughStarted):
+			return false, fmt.Errorf("etcd member remove %s (%x): %w", target.Name, target.ID, err)
+		}
+		tried = true
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// pick finds the member by ID (checking its name) or by name; nil when it
+// is not listed.
+func pick(members []Member, name string, id uint64) (*Member, error) {
+	var found *Member
+	for i := range members {
+		m := &members[i]
+		switch {
+		case id != 0 && m.ID == id:
+			if name != "" && m.Name != "" && m.Name != name {
+				return nil, fmt.Errorf("etcd member remove: member %x is named %q, not %q: %w", id, m.Name, name, ErrAmbiguous)
+			}
+			return m, nil
+		case id == 0 && m.Name == name:
+			if found != nil {
+				return nil, fmt.Errorf("etcd member remove: more than one member is named %q: %w", name, ErrAmbiguous)
+			}
+			found = m
+		}
+	}
+	return found, nil
+}
+
 // answers says a member answers a status request on its client URL.
 func answers(ctx context.Context, cl *clientv3.Client, m Member, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -244,7 +350,10 @@ func NodeOf(member string) string {
 
 // Save streams a snapshot of the local member into dir/name, verifies the
 // checksum etcd appends to it, syncs it, and returns its size and sha256.
-// Nothing is left under the name unless the snapshot is whole.
+// Nothing is left under the name unless the snapshot is whole: it is
+// written to dir/name.part (as etcd's own snapshot.Save, which k3s uses,
+// does), synced, renamed, and the directory synced; a failed snapshot
+// removes its partial file.
 func (c *Client) Save(ctx context.Context, dir, name string) (Snapshot, error) {
 	cl, err := c.client()
 	if err != nil {
@@ -286,7 +395,20 @@ func (c *Client) Save(ctx context.Context, dir, name string) (Snapshot, error) {
 	if err := os.Rename(part, path); err != nil {
 		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
 	}
+	if err := syncDir(dir); err != nil {
+		return Snapshot{}, fmt.Errorf("etcd snapshot: %w", err)
+	}
 	return Snapshot{Path: path, Size: size, SHA256: hex.EncodeToString(whole.Sum(nil))}, nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // verifier checks the sha256 etcd appends to a snapshot: the hash of all

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -387,4 +388,118 @@ func TestASnapshotIsVerifiedAndRestoresIntoAFreshMemberWithTheSameKeys(t *testin
 		got[string(kv.Key)] = string(kv.Value)
 	}
 	assert.Equal(t, want, got)
+}
+
+// addLearner adds a member of the node as a learner, as k3s joins a new
+// server, and starts it when start says so.
+func addLearner(t *testing.T, admin *clientv3.Client, node string, start bool) (*member, uint64) {
+	ctx := context.Background()
+	n := newMember(t, node)
+	var added *clientv3.MemberAddResponse
+	var err error
+	require.Eventually(t, func() bool {
+		added, err = admin.MemberAddAsLearner(ctx, []string{n.peer})
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond, "add a learner")
+	if start {
+		var initial []string
+		for _, m := range added.Members {
+			name := m.Name
+			if m.ID == added.Member.ID {
+				name = n.name
+			}
+			initial = append(initial, name+"="+m.PeerURLs[0])
+		}
+		n.start(t, strings.Join(initial, ","), embed.ClusterStateFlagExisting)
+	}
+	return n, added.Member.ID
+}
+
+func names(t *testing.T, c *etcdclient.Client) []string {
+	list, err := c.Members(context.Background())
+	require.NoError(t, err)
+	var out []string
+	for _, m := range list {
+		out = append(out, m.Name)
+	}
+	return out
+}
+
+func TestAVoterRemovesACandidatesLearnerWhoseServerStoppedAndARemovalAskedAgainIsDone(t *testing.T) {
+	ms := cluster(t, "h1", "h2", "h3")
+	admin := raw(t, ms...)
+	ctx := context.Background()
+	n, id := addLearner(t, admin, "s1", true)
+	c := wrap(t, ms[1])
+	require.Eventually(t, func() bool { return slices.Contains(names(t, c), n.name) }, 10*time.Second, 100*time.Millisecond)
+	n.stop() // the candidate stepped down; its apiserver never came up
+
+	removed, err := c.RemoveMember(ctx, n.name, id)
+	require.NoError(t, err)
+	assert.True(t, removed)
+	assert.ElementsMatch(t, []string{"h1-0a1b2c3d", "h2-0a1b2c3d", "h3-0a1b2c3d"}, names(t, c))
+
+	removed, err = c.RemoveMember(ctx, n.name, id)
+	require.NoError(t, err, "a member already gone counts as removed")
+	assert.False(t, removed)
+	removed, err = c.RemoveMember(ctx, n.name, 0)
+	require.NoError(t, err, "by name alone too")
+	assert.False(t, removed)
+}
+
+func TestAVoterRemovesALearnerThatNeverStartedByItsID(t *testing.T) {
+	ms := cluster(t, "h1", "h2", "h3")
+	admin := raw(t, ms...)
+	_, id := addLearner(t, admin, "s1", false)
+	c := wrap(t, ms[0])
+	assert.Contains(t, names(t, c), "", "etcd lists a learner that never started without a name")
+	removed, err := c.RemoveMember(context.Background(), "", id)
+	require.NoError(t, err)
+	assert.True(t, removed)
+	assert.Len(t, names(t, c), 3)
+}
+
+func TestRemoveMemberRefusesWhatWouldHarmTheCluster(t *testing.T) {
+	ms := cluster(t, "h1", "h2", "h3")
+	ctx := context.Background()
+	c := wrap(t, ms[0])
+	own := uint64(ms[0].e.Server.MemberID())
+	h2 := uint64(ms[1].e.Server.MemberID())
+	for _, tc := range []struct {
+		name   string
+		member string
+		id     uint64
+		want   error
+	}{
+		{"a host never removes its own member, by name", "h1-0a1b2c3d", 0, etcdclient.ErrOwnMember},
+		{"a host never removes its own member, by ID", "", own, etcdclient.ErrOwnMember},
+		{"an ID whose member carries another name is refused", "h3-0a1b2c3d", h2, etcdclient.ErrAmbiguous},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.RemoveMember(ctx, tc.member, tc.id)
+			assert.ErrorIs(t, err, tc.want)
+			assert.Len(t, names(t, c), 3, "nothing removed")
+		})
+	}
+	t.Run("a voter is not removed while the voters left that answer are not a quorum", func(t *testing.T) {
+		ms[2].stop()
+		_, err := c.RemoveMember(ctx, "h2-0a1b2c3d", h2)
+		assert.ErrorIs(t, err, etcdclient.ErrNoQuorum)
+		assert.ErrorContains(t, err, "1 of 2 voters left answer, 2 needed")
+		assert.Len(t, names(t, c), 3, "nothing removed")
+	})
+}
+
+func TestAFailedSnapshotLeavesNoFileBehind(t *testing.T) {
+	ms := cluster(t, "h1")
+	ctx := context.Background()
+	c, err := etcdclient.New(etcdclient.Config{Endpoint: ms[0].client, Timeout: 2 * time.Second, SnapshotTimeout: time.Nanosecond})
+	require.NoError(t, err)
+	defer c.Close()
+	dir := t.TempDir()
+	_, err = c.Save(ctx, dir, "fleet-role-s1-100")
+	require.Error(t, err, "the snapshot's time is up before it is whole")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "neither the snapshot nor its partial file")
 }

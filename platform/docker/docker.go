@@ -2,6 +2,13 @@
 // containers, the server and the agent, created from the configuration and
 // sharing the data volume; the agent container is given K3S_URL. A
 // container's start is its State.StartedAt.
+//
+// What starts at boot is the restart policy: Start and Stop leave every
+// container under unless-stopped, so a container the backend started is
+// revived when the engine restarts (or the host boots), and one it
+// stopped stays stopped — Docker remembers the stop (unless-stopped: "the
+// container is not restarted, even after the Docker daemon restarts"),
+// where always would revive it at the engine's next start.
 package docker
 
 import (
@@ -57,6 +64,7 @@ type api interface {
 	ContainerStart(ctx context.Context, id string, opts container.StartOptions) error
 	ContainerStop(ctx context.Context, id string, opts container.StopOptions) error
 	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
+	ContainerUpdate(ctx context.Context, id string, update container.UpdateConfig) (container.UpdateResponse, error)
 	ImageInspect(ctx context.Context, id string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
 	Close() error
 }
@@ -121,14 +129,18 @@ func (p *Platform) desired(u platform.Unit, opts platform.StartOptions) (*contai
 		CapDrop:       slices.Clone(p.cfg.CapDrop),
 		SecurityOpt:   slices.Clone(p.cfg.SecurityOpt),
 		Tmpfs:         tmpfs,
-		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
+		RestartPolicy: policy,
 	}
 	return cc, hc
 }
 
+// policy is the restart policy of every container the backend leaves:
+// revived after an engine restart when it ran, never when it was stopped.
+var policy = container.RestartPolicy{Name: container.RestartPolicyUnlessStopped}
+
 // matches says an existing container is the one the configuration asks
-// for: its image, command and environment.
-func matches(have container.InspectResponse, want *container.Config) bool {
+// for: its image, command, environment and mounts.
+func matches(have container.InspectResponse, want *container.Config, wantHost *container.HostConfig) bool {
 	if have.Config == nil {
 		return false
 	}
@@ -137,7 +149,43 @@ func matches(have container.InspectResponse, want *container.Config) bool {
 			return false
 		}
 	}
-	return have.Config.Image == want.Image && slices.Equal(have.Config.Cmd, want.Cmd)
+	var binds []string
+	if have.HostConfig != nil {
+		binds = slices.Sorted(slices.Values(have.HostConfig.Binds))
+	}
+	return have.Config.Image == want.Image && slices.Equal(have.Config.Cmd, want.Cmd) &&
+		slices.Equal(binds, slices.Sorted(slices.Values(wantHost.Binds)))
+}
+
+// revives says the engine starts the container again by itself when it
+// restarts: under always whatever its state, under unless-stopped (or
+// on-failure, to be safe) when it runs. A container stopped under
+// unless-stopped or no stays stopped.
+func revives(c container.InspectResponse) bool {
+	if c.HostConfig == nil || c.State == nil {
+		return false
+	}
+	running := c.State.Running || c.State.Restarting
+	switch c.HostConfig.RestartPolicy.Name {
+	case container.RestartPolicyAlways:
+		return true
+	case container.RestartPolicyUnlessStopped, container.RestartPolicyOnFailure:
+		return running
+	}
+	return false
+}
+
+// keepPolicy puts an existing container under unless-stopped when it has
+// another policy (one created by hand or by an older installer, say).
+func (p *Platform) keepPolicy(ctx context.Context, name string, have container.InspectResponse) error {
+	if have.HostConfig != nil && have.HostConfig.RestartPolicy.Name == policy.Name {
+		return nil
+	}
+	_, err := p.api.ContainerUpdate(ctx, name, container.UpdateConfig{RestartPolicy: policy})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("set the restart policy of %s to %s: %w", name, policy.Name, err)
+	}
+	return nil
 }
 
 // Start implements platform.Platform. A container that runs is left
@@ -157,10 +205,18 @@ func (p *Platform) Start(ctx context.Context, u platform.Unit, opts platform.Sta
 	case err != nil:
 		return time.Time{}, fmt.Errorf("start %s: inspect: %w", name, err)
 	case have.State != nil && (have.State.Running || have.State.Restarting):
+		if err := p.keepPolicy(ctx, name, have); err != nil {
+			return time.Time{}, fmt.Errorf("start %s: %w", name, err)
+		}
 		return startedAt(name, have)
 	}
 	cc, hc := p.desired(u, opts)
-	if err == nil && !matches(have, cc) {
+	if err == nil && matches(have, cc, hc) {
+		if err := p.keepPolicy(ctx, name, have); err != nil {
+			return time.Time{}, fmt.Errorf("start %s: %w", name, err)
+		}
+	}
+	if err == nil && !matches(have, cc, hc) {
 		if err := p.api.ContainerRemove(ctx, name, container.RemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 			return time.Time{}, fmt.Errorf("start %s: remove the container of an older configuration: %w", name, err)
 		}
@@ -198,6 +254,18 @@ func (p *Platform) Stop(ctx context.Context, u platform.Unit) error {
 	if err != nil {
 		return err
 	}
+	have, err := p.api.ContainerInspect(ctx, name)
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("stop %s: inspect: %w", name, err)
+	}
+	// Note: the policy first: a container under always would be revived
+	// by the engine's next start, stopped or not.
+	if err := p.keepPolicy(ctx, name, have); err != nil {
+		return fmt.Errorf("stop %s: %w", name, err)
+	}
 	timeout := int(p.cfg.StopTimeout / time.Second)
 	err = p.api.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout})
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -222,7 +290,7 @@ func (p *Platform) State(ctx context.Context, u platform.Unit) (platform.State, 
 	if c.State == nil {
 		return platform.State{}, fmt.Errorf("inspect %s: no state", name)
 	}
-	st := platform.State{Status: string(c.State.Status), Active: c.State.Running || c.State.Restarting}
+	st := platform.State{Status: string(c.State.Status), Active: c.State.Running || c.State.Restarting, Enabled: revives(c)}
 	if st.Active {
 		if st.StartedAt, err = startedAt(name, c); err != nil {
 			return st, err

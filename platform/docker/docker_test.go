@@ -2,9 +2,11 @@ package docker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +31,7 @@ func newPlatform(t *testing.T) (*docker.Platform, docker.Config) {
 		AgentArgs:       []string{"agent"},
 		Volumes:         []string{"fleet-role-test-data-" + id + ":/var/lib/rancher/k3s"},
 		Network:         "none",
-		Env:             []string{"K3S_TOKEN=test-token"},
+		Env:             []string{"K3S_KUBECONFIG_MODE=600"},
 		StopTimeout:     5 * time.Second,
 		Labels:          map[string]string{"fleet-role-test": "1"},
 	}
@@ -50,11 +52,24 @@ func TestConformance(t *testing.T) {
 		return platformtest.Harness{
 			Platform: p,
 			AgentServerURL: func(t *testing.T) string {
-				logs := testhost.Docker(t, "logs", "--tail", "1", cfg.AgentContainer)
-				_, url, _ := strings.Cut(logs, "K3S_URL=")
+				// Note: the stand-in prints what it was given once it
+				// runs, a moment after its start returns.
+				var url string
+				require.Eventually(t, func() bool {
+					logs := testhost.Docker(t, "logs", "--tail", "1", cfg.AgentContainer)
+					var ok bool
+					_, url, ok = strings.Cut(logs, "K3S_URL=")
+					return ok
+				}, 10*time.Second, 50*time.Millisecond, "the agent container prints its K3S_URL")
 				return url
 			},
 			Restart: func(t *testing.T, u platform.Unit) { testhost.Docker(t, "restart", "-t", "1", names[u]) },
+			// As an installer that runs k3s's container with --restart
+			// always: revived by the engine's next start, stopped or not.
+			Enable: func(t *testing.T, u platform.Unit) {
+				testhost.Docker(t, "run", "-d", "--name", names[u], "--label", testhost.Label, "--network", "none",
+					"--restart", "always", cfg.Image, string(u))
+			},
 		}
 	})
 }
@@ -93,7 +108,9 @@ func TestAStoppedAgentIsCreatedAnewForANewServer(t *testing.T) {
 
 func TestAMissingImageIsNotInstalled(t *testing.T) {
 	testhost.RequireDocker(t)
-	p, err := docker.New(docker.Config{Image: "fleet-role-test/absent:none", ServerContainer: "a", AgentContainer: "b"})
+	id := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	p, err := docker.New(docker.Config{Image: "fleet-role-test/absent:none",
+		ServerContainer: "fleet-role-test-absent-server-" + id, AgentContainer: "fleet-role-test-absent-agent-" + id})
 	require.NoError(t, err)
 	defer p.Close()
 	ok, err := p.Installed(context.Background(), platform.Server)
@@ -102,4 +119,62 @@ func TestAMissingImageIsNotInstalled(t *testing.T) {
 	st, err := p.State(context.Background(), platform.Server)
 	require.NoError(t, err)
 	assert.Equal(t, platform.State{Status: "missing"}, st)
+}
+
+// TestAContainerStoppedByTheBackendIsNotRevivedByTheEngine checks what
+// the engine consults when it starts again (a host reboot): the restart
+// policy, and whether the container was stopped by hand. Where the
+// engine's data root is readable (the engine runs on this machine), its
+// own record of the container, config.v2.json, is read too; the engine
+// itself is not restarted (other suites share it).
+func TestAContainerStoppedByTheBackendIsNotRevivedByTheEngine(t *testing.T) {
+	p, cfg := newPlatform(t)
+	ctx := context.Background()
+	testhost.Docker(t, "run", "-d", "--name", cfg.ServerContainer, "--label", testhost.Label, "--network", "none",
+		"--restart", "always", cfg.Image, "server")
+	st, err := p.State(ctx, platform.Server)
+	require.NoError(t, err)
+	require.True(t, st.Enabled, "under always, the engine revives it")
+
+	require.NoError(t, p.Stop(ctx, platform.Server))
+	assert.Equal(t, "unless-stopped false", testhost.Docker(t, "inspect", "-f", "{{.HostConfig.RestartPolicy.Name}} {{.State.Running}}", cfg.ServerContainer))
+	st, err = p.State(ctx, platform.Server)
+	require.NoError(t, err)
+	assert.False(t, st.Enabled)
+
+	root := testhost.Docker(t, "info", "-f", "{{.DockerRootDir}}")
+	id := testhost.Docker(t, "inspect", "-f", "{{.Id}}", cfg.ServerContainer)
+	data, err := os.ReadFile(filepath.Join(root, "containers", id, "config.v2.json"))
+	if err != nil {
+		t.Logf("the engine's record is not readable here (%v): checked through inspect only", err)
+		return
+	}
+	var record struct{ HasBeenManuallyStopped bool }
+	require.NoError(t, json.Unmarshal(data, &record))
+	assert.True(t, record.HasBeenManuallyStopped, "the engine remembers the stop: unless-stopped does not revive it")
+
+	_, err = p.Start(ctx, platform.Server, platform.StartOptions{})
+	require.NoError(t, err)
+	st, err = p.State(ctx, platform.Server)
+	require.NoError(t, err)
+	assert.True(t, st.Enabled, "started again, it is revived again")
+}
+
+func TestAContainerOfOtherMountsIsCreatedAnew(t *testing.T) {
+	p, cfg := newPlatform(t)
+	ctx := context.Background()
+	_, err := p.Start(ctx, platform.Server, platform.StartOptions{})
+	require.NoError(t, err)
+	first := testhost.Docker(t, "inspect", "-f", "{{.Id}}", cfg.ServerContainer)
+	require.NoError(t, p.Stop(ctx, platform.Server))
+
+	dir := t.TempDir()
+	cfg.Volumes = append(cfg.Volumes, dir+":/etc/rancher/node")
+	q, err := docker.New(cfg)
+	require.NoError(t, err)
+	defer q.Close()
+	_, err = q.Start(ctx, platform.Server, platform.StartOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, first, testhost.Docker(t, "inspect", "-f", "{{.Id}}", cfg.ServerContainer))
+	assert.Contains(t, testhost.Docker(t, "inspect", "-f", "{{range .Mounts}}{{.Destination}} {{end}}", cfg.ServerContainer), "/etc/rancher/node")
 }

@@ -1,5 +1,7 @@
 // Package fake is an in-memory platform for tests: it keeps the units'
-// states, records every call, and blocks the calls it is told to.
+// states, records every call, and blocks the calls it is told to. As the
+// real backends do, Start makes a unit start at boot and Stop keeps it
+// from doing so; Reboot starts again the units enabled at boot.
 package fake
 
 import (
@@ -31,6 +33,7 @@ type Platform struct {
 
 type unit struct {
 	active  bool
+	enabled bool
 	started time.Time
 	url     string
 }
@@ -89,11 +92,34 @@ func (p *Platform) Notify() <-chan Call {
 	return p.notify
 }
 
-// Set puts a unit in a state, as the host was found.
+// Set puts a unit in a state, as the host was found: a running unit as
+// its installer left it, enabled at boot; a stopped one not.
 func (p *Platform) Set(u platform.Unit, active bool, started time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.units[u].active, p.units[u].started = active, started
+	p.units[u].active, p.units[u].started, p.units[u].enabled = active, started, active
+}
+
+// SetEnabled makes a unit start at boot, or not, behind the platform's
+// back: as k3s's installer leaves its unit enabled.
+func (p *Platform) SetEnabled(u platform.Unit, enabled bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.units[u].enabled = enabled
+}
+
+// Reboot is the host booting again: every unit stops, and the units
+// enabled at boot start anew, the agent with the server URL it last had.
+func (p *Platform) Reboot() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	for _, s := range p.units {
+		s.active, s.started = s.enabled, time.Time{}
+		if s.enabled {
+			s.started = now
+		}
+	}
 }
 
 // Restart restarts a running unit behind the platform's back, as a unit's
@@ -149,6 +175,7 @@ func (p *Platform) Start(ctx context.Context, u platform.Unit, opts platform.Sta
 		return time.Time{}, platform.ErrNoServerURL
 	}
 	s := p.units[u]
+	s.enabled = true
 	if !s.active {
 		s.active, s.started = true, c.At
 		if u == platform.Agent {
@@ -173,7 +200,7 @@ func (p *Platform) Stop(ctx context.Context, u platform.Unit) error {
 	defer p.mu.Unlock()
 	p.record(Call{Op: "stop", Unit: u, At: p.now()})
 	s := p.units[u]
-	s.active, s.started = false, time.Time{}
+	s.active, s.enabled, s.started = false, false, time.Time{}
 	return nil
 }
 
@@ -185,7 +212,7 @@ func (p *Platform) State(ctx context.Context, u platform.Unit) (platform.State, 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.units[u]
-	st := platform.State{Active: s.active, Status: "inactive", StartedAt: s.started}
+	st := platform.State{Active: s.active, Enabled: s.enabled, Status: "inactive", StartedAt: s.started}
 	if s.active {
 		st.Status = "active"
 	}

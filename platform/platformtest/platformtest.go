@@ -15,7 +15,8 @@ import (
 	"github.com/fleet-role/fleet-role/platform"
 )
 
-// Harness is a backend under test, on a host whose two units are stopped.
+// Harness is a backend under test, on a host whose two units are stopped
+// and do not start at boot.
 type Harness struct {
 	Platform platform.Platform
 	// AgentServerURL reads the server URL the running agent unit was
@@ -24,6 +25,10 @@ type Harness struct {
 	// Restart restarts a running unit behind the platform's back, as a
 	// unit's restart policy would.
 	Restart func(t *testing.T, u platform.Unit)
+	// Enable leaves a unit as k3s's installer does, behind the platform's
+	// back: running and started at boot (systemctl enable --now; a
+	// container run with a restart policy that revives it).
+	Enable func(t *testing.T, u platform.Unit)
 }
 
 // Suite runs the conformance tests; newHarness gives a fresh host for
@@ -48,6 +53,7 @@ func Suite(t *testing.T, newHarness func(t *testing.T) Harness) {
 			st, err := h.Platform.State(ctx(t), u)
 			require.NoError(t, err)
 			assert.False(t, st.Active, "%s", u)
+			assert.False(t, st.Enabled, "%s does not start at boot", u)
 			assert.True(t, st.StartedAt.IsZero(), "%s", u)
 			assert.NotEmpty(t, st.Status)
 			ok, err := h.Platform.Installed(ctx(t), u)
@@ -96,6 +102,47 @@ func Suite(t *testing.T, newHarness func(t *testing.T) Harness) {
 			require.NoError(t, err)
 			assert.False(t, st.Active)
 			assert.True(t, st.StartedAt.IsZero())
+		}
+	})
+
+	t.Run("start makes a unit start at boot and stop keeps it from it, as the state says", func(t *testing.T) {
+		h := newHarness(t)
+		for _, u := range platform.Units {
+			_, err := h.Platform.Start(ctx(t), u, opts(u))
+			require.NoError(t, err, "%s", u)
+			st, err := h.Platform.State(ctx(t), u)
+			require.NoError(t, err)
+			assert.True(t, st.Enabled, "%s starts at boot once started", u)
+			_, err = h.Platform.Start(ctx(t), u, opts(u))
+			require.NoError(t, err, "start a running unit")
+			st, err = h.Platform.State(ctx(t), u)
+			require.NoError(t, err)
+			assert.True(t, st.Enabled, "%s still starts at boot", u)
+
+			require.NoError(t, h.Platform.Stop(ctx(t), u))
+			st, err = h.Platform.State(ctx(t), u)
+			require.NoError(t, err)
+			assert.False(t, st.Active, "%s", u)
+			assert.False(t, st.Enabled, "%s does not start at boot once stopped", u)
+			require.NoError(t, h.Platform.Stop(ctx(t), u), "stop a stopped unit")
+			st, err = h.Platform.State(ctx(t), u)
+			require.NoError(t, err)
+			assert.False(t, st.Enabled, "%s", u)
+		}
+	})
+
+	t.Run("a unit the installer left enabled is kept from starting at boot by stop", func(t *testing.T) {
+		h := newHarness(t)
+		for _, u := range platform.Units {
+			h.Enable(t, u)
+			st, err := h.Platform.State(ctx(t), u)
+			require.NoError(t, err)
+			require.True(t, st.Enabled, "%s is enabled as the installer leaves it", u)
+			require.NoError(t, h.Platform.Stop(ctx(t), u))
+			st, err = h.Platform.State(ctx(t), u)
+			require.NoError(t, err)
+			assert.False(t, st.Active, "%s", u)
+			assert.False(t, st.Enabled, "%s does not start at boot once stopped", u)
 		}
 	})
 

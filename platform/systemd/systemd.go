@@ -3,6 +3,13 @@
 // API. A unit's start is read from ActiveEnterTimestamp while it runs and
 // recorded in the state dir, since systemd forgets it once a stopped unit
 // is unloaded.
+//
+// Start enables the unit and Stop disables it, as `systemctl enable` and
+// `systemctl disable` do, so that what starts at boot follows the role:
+// k3s's install script enables k3s.service (or k3s-agent.service) with
+// WantedBy=multi-user.target. A unit without an [Install] section
+// ("static") has nothing to enable: systemd makes no change, that is no
+// error, and its State says Enabled false.
 package systemd
 
 import (
@@ -124,6 +131,12 @@ func (p *Platform) Start(ctx context.Context, u platform.Unit, opts platform.Sta
 	if u == platform.Agent && opts.ServerURL == "" {
 		return time.Time{}, platform.ErrNoServerURL
 	}
+	// Note: enabled before the start, and even when it runs already, so
+	// that a unit started by hand (or an agent stopped midway) starts at
+	// boot too.
+	if err := p.enable(ctx, name); err != nil {
+		return time.Time{}, err
+	}
 	st, err := p.State(ctx, u)
 	if err != nil {
 		return time.Time{}, err
@@ -160,7 +173,65 @@ func (p *Platform) Stop(ctx context.Context, u platform.Unit) error {
 	} else if !ok {
 		return nil
 	}
+	// Note: disabled before the stop: an agent stopped between the two
+	// finds the unit inactive and does not stop it again, so the other
+	// order could leave a stopped unit that starts at boot.
+	if err := p.disable(ctx, name); err != nil {
+		return err
+	}
 	return p.job(ctx, name, "stop")
+}
+
+// enable makes the unit start at boot: the symlinks of its [Install]
+// section (force: a conflicting symlink is replaced), then a reload when
+// anything changed, as `systemctl enable` does, so that systemd's
+// UnitFileState agrees. Idempotent; a static unit changes nothing.
+func (p *Platform) enable(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.JobTimeout)
+	defer cancel()
+	conn, err := p.connection(ctx)
+	if err != nil {
+		return fmt.Errorf("enable %s: %w", name, err)
+	}
+	_, changes, err := conn.EnableUnitFilesContext(ctx, []string{name}, false, true)
+	if err != nil {
+		return fmt.Errorf("enable %s: %w", name, err)
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	if err := conn.ReloadContext(ctx); err != nil {
+		return fmt.Errorf("enable %s: reload systemd: %w", name, err)
+	}
+	return nil
+}
+
+// disable keeps the unit from starting at boot: the symlinks of its
+// [Install] section removed, under /etc and under /run (a runtime
+// enablement), then a reload when anything changed, as `systemctl
+// disable` does. Idempotent.
+func (p *Platform) disable(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.JobTimeout)
+	defer cancel()
+	conn, err := p.connection(ctx)
+	if err != nil {
+		return fmt.Errorf("disable %s: %w", name, err)
+	}
+	changed := false
+	for _, runtime := range []bool{false, true} {
+		changes, err := conn.DisableUnitFilesContext(ctx, []string{name}, runtime)
+		if err != nil {
+			return fmt.Errorf("disable %s: %w", name, err)
+		}
+		changed = changed || len(changes) > 0
+	}
+	if !changed {
+		return nil
+	}
+	if err := conn.ReloadContext(ctx); err != nil {
+		return fmt.Errorf("disable %s: reload systemd: %w", name, err)
+	}
+	return nil
 }
 
 // job runs a start or stop job and waits for its result.
@@ -180,14 +251,39 @@ func (p *Platform) job(ctx context.Context, name, op string) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	select {
-	case result := <-done:
-		if result != "done" {
-			return fmt.Errorf("%s %s: %w: %s", op, name, ErrJob, result)
+	// Note: k3s's units are Type=notify with TimeoutStartSec=0, and k3s
+	// says READY=1 only once it is up: a server once its apiserver serves,
+	// which needs its etcd member to vote (k3s-io/k3s pkg/cli/server,
+	// run: SdNotify after APIServerReady and ETCDReady). A start job
+	// therefore lasts until the member votes, or forever. A start is
+	// taken as made once its main process runs (activating/start); the
+	// controller waits for the member to vote, within its own bound.
+	var running <-chan time.Time
+	if op == "start" {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		running = t.C
+	}
+	for {
+		select {
+		case result := <-done:
+			if result != "done" {
+				return fmt.Errorf("%s %s: %w: %s", op, name, ErrJob, result)
+			}
+			return nil
+		case <-running:
+			props, err := conn.GetUnitPropertiesContext(ctx, name)
+			if err != nil {
+				continue
+			}
+			active, _ := props["ActiveState"].(string)
+			sub, _ := props["SubState"].(string)
+			if active == "activating" && sub == "start" {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s: waiting for the job: %w", op, name, ctx.Err())
 		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%s %s: waiting for the job: %w", op, name, ctx.Err())
 	}
 }
 
@@ -207,7 +303,7 @@ func (p *Platform) State(ctx context.Context, u platform.Unit) (platform.State, 
 	}
 	active, _ := props["ActiveState"].(string)
 	sub, _ := props["SubState"].(string)
-	st := platform.State{Status: active}
+	st := platform.State{Status: active, Enabled: enabledAtBoot(props["UnitFileState"])}
 	if sub != "" {
 		st.Status += "/" + sub
 	}
@@ -217,10 +313,15 @@ func (p *Platform) State(ctx context.Context, u platform.Unit) (platform.State, 
 	default:
 		return st, nil
 	}
-	if at := timestamp(props["ActiveEnterTimestamp"]); !at.IsZero() {
-		st.StartedAt = at
-	} else if at := timestamp(props["InactiveExitTimestamp"]); !at.IsZero() {
-		st.StartedAt = at
+	// The start is the main process's: a Type=notify unit such as k3s's
+	// runs from then, though it is active only once it says READY=1.
+	if prop, err := conn.GetServicePropertyContext(ctx, name, "ExecMainStartTimestamp"); err == nil {
+		st.StartedAt = timestamp(prop.Value.Value())
+	}
+	for _, p := range []string{"ActiveEnterTimestamp", "InactiveExitTimestamp"} {
+		if at := timestamp(props[p]); st.StartedAt.IsZero() && !at.IsZero() {
+			st.StartedAt = at
+		}
 	}
 	recorded := p.recorded(name)
 	switch {
@@ -264,6 +365,14 @@ func (p *Platform) Close() error {
 		p.conn = nil
 	}
 	return nil
+}
+
+// enabledAtBoot says a UnitFileState starts the unit at boot: enabled,
+// under /etc or under /run. static, disabled, masked, indirect and the
+// others do not.
+func enabledAtBoot(v any) bool {
+	state, _ := v.(string)
+	return state == "enabled" || state == "enabled-runtime"
 }
 
 func timestamp(v any) time.Time {

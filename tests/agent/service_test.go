@@ -86,7 +86,7 @@ func TestTheAgentRunsAsItsHardenedSystemdServiceAndPromotesANativeStandby(t *tes
 	assert.Equal(t, swapplan.StateDone, r.State, r.Message)
 	assert.Equal(t, "active", h.Exec(t, "systemctl", "is-active", "k3s.service"))
 	assert.Equal(t, "inactive", h.Exec(t, "sh", "-c", "systemctl is-active k3s-agent.service || true"))
-	enter := h.Exec(t, "systemctl", "show", "-p", "ActiveEnterTimestamp", "--timestamp=unix", "--value", "k3s.service")
+	enter := h.Exec(t, "systemctl", "show", "-p", "ExecMainStartTimestamp", "--timestamp=unix", "--value", "k3s.service")
 	sec, err := strconv.ParseInt(strings.TrimPrefix(enter, "@"), 10, 64)
 	require.NoError(t, err)
 	require.NotNil(t, r.StartedAt)

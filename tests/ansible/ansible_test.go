@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/platform"
+	"github.com/fleet-role/fleet-role/platform/docker"
 	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
@@ -124,6 +126,95 @@ func TestTheAgentRoleIntoAPrefixIsCheckModeSafeAndIdempotent(t *testing.T) {
 	assert.Equal(t, "server\n", string(role), "a server's role file starts as server")
 	assert.FileExists(t, filepath.Join(prefix, "usr", "bin", "fleet-role"))
 	assert.FileExists(t, filepath.Join(prefix, "etc", "systemd", "system", "fleet-role-agent.service"))
+}
+
+func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANodeDir(t *testing.T) {
+	prefix := t.TempDir()
+	play := filepath.Join(t.TempDir(), "agent.yml")
+	require.NoError(t, os.WriteFile(play, []byte(`- hosts: runner-01
+  gather_facts: false
+  roles:
+    - role: fleet_role_agent
+`), 0o644))
+	args := []string{"-i", prefixInventory(t), play, "-e", "fleet_role_agent_prefix=" + prefix,
+		"-e", "fleet_role_agent_manage_service=false", "-e", "fleet_role_agent_binary=" + binary,
+		"-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "fleet_role_agent_platform=docker"}
+
+	out, err := tool(t, "ansible-playbook", args...)
+	require.Error(t, err, "a Docker host without the cluster's token")
+	assert.Contains(t, out, "fleet_role_agent_k3s_token is required")
+
+	const token = "K10secret::server:0123456789abcdef"
+	args = append(args, "-e", "fleet_role_agent_k3s_token="+token, "-e", `{"fleet_role_agent_docker_agent_args": ["--node-label=fleet-role.io/role=agent"]}`)
+	out = playbook(t, args...)
+	assert.Positive(t, changed(t, out))
+	assert.NotContains(t, out, token, "the token is not logged")
+	assert.Zero(t, changed(t, playbook(t, args...)), "a second run changes nothing")
+
+	tokenFile := filepath.Join(prefix, "etc", "fleet-role", "k3s-token")
+	fi, err := os.Stat(tokenFile)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the token file is 0600")
+	b, err := os.ReadFile(tokenFile)
+	require.NoError(t, err)
+	assert.Equal(t, token+"\n", string(b))
+	for _, d := range []string{"etc/rancher/k3s/config.yaml.d", "etc/rancher/node"} {
+		assert.DirExists(t, filepath.Join(prefix, d))
+	}
+
+	conf := filepath.Join(prefix, "etc", "fleet-role", "agent.toml")
+	a, err := config.LoadAgent(conf)
+	require.NoError(t, err)
+	assert.Equal(t, config.PlatformDocker, a.Platform)
+	assert.Equal(t, []string{"server", "--token-file=/etc/fleet-role/k3s-token"}, a.Docker.ServerArgs)
+	assert.Equal(t, []string{"agent", "--token-file=/etc/fleet-role/k3s-token", "--node-label=fleet-role.io/role=agent"}, a.Docker.AgentArgs)
+	assert.Equal(t, []string{
+		"k3s-data:/var/lib/rancher/k3s",
+		"/etc/fleet-role/k3s-token:/etc/fleet-role/k3s-token:ro",
+		"/etc/rancher/k3s:/etc/rancher/k3s",
+		"/etc/rancher/node:/etc/rancher/node",
+	}, a.Docker.Volumes)
+	assert.Empty(t, a.Docker.Env)
+	rendered, err := os.ReadFile(conf)
+	require.NoError(t, err)
+	assert.NotContains(t, string(rendered), token, "the agent's configuration does not hold the token")
+
+	// The rendered configuration drives the Docker backend: the host's
+	// paths are the prefix's, the data volume the test's own.
+	id := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	d := a.Docker
+	d.Image = testhost.Standin(t)
+	d.ServerContainer, d.AgentContainer = "fleet-role-test-server-"+id, "fleet-role-test-agent-"+id
+	d.Network, d.Privileged = "none", false
+	for i, v := range d.Volumes {
+		if strings.HasPrefix(v, "/") {
+			d.Volumes[i] = prefix + v
+		} else {
+			d.Volumes[i] = "fleet-role-test-data-" + id + ":/var/lib/rancher/k3s"
+		}
+	}
+	p, err := docker.New(docker.Config{Image: d.Image, ServerContainer: d.ServerContainer, AgentContainer: d.AgentContainer,
+		ServerArgs: d.ServerArgs, AgentArgs: d.AgentArgs, Volumes: d.Volumes, Network: d.Network, Env: d.Env,
+		StopTimeout: time.Second, Labels: map[string]string{"fleet-role-test": "1"}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		p.Close()
+		_ = exec.Command("docker", "rm", "-f", d.ServerContainer, d.AgentContainer).Run()
+		_ = exec.Command("docker", "volume", "rm", "-f", "fleet-role-test-data-"+id).Run()
+	})
+	ctx := context.Background()
+	for _, u := range platform.Units {
+		_, err := p.Start(ctx, u, platform.StartOptions{ServerURL: "https://10.0.0.2:6443"})
+		require.NoError(t, err)
+		name := map[platform.Unit]string{platform.Server: d.ServerContainer, platform.Agent: d.AgentContainer}[u]
+		inspect := testhost.Docker(t, "inspect", name)
+		assert.NotContains(t, inspect, token, "docker inspect of the %s container does not show the token", u)
+		mounts := testhost.Docker(t, "inspect", "-f", "{{range .Mounts}}{{.Destination}}={{.RW}} {{end}}", name)
+		for _, m := range []string{"/etc/fleet-role/k3s-token=false", "/etc/rancher/k3s=true", "/etc/rancher/node=true"} {
+			assert.Contains(t, mounts, m, "the %s container", u)
+		}
+		assert.Contains(t, testhost.Docker(t, "inspect", "-f", "{{.Config.Cmd}}", name), "--token-file=/etc/fleet-role/k3s-token")
+	}
 }
 
 // agentKubeconfig is a kubeconfig, its CA inline, acting as the node's
