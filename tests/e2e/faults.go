@@ -69,8 +69,17 @@ const serverDown = "/run/systemd/system/k3s.service.d/zz-e2e-down.conf"
 // whatever its agent asks, and its kubelet's heartbeat stops.
 func (h *Host) KeepServerDown() {
 	h.f.t.Helper()
-	h.Exec("sh", "-c", fmt.Sprintf("mkdir -p %s && printf '[Service]\\nExecStartPre=/bin/false\\n' > %s && systemctl daemon-reload && systemctl stop k3s.service",
+	h.Exec("sh", "-c", fmt.Sprintf("mkdir -p %s && printf '[Service]\\nExecStartPre=/bin/false\\n' > %s && systemctl daemon-reload",
 		filepath.Dir(serverDown), serverDown))
+	// Note: the agent may start the unit again as it stops, cancelling
+	// the stop job; each start from now on fails.
+	h.f.Wait(30*time.Second, h.Name+"'s k3s server stopped", func() error {
+		_, _ = h.exec("systemctl", "stop", "k3s.service")
+		if pid, _ := h.exec("systemctl", "show", "-p", "MainPID", "--value", "k3s.service"); pid != "0" {
+			return fmt.Errorf("k3s.service's main process is %s", pid)
+		}
+		return nil
+	})
 }
 
 // LetServerUp lifts KeepServerDown: the unit's next restart (or its
