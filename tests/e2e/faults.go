@@ -1,0 +1,283 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+// Reboot restarts a native host's container, as the machine booting
+// again: systemd stops every unit, and on the way up starts the units
+// enabled at boot (multi-user.target), fleet-role-agent among them. The
+// host's data, state and k3s configuration are directories of the
+// harness's mounted into the container, and its /etc/systemd/system is
+// the container's own: all of it survives, as a disk does; /run (a
+// tmpfs) does not. It returns once systemd runs and fleet-role-agent is
+// active.
+func (h *Host) Reboot() {
+	h.f.t.Helper()
+	if h.Docker {
+		h.f.t.Fatalf("%s: Reboot needs a native host", h.Name)
+	}
+	if h.etcd != nil {
+		// Its connection is to the member of the host before the reboot.
+		_ = h.etcd.Close()
+		h.etcd = nil
+	}
+	testhost.Docker(h.f.t, "restart", h.Container)
+	h.f.Wait(2*time.Minute, h.Name+" is up again with fleet-role-agent active", func() error {
+		// Note: "starting" lasts while a Type=notify unit (k3s.service
+		// with TimeoutStartSec=0) has not said READY=1; that is k3s's
+		// business, not the boot's.
+		state, _ := h.exec("systemctl", "is-system-running")
+		if state != "running" && state != "degraded" && state != "starting" {
+			return fmt.Errorf("systemd is %q", state)
+		}
+		if out, _ := h.exec("systemctl", "is-active", "fleet-role-agent.service"); out != "active" {
+			return fmt.Errorf("fleet-role-agent is %q", out)
+		}
+		return nil
+	})
+}
+
+// Unit says whether a unit of a native host is active and enabled, as
+// systemctl is-active and is-enabled print it.
+func (h *Host) Unit(unit string) (active, enabled string) {
+	active, _ = h.exec("systemctl", "is-active", unit)
+	enabled, _ = h.exec("systemctl", "is-enabled", unit)
+	return active, enabled
+}
+
+// serverDown is a runtime drop-in (gone at the next boot) that fails
+// k3s.service's start. Note: not systemctl mask --runtime, which a unit
+// file in /etc/systemd/system, as the installer writes k3s.service,
+// shadows.
+const serverDown = "/run/systemd/system/k3s.service.d/zz-e2e-down.conf"
+
+// KeepServerDown stops a native host's k3s.service and makes each start
+// of it fail until LetServerUp or the next boot, as a k3s server that
+// crashes as it starts: the unit restarts every RestartSec and fails,
+// whatever its agent asks, and its kubelet's heartbeat stops.
+func (h *Host) KeepServerDown() {
+	h.f.t.Helper()
+	h.Exec("sh", "-c", fmt.Sprintf("mkdir -p %s && printf '[Service]\\nExecStartPre=/bin/false\\n' > %s && systemctl daemon-reload",
+		filepath.Dir(serverDown), serverDown))
+	// Note: the agent may start the unit again as it stops, cancelling
+	// the stop job; each start from now on fails.
+	h.f.Wait(30*time.Second, h.Name+"'s k3s server stopped", func() error {
+		_, _ = h.exec("systemctl", "stop", "k3s.service")
+		if pid, _ := h.exec("systemctl", "show", "-p", "MainPID", "--value", "k3s.service"); pid != "0" {
+			return fmt.Errorf("k3s.service's main process is %s", pid)
+		}
+		return nil
+	})
+}
+
+// LetServerUp lifts KeepServerDown: the unit's next restart (or its
+// agent) starts the server again.
+func (h *Host) LetServerUp() {
+	h.f.t.Helper()
+	h.Exec("sh", "-c", fmt.Sprintf("rm -f %s && systemctl daemon-reload", serverDown))
+}
+
+// neverReady is the k3s double's fault file: a server whose apiserver
+// never comes up (tests/k3sdouble, (*server).neverReady).
+func (h *Host) neverReady() string {
+	return filepath.Join(h.dir, "data", "server", "never-ready")
+}
+
+// NeverReady makes the host's k3s server never become ready: its member
+// may join and vote, but its apiserver and controllers never run, so it
+// never writes its Node's etcd metadata. The host's data dir is the
+// harness's h.dir/data, mounted as the k3s data dir (and into a Docker
+// host's server container).
+func (h *Host) NeverReady() {
+	h.f.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(h.neverReady()), 0o700); err != nil {
+		h.f.t.Fatal(err)
+	}
+	if err := os.WriteFile(h.neverReady(), nil, 0o644); err != nil {
+		h.f.t.Fatal(err)
+	}
+}
+
+// MayBeReady lifts NeverReady.
+func (h *Host) MayBeReady() {
+	h.f.t.Helper()
+	if err := os.Remove(h.neverReady()); err != nil && !os.IsNotExist(err) {
+		h.f.t.Fatal(err)
+	}
+}
+
+// JoinDropIn is the k3s config drop-in the host's agent owns, naming the
+// live voter its k3s joins through; empty when there is none.
+func (h *Host) JoinDropIn() string {
+	b, _ := os.ReadFile(filepath.Join(h.dir, "rancher", "config.yaml.d", "90-fleet-role.yaml"))
+	return string(b)
+}
+
+// StagedConfig is the k3s config.yaml the harness staged on the host, as
+// Ansible renders it.
+func (h *Host) StagedConfig() string {
+	b, _ := os.ReadFile(filepath.Join(h.dir, "rancher", "config.yaml"))
+	return string(b)
+}
+
+// Ready is the status of the Node's Ready condition ("" when it has none).
+func (f *Fleet) Ready(name string) corev1.ConditionStatus {
+	f.t.Helper()
+	for _, c := range f.Node(name).Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// WaitReady waits until the Node's Ready condition has the status.
+func (f *Fleet) WaitReady(name string, status corev1.ConditionStatus, timeout time.Duration) {
+	f.t.Helper()
+	f.Wait(timeout, fmt.Sprintf("%s's Ready is %s", name, status), func() error {
+		if got := f.Ready(name); got != status {
+			return fmt.Errorf("it is %q", got)
+		}
+		return nil
+	})
+}
+
+// RestartController stops the controller and starts it again, dry run
+// off, with the bounds changed as given.
+func (f *Fleet) RestartController(bounds map[string]string) {
+	f.t.Helper()
+	f.StopController()
+	if f.opts.Bounds == nil {
+		f.opts.Bounds = map[string]string{}
+	}
+	for k, v := range bounds {
+		f.opts.Bounds[k] = v
+	}
+	f.StartController()
+}
+
+// MemberWatch records etcd's member list, read every 200 ms through
+// every server's endpoint, until Stop.
+type MemberWatch struct {
+	stop chan struct{}
+	done chan struct{}
+	mu   sync.Mutex
+	// most is the longest member list seen, and when.
+	most   []string
+	mostAt time.Time
+	// names are every member's name seen, in order of first sight.
+	names []string
+	reads int
+}
+
+// WatchMembers starts a MemberWatch.
+func (f *Fleet) WatchMembers() *MemberWatch {
+	f.t.Helper()
+	c := f.Etcd()
+	w := &MemberWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			resp, err := c.MemberList(ctx)
+			cancel()
+			if err == nil {
+				var list []string
+				for _, m := range resp.Members {
+					name := m.Name
+					if name == "" {
+						name = fmt.Sprintf("(unstarted %x)", m.ID)
+					}
+					list = append(list, name)
+				}
+				w.mu.Lock()
+				w.reads++
+				if len(list) > len(w.most) {
+					w.most, w.mostAt = list, time.Now()
+				}
+				for _, n := range list {
+					if !slices.Contains(w.names, n) {
+						w.names = append(w.names, n)
+					}
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	f.t.Cleanup(w.Stop)
+	return w
+}
+
+// Stop stops the watch.
+func (w *MemberWatch) Stop() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+// Most is the longest member list the watch saw.
+func (w *MemberWatch) Most() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.most)
+}
+
+// Named are the members seen whose name is the node's (k3s's
+// "<node>-<8 hex>").
+func (w *MemberWatch) Named(node string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, n := range w.names {
+		if strings.HasPrefix(n, node+"-") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (w *MemberWatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprintf("%d reads; at most %d members %v (at %s); every member seen: %v",
+		w.reads, len(w.most), w.most, w.mostAt.Format("15:04:05.000"), w.names)
+}
+
+// During runs fn with what the fleet's helpers fail or log reported to t,
+// a subtest of the fleet's test. The cleanups they register stay the
+// fleet's test's: the fleet, and the clients it keeps, outlive the
+// subtest.
+func (f *Fleet) During(t testhost.T, fn func()) {
+	parent := f.t
+	f.t = subtest{T: t, parent: parent}
+	defer func() { f.t = parent }()
+	fn()
+}
+
+// subtest is a subtest's T whose cleanups are its parent's.
+type subtest struct {
+	testhost.T
+	parent testhost.T
+}
+
+func (s subtest) Cleanup(fn func()) { s.parent.Cleanup(fn) }
