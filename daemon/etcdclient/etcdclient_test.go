@@ -160,21 +160,7 @@ func TestALearnerIsAddedPromotedOnceCaughtUpAndAMemberRemoved(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// k3s joins a new server as a learner.
-	n := newMember(t, "s1")
-	var added *clientv3.MemberAddResponse
-	require.Eventually(t, func() bool {
-		added, err = admin.MemberAddAsLearner(ctx, []string{n.peer})
-		return err == nil
-	}, 30*time.Second, 200*time.Millisecond, "add a learner")
-	var initial []string
-	for _, m := range added.Members {
-		name := m.Name
-		if m.ID == added.Member.ID {
-			name = n.name
-		}
-		initial = append(initial, name+"="+m.PeerURLs[0])
-	}
-	n.start(t, strings.Join(initial, ","), embed.ClusterStateFlagExisting)
+	n, id := addLearner(t, admin, "s1", true)
 	list, err := wrap(t, ms[0]).Members(ctx)
 	require.NoError(t, err)
 	learners := 0
@@ -187,7 +173,7 @@ func TestALearnerIsAddedPromotedOnceCaughtUpAndAMemberRemoved(t *testing.T) {
 	assert.Equal(t, 1, learners)
 	// ... and promotes it once it caught up: etcd refuses before that.
 	require.Eventually(t, func() bool {
-		_, err := admin.MemberPromote(ctx, added.Member.ID)
+		_, err := admin.MemberPromote(ctx, id)
 		return err == nil
 	}, 30*time.Second, 100*time.Millisecond)
 	// The promoted member serves the cluster's calls once it has applied
