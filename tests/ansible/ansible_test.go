@@ -126,6 +126,8 @@ func TestTheAgentRoleIntoAPrefixIsCheckModeSafeAndIdempotent(t *testing.T) {
 	assert.Equal(t, "server\n", string(role), "a server's role file starts as server")
 	assert.FileExists(t, filepath.Join(prefix, "usr", "bin", "fleet-role"))
 	assert.FileExists(t, filepath.Join(prefix, "etc", "systemd", "system", "fleet-role-agent.service"))
+	assert.Equal(t, "/etc/rancher/k3s/config.yaml.d/90-fleet-role.yaml", a.JoinFile)
+	assert.DirExists(t, filepath.Join(prefix, "etc", "rancher", "k3s", "config.yaml.d"), "the drop-in directory the hardened agent unit may write")
 }
 
 func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANodeDir(t *testing.T) {
