@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -63,6 +64,10 @@ func TestASwapInAndOutWithWritesThroughoutThenTheBootstrapHostPromotedAgain(t *t
 	assert.Equal(t, 0, count.Failed, "no failed write with the leader moved")
 	assert.False(t, count.Unanswered)
 
+	// As an operator would: v1 is asked for once its agent samples it
+	// again after its demotion (fleet-role swap refuses a host without a
+	// fresh sample).
+	f.waitFreshProbe("v1", time.Minute)
 	w = f.StartWrites(c)
 	res = f.swap(t, "v2", "v1", 4*time.Minute)
 	count = w.Count()
@@ -70,6 +75,22 @@ func TestASwapInAndOutWithWritesThroughoutThenTheBootstrapHostPromotedAgain(t *t
 	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
 	require.NoError(t, f.Check(swapplan.ResultCompleted))
 	assert.Equal(t, 0, count.Failed)
+}
+
+// waitFreshProbe waits for a probe sample of the host taken after now.
+func (f *Fleet) waitFreshProbe(name string, timeout time.Duration) {
+	f.t.Helper()
+	since := time.Now()
+	f.Wait(timeout, name+" has a fresh probe sample", func() error {
+		var p swapplan.Probe
+		if err := json.Unmarshal([]byte(f.Node(name).Annotations[swapplan.AnnotationProbe]), &p); err != nil {
+			return err
+		}
+		if !p.At.After(since) {
+			return fmt.Errorf("its last sample is of %s", p.At.Format(time.RFC3339))
+		}
+		return nil
+	})
 }
 
 // atStep waits for the swap under way to reach one of the steps.
