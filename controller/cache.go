@@ -130,14 +130,6 @@ func (c *cache) nodeTaints(name string) (nodeTaints, bool) {
 	return t, ok
 }
 
-// node is the cached conversion of a Node.
-func (c *cache) node(name string) (swapplan.Node, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, ok := c.nodes[name]
-	return n, ok
-}
-
 func (c *cache) handle(inf toolscache.SharedIndexInformer, upsert func(any), del func(name string)) {
 	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    upsert,

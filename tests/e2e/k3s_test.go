@@ -98,9 +98,10 @@ func TestRebootedHostsAndADemotedServerNameComeBackAsTheirRolesSay(t *testing.T)
 				}
 				time.Sleep(time.Second)
 			}
-			active, enabled = v1.Unit("k3s-agent.service")
-			assert.Equal(t, "enabled", enabled, "v1's k3s-agent.service starts at boot")
 			f.WaitReady("v1", corev1.ConditionTrue, time.Minute)
+			active, enabled = v1.Unit("k3s-agent.service")
+			assert.Equal(t, "active", active, "v1's k3s-agent.service runs")
+			assert.Equal(t, "enabled", enabled, "v1's k3s-agent.service starts at boot")
 			require.NoError(t, f.Check(swapplan.ResultCompleted))
 		}},
 		scenario{"AStandbyWhoseServerWasDemotedBeforeItsPromotionJoinsThroughALiveVoter", func(t *testing.T) {

@@ -26,7 +26,9 @@ import (
 
 // errPasswordRejected is k3s's words for a node password the servers do
 // not accept (pkg/agent/config/config.go, getNodeNamedCrt).
-var errPasswordRejected = errors.New("Node password rejected, duplicate hostname or contents of '/etc/rancher/node/password' may not match server node-passwd entry, try enabling a unique node name with the --with-node-id flag") //nolint:staticcheck // k3s's own message
+//
+//lint:ignore ST1005 k3s's own words
+var errPasswordRejected = errors.New("Node password rejected, duplicate hostname or contents of '/etc/rancher/node/password' may not match server node-passwd entry, try enabling a unique node name with the --with-node-id flag")
 
 // nodePassword reads the node password file, creating it (32 hex digits,
 // 0600) on the first start. k3s: pkg/agent/config/config.go,

@@ -170,7 +170,8 @@ func (s *server) join(ctx context.Context) (string, error) {
 	}
 	address := addressOf(s.cfg.Server)
 	if address == "" {
-		return "", fmt.Errorf("Invalid server url, failed to parse: %s", s.cfg.Server) //nolint:staticcheck // k3s's words
+		//lint:ignore ST1005 k3s's own words
+		return "", fmt.Errorf("Invalid server url, failed to parse: %s", s.cfg.Server)
 	}
 	for {
 		initial, err := s.joinOnce(ctx, address)
