@@ -276,7 +276,11 @@ func Decide(f Facts) Decision {
 	}
 	gone := MemberGone(f.Tombstone, f.Member, f.RemovedNodeName, f.MemberGoneSwap, f.CurrentSwap())
 	switch {
-	case f.Tombstone || f.Role == Agent:
+	// Note: a server whose member is gone finishes a demotion too: its
+	// agent missed the step-down (stopped, or its host down, while a
+	// rollback went on without it), and k3s, started again, would fail
+	// against the cluster that removed it, or join it as a new member.
+	case f.Tombstone || f.Role == Agent || gone:
 		return decideAgent(f, gone)
 	case f.Role == Server:
 		return decideServer(f)
@@ -369,6 +373,9 @@ func decideAgent(f Facts, gone bool) Decision {
 	// stopped again, which keeps it from starting at boot: a demoted host
 	// that reboots must not start its server and join as a new member.
 	var steps []Step
+	if f.Role != Agent {
+		steps = append(steps, WriteAgentRole)
+	}
 	if f.Server.Active || f.Server.Enabled {
 		steps = append(steps, StopServer)
 	}

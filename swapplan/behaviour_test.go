@@ -456,3 +456,33 @@ func TestThePromotionNamesTheVotersButTheOutgoingOneForTheCandidateToJoinThrough
 	require.NotNil(t, plan.Action.Request)
 	assert.Equal(t, []string{"v2", "v3"}, plan.Action.Request.Voters, "the outgoing v1 is not named: it may be gone by the time s1 restarts")
 }
+
+func TestARollbackWaitsForTheStepDownOfACandidateWhoseNodeIsNotReadyWhileItsAgentSamples(t *testing.T) {
+	t.Run("its agent samples: waits for its answer", func(t *testing.T) {
+		w := newWorld(t, 3, 1, 0)
+		w.hosts["s1"].neverJoin = true
+		w.hosts["s1"].ignoreStepDown = true
+		w.requestSwap("v1", "s1")
+		w.runUntil(100, acting(swapplan.ActionStepDown, "s1"))
+		require.False(t, w.node("s1").Ready, "a joining server's Node is not Ready")
+		for range 10 {
+			plan := w.pass()
+			assert.Equal(t, swapplan.ActionNone, plan.Action.Type, plan.Reason)
+			assert.Contains(t, plan.Reason, "waiting for the candidate s1 to step down")
+		}
+		w.hosts["s1"].ignoreStepDown = false
+		w.hosts["s1"].handled = time.Time{} // the request is still there to be read
+		assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+		assert.Equal(t, "agent", w.hosts["s1"].roleFile, "the candidate stepped down")
+	})
+	t.Run("its agent is silent: goes on without", func(t *testing.T) {
+		w := newWorld(t, 3, 1, 0)
+		w.hosts["s1"].neverJoin = true
+		w.hosts["s1"].ignoreStepDown = true
+		w.requestSwap("v1", "s1")
+		w.runUntil(100, acting(swapplan.ActionStepDown, "s1"))
+		w.hosts["s1"].silentUntil = w.now.Add(time.Hour)
+		assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+		assert.Equal(t, "server", w.hosts["s1"].roleFile, "the candidate never answered")
+	})
+}

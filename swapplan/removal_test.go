@@ -148,8 +148,11 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 
 func TestACandidateWhoseMemberK3sRemovesWithinTheBoundIsNeverRemovedByAVoter(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
-	w.hosts["s1"].neverJoin = true
 	w.requestSwap("v1", "s1")
+	// Its member votes and its apiserver runs, so k3s writes the Node's
+	// etcd annotations and can remove it; its kubelet's heartbeat stops.
+	w.runUntil(100, acting(swapplan.ActionPromote, "s1"))
+	w.hosts["s1"].heartbeatStuck = true
 	w.runUntil(200, acting(swapplan.ActionRemoveMember, "s1"))
 	assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
 	assert.NotContains(t, w.actions(), "remove-by-voter v2")

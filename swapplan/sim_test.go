@@ -334,7 +334,9 @@ func (w *world) k3s() {
 			w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.name == n.MemberName })
 			n.RemovedMember = n.MemberName
 		}
-		if h.server && !h.paused && !h.neverReady {
+		// Note: k3s writes a server's labels and annotations once its
+		// apiserver and controllers run, which needs its member to vote.
+		if w.serving(h) && !h.paused {
 			for _, l := range swapplan.ServerLabels {
 				if !slices.Contains(n.ServerLabels, l) {
 					n.ServerLabels = append(n.ServerLabels, l)
@@ -358,9 +360,18 @@ func (w *world) k3s() {
 	}
 }
 
+// serving: the host's server runs its apiserver, which k3s starts once
+// its member votes (never, for a neverReady host).
+func (w *world) serving(h *host) bool {
+	return h.server && !h.neverReady && slices.ContainsFunc(w.members, func(m member) bool { return m.name == h.member && !m.learner })
+}
+
 func (w *world) kubelet(n *swapplan.Node) {
 	h := w.hosts[n.Name]
-	n.Ready = (h.server || h.agent) && !h.paused && !h.kubeletDead
+	// Note: a k3s server runs its kubelet once its apiserver serves, which
+	// needs its member to vote: a joining server's Node is not Ready
+	// (k3s-io/k3s pkg/cli/server, run; the k3s double does the same).
+	n.Ready = (h.agent || w.serving(h)) && !h.paused && !h.kubeletDead
 	if n.Ready && !h.heartbeatStuck {
 		n.Heartbeat = w.now
 	}

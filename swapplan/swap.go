@@ -416,7 +416,11 @@ func (p *planner) rollingBack() Plan {
 	}
 	// Note: a finish report of the swap answers the step-down too: the
 	// agent reports it once the member is gone, over its step-down report.
-	if in.answer(id, RequestStepDown) == nil && p.finished(in) == nil && in.Ready && !p.pastBound(StepRollback) {
+	// The wait lasts while its agent samples, not only while its Node is
+	// Ready: a candidate mid-promotion has no kubelet (k3s runs it once
+	// its member votes), and one that never hears the step-down keeps
+	// starting a server whose member is gone.
+	if in.answer(id, RequestStepDown) == nil && p.finished(in) == nil && (in.Ready || p.fresh(in)) && !p.pastBound(StepRollback) {
 		return p.wait(StepRollback, "rolling back: waiting for the candidate %s to step down", in.Name)
 	}
 	original := p.voterSet([]string{p.rec.Out}, in.Name)

@@ -202,14 +202,7 @@ func Start(t testhost.T, opts Options) *Fleet {
 	}
 	t.Cleanup(f.cleanup)
 	f.logf("waiting for etcd's members to vote and every Node to be Ready with a probe")
-	began := time.Now()
-	f.Wait(2*time.Minute, "the fleet is up", func() error {
-		err := f.up()
-		if err != nil && time.Since(began) > 2*time.Minute-time.Second {
-			err = fmt.Errorf("%w\n%s", err, f.Journals())
-		}
-		return err
-	})
+	f.Wait(2*time.Minute, "the fleet is up", f.up)
 	m, err := f.Members()
 	if err != nil {
 		t.Fatal(err)
@@ -222,10 +215,30 @@ func Start(t testhost.T, opts Options) *Fleet {
 func (f *Fleet) Journals() string {
 	var b strings.Builder
 	for _, n := range f.Order {
-		out, _ := f.Hosts[n].exec("journalctl", "--no-pager", "-n", "25", "-u", "k3s", "-u", "k3s-agent", "-u", "fleet-role-agent")
+		out, _ := f.Hosts[n].exec("journalctl", "--no-pager", "-n", "40", "-u", "k3s", "-u", "k3s-agent", "-u", "fleet-role-agent")
 		fmt.Fprintf(&b, "--- %s\n%s\n", n, out)
 	}
 	return b.String()
+}
+
+// keepLogs copies the controller's logs and each host's whole journal
+// out of the fleet's directory, which is removed, for a failed test.
+func (f *Fleet) keepLogs() {
+	dir, err := os.MkdirTemp("", "fleet-role-e2e-logs")
+	if err != nil {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(f.Dir, "controller-*.log"))
+	for _, l := range logs {
+		if b, err := os.ReadFile(l); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, filepath.Base(l)), b, 0o644)
+		}
+	}
+	for _, n := range f.Order {
+		out, _ := f.Hosts[n].exec("journalctl", "--no-pager", "-o", "short-precise")
+		_ = os.WriteFile(filepath.Join(dir, n+".journal"), []byte(out), 0o644)
+	}
+	f.t.Logf("the controller's logs and the hosts' journals are kept in %s", dir)
 }
 
 // onGoroutine is the test for a helper run on a goroutine of its own: a
@@ -347,7 +360,7 @@ func (f *Fleet) Wait(d time.Duration, what string, cond func() error) {
 			return
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: not within %s: %v", what, d, err)
+			f.t.Fatalf("%s: not within %s: %v\n%s", what, d, err, f.Journals())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -355,6 +368,9 @@ func (f *Fleet) Wait(d time.Duration, what string, cond func() error) {
 
 func (f *Fleet) cleanup() {
 	f.StopController()
+	if t, ok := f.t.(interface{ Failed() bool }); ok && t.Failed() {
+		f.keepLogs()
+	}
 	for _, n := range f.Order {
 		h := f.Hosts[n]
 		if h.dropped {
