@@ -157,9 +157,12 @@ func TestTheCandidatesPeerPortDroppedRollsTheSwapBackLeavingNothingBehind(t *tes
 	assert.Equal(t, swapplan.RoleVoter, f.Node("v1").Labels[swapplan.LabelRole], "v1 untouched")
 
 	f.Hosts["s1"].RestorePeerPort()
-	f.Wait(time.Minute, "s1's server stopped", func() error {
-		if out, _ := f.Hosts["s1"].exec("systemctl", "is-active", "k3s.service"); out != "inactive" && out != "failed" {
-			return fmt.Errorf("k3s.service is %s", out)
+	f.Wait(time.Minute, "s1's server stopped and its agent running", func() error {
+		if active, enabled := f.Hosts["s1"].Unit("k3s.service"); active != "inactive" && active != "failed" || enabled != "disabled" {
+			return fmt.Errorf("k3s.service is %s and %s", active, enabled)
+		}
+		if active, enabled := f.Hosts["s1"].Unit("k3s-agent.service"); active != "active" || enabled != "enabled" {
+			return fmt.Errorf("k3s-agent.service is %s and %s", active, enabled)
 		}
 		return nil
 	})
