@@ -10,7 +10,15 @@ NFPM        ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 TESTFLAGS   ?=
 TESTLOG     ?= $(BIN)/test.log
 NOW         ?= 2026-11-30T12:00:00Z
-VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# The version from the git tags (packaging/version.sh: v0.3.0 is 0.3.0, a
+# pre-release v0.4.0-rc.1 is 0.4.0~rc.1), the commit and the build time,
+# linked into the binary (fleet-role --version) and carried by the packages.
+VERSION     ?= $(shell packaging/version.sh)
+COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE  ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS     = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
+# An image tag has neither "~" nor "+".
+IMAGE_TAG   = $(subst +,-,$(subst ~,-,$(VERSION)))
 
 .PHONY: help setup build image package test test-e2e test-ansible bench fuzz lint fmt demo demo-plan test-bins clean
 
@@ -18,16 +26,16 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build the static binary into bin/fleet-role
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/fleet-role ./cmd/fleet-role
+	@[ -n "$(VERSION)" ] || { echo "make: no version: packaging/version.sh failed" >&2; exit 1; }
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/fleet-role ./cmd/fleet-role
 
-image: build ## build the controller's image FROM scratch (no registry): fleet-role:$(VERSION) and :latest
-	docker build -q -f packaging/Dockerfile -t fleet-role:$(VERSION) -t fleet-role:latest $(BIN)
+image: build ## build the controller's image FROM scratch (no registry): fleet-role:$(IMAGE_TAG) and :latest
+	docker build -q -f packaging/Dockerfile -t fleet-role:$(IMAGE_TAG) -t fleet-role:latest $(BIN)
 
 package: build ## build the .deb and the .rpm into bin/ with nfpm
 	@sed 's|src: bin/fleet-role$$|src: $(BIN)/fleet-role|' packaging/nfpm.yaml >$(BIN)/nfpm.yaml
 	@for p in deb rpm; do \
-		FLEET_ROLE_VERSION=$$(echo $(VERSION) | sed 's/^v//; s/^\([^0-9]\)/0.0.0~\1/') \
-			$(GO) run $(NFPM) package -f $(BIN)/nfpm.yaml -p $$p -t $(BIN)/; \
+		FLEET_ROLE_VERSION=$(VERSION) $(GO) run $(NFPM) package -f $(BIN)/nfpm.yaml -p $$p -t $(BIN)/; \
 	done
 
 test: ## run every test, the end-to-end scenarios last, printing each result and the totals

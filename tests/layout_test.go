@@ -81,7 +81,7 @@ func TestThePurePackagesImportTheStandardLibraryOnlyAndDoNoIO(t *testing.T) {
 
 func TestTheTopLevelKeepsTheLayout(t *testing.T) {
 	allowed := []string{"cmd", "daemon", "platform", "role", "controller", "swapplan", "config", "packaging", "ansible",
-		"tests", "go.mod", "go.sum", "Makefile", "README.md", ".ci", "docs", ".git", ".gitignore", "bin"}
+		"tests", "go.mod", "go.sum", "Makefile", "README.md", "LICENSE", ".ci", "docs", ".git", ".gitignore", "bin"}
 	entries, err := os.ReadDir("..")
 	require.NoError(t, err)
 	for _, e := range entries {

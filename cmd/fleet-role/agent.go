@@ -94,7 +94,7 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	rc.UserAgent = "fleet-role/" + versionString()
+	rc.UserAgent = "fleet-role/" + build().Version
 	// Note: client-go's default of 5 requests a second would make a pass
 	// that renews the Lease, acts and publishes its status wait on itself.
 	rc.QPS, rc.Burst = 50, 100

@@ -71,7 +71,8 @@ func newControllerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			log.Info("starting", "version", versionString(), "dry_run", cfg.DryRun, "namespace", cfg.Namespace)
+			b := build()
+			log.Info("starting", "version", b.Version, "commit", b.Commit, "dry_run", cfg.DryRun, "namespace", cfg.Namespace)
 			return c.Run(cmd.Context())
 		},
 	}

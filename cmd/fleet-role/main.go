@@ -73,6 +73,7 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.CompletionOptions.DisableDefaultCmd = true
+	setVersion(root)
 	root.AddCommand(newAgentCommand(), newControllerCommand(), newSwapCommand(), newStatusCommand(), newPlanCommand(), newConfigCommand(), newVersionCommand())
 	return root
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -72,10 +73,53 @@ func TestBadUsageExits2(t *testing.T) {
 	}
 }
 
-func TestVersionPrintsTheVersion(t *testing.T) {
-	code, out, _ := runCLI(t, "version")
+// linked sets the values make build links in, for one test.
+func linked(t *testing.T, v, c, d string) {
+	old := [3]string{version, commit, date}
+	version, commit, date = v, c, d
+	t.Cleanup(func() { version, commit, date = old[0], old[1], old[2] })
+}
+
+func TestVersionFlagAndCommandPrintTheLinkedVersionCommitAndDate(t *testing.T) {
+	linked(t, "0.4.0~rc.1+3.gabc1234", "abc1234def", "2026-11-30T12:00:00Z")
+	for _, args := range [][]string{{"--version"}, {"-v"}, {"version"}} {
+		code, out, stderr := runCLI(t, args...)
+		assert.Equal(t, 0, code, "%q: %s", args, stderr)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		require.Len(t, lines, 4, "%q: %s", args, out)
+		assert.Equal(t, "fleet-role 0.4.0~rc.1+3.gabc1234", lines[0])
+		assert.Equal(t, "commit: abc1234def", lines[1])
+		assert.Equal(t, "date: 2026-11-30T12:00:00Z", lines[2])
+		assert.True(t, strings.HasPrefix(lines[3], "go: go1."), lines[3])
+	}
+}
+
+func TestVersionWithNothingLinkedSaysDevelAndUnknown(t *testing.T) {
+	linked(t, "", "", "")
+	code, out, _ := runCLI(t, "--version")
 	assert.Equal(t, 0, code)
-	assert.True(t, strings.HasPrefix(out, "fleet-role "))
+	// A test binary carries neither a module version nor VCS stamps.
+	assert.True(t, strings.HasPrefix(out, "fleet-role (devel)\ncommit: unknown\ndate: unknown\n"), out)
+}
+
+func TestVersionFallsBackToWhatTheGoToolchainStamped(t *testing.T) {
+	bi := &debug.BuildInfo{Settings: []debug.BuildSetting{
+		{Key: "vcs", Value: "git"},
+		{Key: "vcs.revision", Value: "3dda220ac32f"},
+		{Key: "vcs.time", Value: "2026-12-01T10:12:41Z"},
+		{Key: "vcs.modified", Value: "true"},
+	}}
+	c, d := vcs(bi, "")
+	assert.Equal(t, "3dda220ac32f-dirty", c)
+	assert.Equal(t, "2026-12-01T10:12:41Z", d)
+	_, d = vcs(bi, "2026-11-30T12:00:00Z")
+	assert.Equal(t, "2026-11-30T12:00:00Z", d, "a linked date wins")
+	bi.Settings[3].Value = "false"
+	c, _ = vcs(bi, "")
+	assert.Equal(t, "3dda220ac32f", c)
+	c, d = vcs(&debug.BuildInfo{}, "")
+	assert.Empty(t, c)
+	assert.Empty(t, d)
 }
 
 func TestAgentWithABadConfigExits2NamingTheKey(t *testing.T) {

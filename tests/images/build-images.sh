@@ -15,7 +15,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${FLEET_ROLE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fleet-role/images}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-packages=systemd,systemd-sysv,dbus,procps,iproute2,python3
+# rpm: the .rpm installed and upgraded as on an RPM host (tests/package_upgrade_test.go).
+packages=systemd,systemd-sysv,dbus,procps,iproute2,python3,rpm
 mkdir -p "$cache"
 
 need() {
