@@ -62,7 +62,9 @@ func TestConformance(t *testing.T) {
 
 func TestAFailingUnitIsAnErrorNamingTheUnit(t *testing.T) {
 	_, host, p := newHarness(t)
-	host.Exec(t, "sh", "-c", "mkdir -p /run/systemd/system/k3s.service.d && printf '[Service]\\nExecStart=\\nExecStart=/bin/false\\nType=oneshot\\nRemainAfterExit=no\\nRestart=no\\n' > /run/systemd/system/k3s.service.d/fail.conf && systemctl daemon-reload")
+	// Note: it fails before its main process runs; a start is taken as
+	// made once that runs (activating/start), however soon it exits.
+	host.Exec(t, "sh", "-c", "mkdir -p /run/systemd/system/k3s.service.d && printf '[Service]\\nExecStartPre=/bin/false\\nRestart=no\\n' > /run/systemd/system/k3s.service.d/fail.conf && systemctl daemon-reload")
 	_, err := p.Start(context.Background(), platform.Server, platform.StartOptions{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "k3s.service")
