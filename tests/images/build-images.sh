@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # build-images.sh builds the container images the platform tests run,
 # without any registry: a Debian bookworm rootfs from Debian's mirror
-# (mmdebstrap, through `docker import`), then a systemd host image on it.
-# Images are tagged by a hash of their inputs and cached as zstd tarballs
-# in a directory outside the repository, so a second run loads them in
-# seconds or does nothing at all.
+# (mmdebstrap, through `docker import`), a systemd host image on it, and
+# a Docker host image on that (Debian's docker.io: a host with its own
+# engine, for Docker-in-Docker). Images are tagged by a hash of their
+# inputs (and :latest) and cached as zstd tarballs in a directory outside
+# the repository, so a second run loads them in seconds or does nothing
+# at all.
 #
 # Usage: build-images.sh
 #   FLEET_ROLE_IMAGE_CACHE  cache directory
 #                           (default ${XDG_CACHE_HOME:-$HOME/.cache}/fleet-role/images)
 #   DEBIAN_MIRROR           default http://deb.debian.org/debian
-# Prints the systemd image's name on its last line.
+# Prints the images' names, one a line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${FLEET_ROLE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fleet-role/images}
@@ -29,28 +31,47 @@ need zstd zstd
 
 key=$(cat "$0" "$here"/systemd/* | sha256sum | cut -c1-12)
 rootfs=fleet-role-test/bookworm-rootfs:$key
-image=fleet-role-test/systemd:$key
-tarball=$cache/systemd-$key.tar.zst
+systemd=fleet-role-test/systemd:$key
+# The Docker host image is FROM the systemd image: its key covers the
+# systemd image's.
+dind=fleet-role-test/dind:$( (echo "$key" && cat "$here"/dind/*) | sha256sum | cut -c1-12)
 
-if docker image inspect "$image" >/dev/null 2>&1; then
+# image IMAGE BUILD: IMAGE from the engine, else from the cache, else
+# built by the function BUILD and cached; tagged :latest too (a tarball
+# holds the keyed tag only).
+image() {
+	local image=$1 build=$2
+	local tarball=$cache/$(basename "${image%%:*}")-${image##*:}.tar.zst
+	if ! docker image inspect "$image" >/dev/null 2>&1; then
+		if [ -f "$tarball" ]; then
+			echo "build-images: loading $tarball" >&2
+			zstd -dc "$tarball" | docker load >&2
+		else
+			"$build" "$image"
+			docker save "$image" | zstd -q -T0 -o "$tarball.tmp" && mv "$tarball.tmp" "$tarball"
+		fi
+	fi
+	docker tag "$image" "${image%%:*}:latest"
 	echo "$image"
-	exit 0
-fi
-if [ -f "$tarball" ]; then
-	echo "build-images: loading $tarball" >&2
-	zstd -dc "$tarball" | docker load >&2
-	echo "$image"
-	exit 0
-fi
+}
 
-if ! docker image inspect "$rootfs" >/dev/null 2>&1; then
-	echo "build-images: building a bookworm rootfs with mmdebstrap (a few minutes)" >&2
-	mmdebstrap --variant=minbase --include="$packages" \
-		--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/usr/share/doc/* "$1"/usr/share/man/*' \
-		bookworm - "$mirror" | docker import - "$rootfs" >&2
-fi
-echo "build-images: building $image" >&2
-docker build -q --build-arg ROOTFS="$rootfs" -t "$image" "$here/systemd" >&2
-docker tag "$image" fleet-role-test/systemd:latest
-docker save "$image" | zstd -q -T0 -o "$tarball.tmp" && mv "$tarball.tmp" "$tarball"
-echo "$image"
+build_systemd() {
+	if ! docker image inspect "$rootfs" >/dev/null 2>&1; then
+		echo "build-images: building a bookworm rootfs with mmdebstrap (a few minutes)" >&2
+		mmdebstrap --variant=minbase --include="$packages" \
+			--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/usr/share/doc/* "$1"/usr/share/man/*' \
+			bookworm - "$mirror" | docker import - "$rootfs" >&2
+	fi
+	echo "build-images: building $1" >&2
+	docker build -q --build-arg ROOTFS="$rootfs" -t "$1" "$here/systemd" >&2
+}
+
+# Note: its apt-get runs on the machine's network (the rootfs's sources
+# name $mirror), as mmdebstrap does, needing no bridge.
+build_dind() {
+	echo "build-images: building $1 (Debian's docker.io, about a minute)" >&2
+	docker build -q --network host --build-arg SYSTEMD="$systemd" -t "$1" "$here/dind" >&2
+}
+
+image "$systemd" build_systemd
+image "$dind" build_dind

@@ -1,8 +1,9 @@
 // Package testhost starts the test hosts the real-part suites run against:
 // containers on the local Docker engine, among them a Debian host with
-// systemd as PID 1, built without any registry by
-// tests/images/build-images.sh. Under CI a missing Docker engine or image
-// fails the test; elsewhere it skips it, saying what to run.
+// systemd as PID 1 and a Docker host (the same with a Docker engine of its
+// own), built without any registry by tests/images/build-images.sh. Under
+// CI a missing Docker engine or image fails the test; elsewhere it skips
+// it, saying what to run.
 package testhost
 
 import (
@@ -128,6 +129,23 @@ func StartSystemdHost(t testing.TB, extra ...string) *SystemdHost {
 func StartSystemdHostIn(t T, dir string, extra ...string) *SystemdHost {
 	t.Helper()
 	RequireImage(t, SystemdImage)
+	return startSystemd(t, SystemdImage, dir, extra...)
+}
+
+// systemdFlags are the docker run flags of a container with systemd as
+// PID 1 on a cgroup v1 machine: privileges, the machine's cgroup
+// hierarchy (systemd fails to start on a read-only or private one), and
+// /run as a tmpfs.
+func systemdFlags() []string {
+	return append(privileges(), "--cgroupns=host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+		"--tmpfs", "/run", "--tmpfs", "/run/lock")
+}
+
+// startSystemd runs image with systemd as PID 1 and waits for it to be
+// running; the container and its anonymous volumes are removed at the
+// test's end.
+func startSystemd(t T, image, dir string, extra ...string) *SystemdHost {
+	t.Helper()
 	bus := filepath.Join(dir, "bus")
 	shared := filepath.Join(dir, "shared")
 	for _, d := range []string{bus, shared} {
@@ -136,30 +154,34 @@ func StartSystemdHostIn(t T, dir string, extra ...string) *SystemdHost {
 		}
 	}
 	name := fmt.Sprintf("fleet-role-test-sd-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	args := append([]string{"run", "-d", "--name", name, "--label", Label}, privileges()...)
-	args = append(args, "--cgroupns=host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-		"--tmpfs", "/run", "--tmpfs", "/run/lock",
-		"-v", bus+":/run/dbus", "-v", shared+":/run/fleet-role-test")
-	args = append(append(args, extra...), SystemdImage)
+	args := append([]string{"run", "-d", "--name", name, "--label", Label}, systemdFlags()...)
+	args = append(args, "-v", bus+":/run/dbus", "-v", shared+":/run/fleet-role-test")
+	args = append(append(args, extra...), image)
 	Docker(t, args...)
-	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", "-v", name).Run() })
 	h := &SystemdHost{Name: name, Bus: "unix:path=" + filepath.Join(bus, "system_bus_socket"), Shared: shared}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		out, _ := exec.Command("docker", "exec", name, "systemctl", "is-system-running").Output()
-		state := strings.TrimSpace(string(out))
-		if state == "running" || state == "degraded" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("systemd in %s is %q after 60s", name, state)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	h.waitRunning(t)
 	if _, err := os.Stat(filepath.Join(bus, "system_bus_socket")); err != nil {
 		t.Fatalf("no system bus socket from %s: %v", name, err)
 	}
 	return h
+}
+
+// waitRunning waits for systemd in the host to be running (or degraded).
+func (h *SystemdHost) waitRunning(t T) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, _ := exec.Command("docker", "exec", h.Name, "systemctl", "is-system-running").Output()
+		state := strings.TrimSpace(string(out))
+		if state == "running" || state == "degraded" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("systemd in %s is %q after 60s", h.Name, state)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // Exec runs a command in the host and returns its trimmed output.
