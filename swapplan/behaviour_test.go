@@ -486,3 +486,35 @@ func TestARollbackWaitsForTheStepDownOfACandidateWhoseNodeIsNotReadyWhileItsAgen
 		assert.Equal(t, "server", w.hosts["s1"].roleFile, "the candidate never answered")
 	})
 }
+
+func TestARollbackEndsOnceTheCandidateFinishedItsDemotionOrLeavesItPending(t *testing.T) {
+	t.Run("it finishes", func(t *testing.T) {
+		w := newWorld(t, 3, 1, 0)
+		w.hosts["s1"].neverJoin = true
+		w.hosts["s1"].noFinish = true
+		w.requestSwap("v1", "s1")
+		w.runUntil(300, acting(swapplan.ActionMemberGone, "s1"))
+		for range 5 {
+			plan := w.pass()
+			if plan.Action.Type != swapplan.ActionNone {
+				continue // the clean-up, the uncordon
+			}
+			assert.Equal(t, swapplan.StepMemberGone, plan.Step)
+			assert.Contains(t, plan.Reason, "waiting for the candidate s1's agent to finish its demotion")
+		}
+		w.hosts["s1"].noFinish = false
+		res := w.run(100)
+		assert.Equal(t, swapplan.ResultRolledBack, res.Result)
+		assert.Empty(t, res.Pending)
+	})
+	t.Run("it never does", func(t *testing.T) {
+		w := newWorld(t, 3, 1, 0)
+		w.hosts["s1"].neverJoin = true
+		w.hosts["s1"].noFinish = true
+		w.requestSwap("v1", "s1")
+		res := w.run(500)
+		assert.Equal(t, swapplan.ResultRolledBack, res.Result)
+		assert.Equal(t, []string{"s1"}, res.Pending)
+		assert.Contains(t, res.Reason, "s1 did not finish its demotion")
+	})
+}

@@ -78,6 +78,8 @@ type host struct {
 	// removeIgnored: it never answers one.
 	removeFails   bool
 	removeIgnored bool
+	// noFinish: the agent never reports a finish (it misses member-gone).
+	noFinish bool
 }
 
 var epoch = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
@@ -263,6 +265,9 @@ func (w *world) agent(n *swapplan.Node) {
 				w.report(n, w.removeByVoter(h, q))
 			}
 		}
+	}
+	if h.noFinish {
+		return
 	}
 	// finish: the role file says agent, and the member is gone.
 	if h.roleFile == "agent" && !h.agent && !h.server && h.member != "" {

@@ -409,7 +409,16 @@ func (p *planner) rollingBack() Plan {
 		if in.CordonedBy == id && in.Unschedulable {
 			return p.act(StepRollback, Action{Type: ActionUncordon, Node: in.Name}, "rolling back: uncordoning the candidate %s", in.Name)
 		}
-		return p.end(ResultRolledBack, nil, p.rec.Reason)
+		// Note: the end clears the member-gone annotation, so the swap
+		// waits for the candidate's agent to read it and report its
+		// finish, as it waits for the outgoing voter's going forward.
+		if p.finished(in) != nil {
+			return p.end(ResultRolledBack, nil, p.rec.Reason)
+		}
+		if (in.Ready || p.fresh(in)) && !p.pastBound(StepMemberGone) {
+			return p.wait(StepMemberGone, "rolling back: waiting for the candidate %s's agent to finish its demotion", in.Name)
+		}
+		return p.end(ResultRolledBack, []string{in.Name}, p.rec.Reason+fmt.Sprintf("; %s did not finish its demotion: it is left to node recovery", in.Name))
 	}
 	if in.requested(id, RequestStepDown) == nil {
 		return p.act(StepRollback, p.request(in, ActionStepDown, RequestStepDown), "rolling back: asking the candidate %s to step down", in.Name)
