@@ -46,7 +46,7 @@ func controllerConfig(path string) (config.Controller, error) {
 // the controller does: its configuration and a kubeconfig.
 func clusterFlags(cmd *cobra.Command, configFile, kubeconfig *string) {
 	cmd.Flags().StringVar(configFile, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
-	cmd.Flags().StringVar(kubeconfig, "kubeconfig", "", "a kubeconfig (default: the in-cluster configuration)")
+	cmd.Flags().StringVar(kubeconfig, "kubeconfig", "", "a kubeconfig (default: as kubectl finds one, KUBECONFIG, then ~/.kube/config; then "+k3sKubeconfig+" where readable; then in-cluster)")
 }
 
 func newControllerCommand() *cobra.Command {
