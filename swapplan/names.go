@@ -37,6 +37,11 @@ const (
 	AnnotationCordonedBy = "fleet-role.io/cordoned-by"
 	// AnnotationSwap carries the SwapRecord on the Lease.
 	AnnotationSwap = "fleet-role.io/swap"
+	// AnnotationConfigChecksum, on the controller Deployment's pod
+	// template, is the sha256 of its configuration as its ConfigMap holds
+	// it: written by the Ansible role, so that a changed configuration
+	// rolls the controller's Pods.
+	AnnotationConfigChecksum = "fleet-role.io/config-checksum"
 
 	// AnnotationEtcdNodeName is written by k3s: the host's etcd member name.
 	AnnotationEtcdNodeName = "etcd.k3s.cattle.io/node-name"

@@ -37,7 +37,7 @@ func newAgentCommand() *cobra.Command {
 				return err
 			}
 			defer plat.Close()
-			kube, err := kubeClient(cfg.Kubeconfig)
+			kube, err := agentClient(cfg.Kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -81,9 +81,11 @@ func newPlatform(cfg config.Agent) (platform.Platform, error) {
 	return nil, fmt.Errorf("platform %q: %w", cfg.Platform, config.ErrInvalid)
 }
 
-// kubeClient reaches the API server by the kubeconfig, or in-cluster when
-// it is empty.
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+// agentClient reaches the API server by the agent's kubeconfig, or
+// in-cluster when its configuration gives none: the agent looks nowhere
+// else, so a host's other kubeconfigs (k3s's admin one) never stand in
+// for its own, narrower one.
+func agentClient(kubeconfig string) (kubernetes.Interface, error) {
 	var rc *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -94,11 +96,7 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	rc.UserAgent = "fleet-role/" + build().Version
-	// Note: client-go's default of 5 requests a second would make a pass
-	// that renews the Lease, acts and publishes its status wait on itself.
-	rc.QPS, rc.Burst = 50, 100
-	return kubernetes.NewForConfig(rc)
+	return newKubeClient(rc)
 }
 
 // newLogger is the one logger of the process, with client-go's klog

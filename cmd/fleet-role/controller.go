@@ -26,14 +26,23 @@ import (
 // defaultControllerConfig is where the Deployment mounts the configuration.
 const defaultControllerConfig = "/etc/fleet-role/controller.toml"
 
-// controllerConfig loads the --config file; with none given, the mounted
-// one if there is one, else the defaults.
-func controllerConfig(path string) (config.Controller, error) {
+// controllerConfigPath is the --config file; with none given, the mounted
+// one if there is one, else "" (the defaults).
+func controllerConfigPath(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if _, err := os.Stat(defaultControllerConfig); err != nil {
+		return ""
+	}
+	return defaultControllerConfig
+}
+
+// controllerConfig loads the configuration controllerConfigPath names.
+func controllerConfig(flag string) (config.Controller, error) {
+	path := controllerConfigPath(flag)
 	if path == "" {
-		if _, err := os.Stat(defaultControllerConfig); err != nil {
-			return config.DefaultController(), nil
-		}
-		path = defaultControllerConfig
+		return config.DefaultController(), nil
 	}
 	c, err := config.LoadController(path)
 	if err != nil {
@@ -46,7 +55,7 @@ func controllerConfig(path string) (config.Controller, error) {
 // the controller does: its configuration and a kubeconfig.
 func clusterFlags(cmd *cobra.Command, configFile, kubeconfig *string) {
 	cmd.Flags().StringVar(configFile, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
-	cmd.Flags().StringVar(kubeconfig, "kubeconfig", "", "a kubeconfig (default: the in-cluster configuration)")
+	cmd.Flags().StringVar(kubeconfig, "kubeconfig", "", "a kubeconfig (default: as kubectl finds one, KUBECONFIG, then ~/.kube/config; then "+k3sKubeconfig+" where readable; then in-cluster)")
 }
 
 func newControllerCommand() *cobra.Command {
@@ -71,9 +80,27 @@ func newControllerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ctx, cancel := context.WithCancelCause(cmd.Context())
+			defer cancel(nil)
+			path := controllerConfigPath(configFile)
+			if path != "" {
+				w := newConfigWatch(path, cfg, log.With("component", "config"))
+				go func() {
+					if w.run(ctx) {
+						cancel(errConfigChanged)
+					}
+				}()
+			}
 			b := build()
-			log.Info("starting", "version", b.Version, "commit", b.Commit, "dry_run", cfg.DryRun, "namespace", cfg.Namespace)
-			return c.Run(cmd.Context())
+			log.Info("starting", "version", b.Version, "commit", b.Commit, "dry_run", cfg.DryRun, "namespace", cfg.Namespace, "config", path)
+			err = c.Run(ctx)
+			if errors.Is(context.Cause(ctx), errConfigChanged) {
+				// A clean exit: the Pod's container is started again, with
+				// the new configuration.
+				log.Info("configuration changed; exiting to start again with it", "config", path)
+				return nil
+			}
+			return err
 		},
 	}
 	clusterFlags(cmd, &configFile, &kubeconfig)

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/homedir"
+)
+
+// k3sKubeconfig is the administrator's kubeconfig k3s writes on a server
+// (mode 0600 unless its write-kubeconfig-mode says otherwise). A variable
+// so that tests can put it elsewhere.
+var k3sKubeconfig = "/etc/rancher/k3s/k3s.yaml"
+
+// errNoCluster is what findCluster returns when no place it looks holds a
+// cluster; its message names each place and why it did not.
+var errNoCluster = errors.New("no cluster to reach")
+
+// findCluster finds the cluster as kubectl does: the --kubeconfig file,
+// else the files of the KUBECONFIG list, else ~/.kube/config (client-go's
+// loading rules, merged as kubectl merges them); then k3s's own
+// kubeconfig where this user can read it; then the in-cluster
+// configuration of a Pod (the controller's). A place that is absent (not
+// set, no such file, nothing in it, not readable for k3s's) is passed by;
+// one that is there but broken is an error, as it is to kubectl, so a
+// typo never reaches another cluster; an explicit --kubeconfig is the
+// only place looked at.
+func findCluster(explicit string) (*rest.Config, error) {
+	var tried []string
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = explicit
+	rules.WarnIfAllMissing = false // said in errNoCluster's message instead
+	var place string
+	switch list := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); {
+	case explicit != "":
+		place = "--kubeconfig " + explicit
+	case list != "":
+		place = clientcmd.RecommendedConfigPathEnvVar + "=" + list
+	default:
+		tried = append(tried, "--kubeconfig: not given", clientcmd.RecommendedConfigPathEnvVar+": not set")
+		// Note: client-go fixes RecommendedHomeFile once, when it is
+		// loaded; this reads the home directory when the command runs.
+		home := filepath.Join(homedir.HomeDir(), clientcmd.RecommendedHomeDir, clientcmd.RecommendedFileName)
+		rules.Precedence = []string{home}
+		place = home
+	}
+	rc, absent, err := fromFiles(rules)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", place, err)
+	case absent == "":
+		return rc, nil
+	case explicit != "":
+		return nil, fmt.Errorf("%s: %s", place, absent)
+	}
+	tried = append(tried, place+": "+absent)
+
+	k3s := &clientcmd.ClientConfigLoadingRules{ExplicitPath: k3sKubeconfig}
+	f, err := os.Open(k3sKubeconfig)
+	if err == nil {
+		f.Close()
+		rc, absent, err = fromFiles(k3s)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%s: %w", k3sKubeconfig, err)
+		case absent == "":
+			return rc, nil
+		}
+		tried = append(tried, k3sKubeconfig+": "+absent)
+	} else {
+		tried = append(tried, k3sKubeconfig+": "+whyNot(err))
+	}
+
+	rc, err = rest.InClusterConfig()
+	switch {
+	case err == nil:
+		return rc, nil
+	case errors.Is(err, rest.ErrNotInCluster):
+		tried = append(tried, "in-cluster: not in a Pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set)")
+	default:
+		tried = append(tried, "in-cluster: "+err.Error())
+	}
+	return nil, fmt.Errorf("%w; tried %s", errNoCluster, strings.Join(tried, "; "))
+}
+
+// fromFiles loads the files of rules. absent says why they hold no
+// configuration at all; err is for one that is there but broken.
+func fromFiles(rules *clientcmd.ClientConfigLoadingRules) (rc *rest.Config, absent string, err error) {
+	raw, err := rules.Load()
+	if err != nil {
+		return nil, "", err
+	}
+	if clientcmdapi.IsConfigEmpty(raw) {
+		files := rules.Precedence
+		if rules.ExplicitPath != "" {
+			files = []string{rules.ExplicitPath}
+		}
+		for _, f := range files {
+			if _, err := os.Stat(f); err == nil {
+				return nil, "no configuration in it", nil
+			}
+		}
+		if len(files) > 1 {
+			return nil, "none of its files exists", nil
+		}
+		return nil, "no such file", nil
+	}
+	rc, err = clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, "", errors.New("no current context, or its cluster has no server")
+	}
+	return rc, "", err
+}
+
+// whyNot says briefly why a file could not be opened.
+func whyNot(err error) string {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "no such file"
+	case errors.Is(err, fs.ErrPermission):
+		return "not readable by this user"
+	}
+	return err.Error()
+}
+
+// kubeClient reaches the cluster findCluster finds.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	rc, err := findCluster(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return newKubeClient(rc)
+}
+
+// newKubeClient is the one client-go client of a command.
+func newKubeClient(rc *rest.Config) (kubernetes.Interface, error) {
+	rc.UserAgent = "fleet-role/" + build().Version
+	// Note: client-go's default of 5 requests a second would make a pass
+	// that renews the Lease, acts and publishes its status wait on itself.
+	rc.QPS, rc.Burst = 50, 100
+	return kubernetes.NewForConfig(rc)
+}
