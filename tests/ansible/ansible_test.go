@@ -107,7 +107,7 @@ func TestTheAgentRoleIntoAPrefixIsCheckModeSafeAndIdempotent(t *testing.T) {
 `), 0o644))
 	args := []string{"-i", prefixInventory(t), play, "-e", "fleet_role_agent_prefix=" + prefix,
 		"-e", "fleet_role_agent_manage_service=false", "-e", "fleet_role_agent_binary=" + binary,
-		"-e", "ansible_python_interpreter=/usr/bin/python3"}
+		"-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "fleet_role_agent_credentials=false"}
 	out := playbook(t, append(args, "--check", "--diff")...)
 	assert.Positive(t, changed(t, out), "check mode reports what it would change")
 	assert.NoFileExists(t, filepath.Join(prefix, "etc", "fleet-role", "agent.toml"), "check mode changes nothing")
@@ -140,7 +140,8 @@ func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANo
 `), 0o644))
 	args := []string{"-i", prefixInventory(t), play, "-e", "fleet_role_agent_prefix=" + prefix,
 		"-e", "fleet_role_agent_manage_service=false", "-e", "fleet_role_agent_binary=" + binary,
-		"-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "fleet_role_agent_platform=docker"}
+		"-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "fleet_role_agent_platform=docker",
+		"-e", "fleet_role_agent_credentials=false"}
 
 	out, err := tool(t, "ansible-playbook", args...)
 	require.Error(t, err, "a Docker host without the cluster's token")
