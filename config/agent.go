@@ -33,6 +33,12 @@ type Agent struct {
 	StateDir string `toml:"state_dir"`
 	// Kubeconfig to reach the API server; empty means in-cluster.
 	Kubeconfig string `toml:"kubeconfig"`
+	// TokenFile is the ServiceAccount token the kubeconfig reads (its
+	// user's tokenFile). The agent renews it by a TokenRequest for its own
+	// ServiceAccount once half its lifetime has passed, and rewrites the
+	// file atomically; client-go reads the file again within a minute.
+	// Empty: the kubeconfig's credentials are left alone.
+	TokenFile string `toml:"token_file"`
 	// ProbePeriod is how often the host is sampled.
 	ProbePeriod time.Duration `toml:"probe_period"`
 	// ResyncPeriod is how often the agent re-reads everything, whatever
@@ -135,6 +141,7 @@ func DefaultAgent() Agent {
 		RoleFile:      "/var/lib/fleet-role/role",
 		StateDir:      "/var/lib/fleet-role",
 		Kubeconfig:    "/etc/fleet-role/kubeconfig",
+		TokenFile:     "/var/lib/fleet-role/token",
 		ProbePeriod:   time.Minute,
 		ResyncPeriod:  30 * time.Second,
 		Debounce:      20 * time.Millisecond,
@@ -211,6 +218,9 @@ func (a Agent) Validate() error {
 	absolute(&p, "state_dir", a.StateDir)
 	if a.Kubeconfig != "" {
 		absolute(&p, "kubeconfig", a.Kubeconfig)
+	}
+	if a.TokenFile != "" {
+		absolute(&p, "token_file", a.TokenFile)
 	}
 	for i, f := range a.StagedFiles {
 		absolute(&p, fmt.Sprintf("staged_files[%d]", i), f)
@@ -339,7 +349,15 @@ role_file = "{{.RoleFile}}"
 state_dir = "{{.StateDir}}"
 
 # How to reach the API server; "" means the in-cluster configuration.
+# Ansible writes it with the server address that stays up while this
+# host's k3s is stopped, and the token file below as its credentials.
 kubeconfig = "{{.Kubeconfig}}"
+
+# The ServiceAccount token the kubeconfig reads (its tokenFile). The agent
+# renews it once half its lifetime has passed, by a TokenRequest for its
+# own ServiceAccount, and rewrites it atomically; "" leaves the
+# kubeconfig's credentials alone.
+token_file = "{{.TokenFile}}"
 
 # How often the host's health is sampled into fleet-role.io/probe.
 probe_period = "{{d .ProbePeriod}}"

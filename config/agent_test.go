@@ -34,6 +34,10 @@ func TestAMinimalAgentConfigurationTakesTheDefaults(t *testing.T) {
 	assert.Equal(t, PlatformSystemd, a.Platform)
 	assert.Equal(t, 30*time.Second, a.ResyncPeriod)
 	assert.Equal(t, 5, a.KeepSnapshots)
+	assert.Equal(t, "/var/lib/fleet-role/token", a.TokenFile, "where the Ansible role writes the agent's token")
+	a, err = ParseAgent([]byte("token_file = \"\"\n" + minimalAgent))
+	require.NoError(t, err)
+	assert.Empty(t, a.TokenFile, "no token to renew: the kubeconfig holds its own credentials")
 }
 
 func TestADockerAgentNeedsItsImage(t *testing.T) {
@@ -65,6 +69,7 @@ func TestBadAgentConfigurations(t *testing.T) {
 			[]string{"docker.env[0]: K3S_URL is set by the agent"}},
 		{"the token is never in a container's environment", "platform = \"docker\"\n" + minimalAgent + "[docker]\nimage = \"i\"\nenv = [\"K3S_TOKEN=secret\"]\n",
 			[]string{"docker.env[0]: K3S_TOKEN would show in `docker inspect`"}},
+		{"the token file is an absolute path", "token_file = \"token\"\n" + minimalAgent, []string{`token_file: must be an absolute path, got "token"`}},
 		{"at least one snapshot is kept", "keep_snapshots = 0\n" + minimalAgent, []string{"keep_snapshots: must be at least 1, got 0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -62,7 +62,9 @@ type Agent struct {
 	st       *store
 	node     *nodeClient
 	reports  *reporter
-	trigger  chan struct{}
+	// tokens renews the ServiceAccount token; nil when token_file is "".
+	tokens  *tokenRenewer
+	trigger chan struct{}
 	// alive is when the loop last made progress, in UnixNano.
 	alive atomic.Int64
 	// problems already told as Events, so a bad annotation is told once.
@@ -103,6 +105,9 @@ func New(o Options) (*Agent, error) {
 		told:     map[string]string{},
 	}
 	a.reports = newReporter(st, a.node.annotate, log.With("part", "reporter"))
+	if o.Config.TokenFile != "" {
+		a.tokens = newTokenRenewer(o.Config.TokenFile, o.Kube, o.Clock, log.With("part", "token"))
+	}
 	return a, nil
 }
 
@@ -140,6 +145,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { w.run(ctx) })
 	wg.Go(func() { a.reports.run(ctx) })
 	wg.Go(func() { a.probeLoop(ctx) })
+	if a.tokens != nil {
+		wg.Go(func() { a.tokens.run(ctx) })
+	}
 	if a.watchdog > 0 {
 		wg.Go(func() { a.pingWatchdog(ctx) })
 	}

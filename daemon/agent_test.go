@@ -112,6 +112,7 @@ func newFixture(t *testing.T) *fixture {
 	cfg.DataDir = filepath.Join(dir, "k3s")
 	cfg.RoleFile = filepath.Join(dir, "fleet-role", "role")
 	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.TokenFile = filepath.Join(dir, "state", "token")
 	cfg.StagedFiles = []string{filepath.Join(dir, "etc", "config.yaml")}
 	cfg.JoinFile = filepath.Join(dir, "etc", "config.yaml.d", "90-fleet-role.yaml")
 	cfg.Servers = []config.Server{{Name: "h1", Address: "10.0.0.1"}, {Name: "h2", Address: "10.0.0.2"}, {Name: "h3", Address: "10.0.0.3"}}

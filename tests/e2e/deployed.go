@@ -20,8 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/deployment"
@@ -419,21 +417,12 @@ retry_period = "500ms"
 }
 
 // agentKubeconfig is the agent's kubeconfig until the role makes the
-// agents' credentials: the administrator's token acting as the host's
-// ServiceAccount (impersonation), so that the agent has exactly the
-// RBAC the role gives that ServiceAccount.
-func (d *Deployed) agentKubeconfig(node string) (string, error) {
-	ca, err := os.ReadFile(d.API.CAFile)
-	if err != nil {
-		return "", err
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["fleet"] = &clientcmdapi.Cluster{Server: d.API.URL, CertificateAuthorityData: ca}
-	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: kubeapi.AdminToken,
-		Impersonate: "system:serviceaccount:" + swapplan.Namespace + ":fleet-role-agent-" + node}
-	kc.Contexts["fleet"] = &clientcmdapi.Context{Cluster: "fleet", AuthInfo: "agent"}
-	kc.CurrentContext = "fleet"
-	b, err := clientcmd.Write(*kc)
+// agents' credentials: the administrator's. Note: not the administrator
+// acting as the host's ServiceAccount: the playbook applies that
+// ServiceAccount's RBAC in its second play, after it started the agents,
+// which would wait for it, not ready, until systemd gives up their start.
+func (d *Deployed) agentKubeconfig(string) (string, error) {
+	b, err := os.ReadFile(d.kubeconfig)
 	return string(b), err
 }
 
