@@ -54,7 +54,7 @@ import (
 // unit the installer enables; on a Docker host the double's image in its
 // engine and a staged host's config.yaml; on both the double's
 // kubeconfig (the double's stand-in for k3s's own apiserver). Everything
-// fleet-role's is the playbook's.
+// fleet-role's is the playbook's, the agents' credentials among it.
 
 // DeployedHosts is the deployed fleet: two voters on native hosts, the
 // first the bootstrap host, a voter and a standby on Docker hosts.
@@ -278,6 +278,9 @@ func (d *Deployed) startHost(t testhost.T, h *Host) error {
 		sd := testhost.StartSystemdHostIn(t, h.dir, append(net, "-v", d.double+":/usr/local/bin/k3s:ro")...)
 		h.Container = sd.Name
 	}
+	if out, err := h.exec("sh", "-c", `command -v sudo >/dev/null && python3 -c "import apt"`); err != nil {
+		return fmt.Errorf("%s: the host image lacks sudo or python3-apt, which Ansible's become and apt module need: run tests/images/build-images.sh: %v: %s", h.Name, err, out)
+	}
 	kc, err := os.ReadFile(d.kubeconfig)
 	if err != nil {
 		return err
@@ -346,11 +349,17 @@ func (d *Deployed) writeInventory() error {
 	var inv inventory
 	p := d.opts.ProbePeriod.String()
 	inv.All.Vars = map[string]any{
-		"fleet_role_agent_package":           d.deb,
-		"fleet_role_agent_probe_period":      p,
-		"fleet_role_agent_resync_period":     "5s",
-		"fleet_role_agent_etcd_endpoint":     "http://{{ ansible_host }}:2379",
-		"fleet_role_agent_k3s_token":         token,
+		"fleet_role_agent_package":       d.deb,
+		"fleet_role_agent_probe_period":  p,
+		"fleet_role_agent_resync_period": "5s",
+		"fleet_role_agent_etcd_endpoint": "http://{{ ansible_host }}:2379",
+		"fleet_role_agent_k3s_token":     token,
+		// The agents' credentials are made from the machine the playbook
+		// runs on, as its administrator; the agents reach the API server
+		// at its address on the hosts' network, which stays up whichever
+		// host's k3s is stopped.
+		"fleet_role_agent_admin_kubeconfig":  d.API.Kubeconfig,
+		"fleet_role_agent_api_server":        d.API.URL,
 		"fleet_role_controller_kubeconfig":   d.API.Kubeconfig,
 		"fleet_role_controller_binary":       d.Bin,
 		"fleet_role_controller_period":       "1s",
@@ -368,11 +377,6 @@ func (d *Deployed) writeInventory() error {
 			"ansible_host":               h.IP,
 			"ansible_python_interpreter": "/usr/bin/python3",
 		}
-		kc, err := d.agentKubeconfig(h.Name)
-		if err != nil {
-			return err
-		}
-		vars["fleet_role_agent_kubeconfig_content"] = kc
 		if h.Docker {
 			vars["fleet_role_agent_platform"] = "docker"
 			vars["fleet_role_agent_docker_image"] = d.image
@@ -414,16 +418,6 @@ retry_period = "500ms"
 [bounds]
 %s
 %s`, d.bounds(), d.extra)
-}
-
-// agentKubeconfig is the agent's kubeconfig until the role makes the
-// agents' credentials: the administrator's. Note: not the administrator
-// acting as the host's ServiceAccount: the playbook applies that
-// ServiceAccount's RBAC in its second play, after it started the agents,
-// which would wait for it, not ready, until systemd gives up their start.
-func (d *Deployed) agentKubeconfig(string) (string, error) {
-	b, err := os.ReadFile(d.kubeconfig)
-	return string(b), err
 }
 
 var playRecap = regexp.MustCompile(`(?m)^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)`)
@@ -507,8 +501,9 @@ func (d *Deployed) WaitRolledOut(timeout time.Duration) []deployment.Replica {
 	return reps
 }
 
-// keepLogs keeps, for a failed test, the playbook's runs and the
-// controller's replicas' logs (the hosts' journals are Fleet's).
+// keepLogs keeps, for a failed test, the playbook's runs, the
+// controller's replicas' logs and the k3s containers' of the Docker hosts
+// (the hosts' journals are Fleet's).
 func (d *Deployed) keepLogs() {
 	if t, ok := d.t.(interface{ Failed() bool }); !ok || !t.Failed() {
 		return
@@ -519,6 +514,14 @@ func (d *Deployed) keepLogs() {
 		}
 		for _, r := range d.Controller.Stopped() {
 			_ = os.WriteFile(filepath.Join(d.logs, r.Pod+".log"), []byte(d.Controller.Logs(r.Pod)), 0o644)
+		}
+	}
+	for _, n := range d.Order {
+		if h := d.Hosts[n]; h.Docker {
+			for _, c := range []string{"k3s-server", "k3s-agent"} {
+				out, _ := h.exec("docker", "logs", "--timestamps", c)
+				_ = os.WriteFile(filepath.Join(d.logs, n+"-"+c+".log"), []byte(out), 0o644)
+			}
 		}
 	}
 	keep, err := os.MkdirTemp("", "fleet-role-deployed-logs")
@@ -532,4 +535,30 @@ func (d *Deployed) keepLogs() {
 		}
 	}
 	d.t.Logf("the playbook's output and the controller's logs are kept in %s", keep)
+}
+
+// Eligible says why a standby is not eligible for an automatic swap, as
+// the controller sees it (a standby, Ready, schedulable, staged, with a
+// fresh sample and a fit verdict); nil when it is.
+func (d *Deployed) Eligible(name string) error {
+	n, err := d.API.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	var p swapplan.Probe
+	_ = json.Unmarshal([]byte(n.Annotations[swapplan.AnnotationProbe]), &p)
+	v := d.Status().Verdicts[name]
+	switch {
+	case n.Labels[swapplan.LabelRole] != swapplan.RoleStandby:
+		return fmt.Errorf("%s's role is %q", name, n.Labels[swapplan.LabelRole])
+	case !conditionTrue(n, corev1.NodeReady):
+		return fmt.Errorf("%s is not Ready: %+v", name, n.Status.Conditions)
+	case n.Spec.Unschedulable:
+		return fmt.Errorf("%s is cordoned", name)
+	case !p.Staged:
+		return fmt.Errorf("%s's probe says it is not staged: %s", name, n.Annotations[swapplan.AnnotationProbe])
+	case v.State != swapplan.VerdictFit:
+		return fmt.Errorf("%s's verdict is %+v", name, v)
+	}
+	return nil
 }

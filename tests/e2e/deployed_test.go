@@ -69,12 +69,13 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 
 	// A voter turned slow: the dry run only reports the decision.
 	d.WaitFit(3 * time.Minute)
+	d.Wait(3*time.Minute, "s1 is eligible again", func() error { return d.Eligible("s1") })
 	d.Hosts["v2"].SlowDisk(25)
 	t.Log("v2's disk throttled to 25 writes a second")
 	d.Wait(3*time.Minute, "the decision to swap v2 out is reported", func() error {
 		st := d.Status()
 		if st.Decision == nil || st.Decision.Out != "v2" {
-			return fmt.Errorf("decision %+v; v2: %+v; %s", st.Decision, st.Verdicts["v2"], st.Reason)
+			return fmt.Errorf("decision %+v; v2: %+v; %s; s1: %v", st.Decision, st.Verdicts["v2"], st.Reason, d.Eligible("s1"))
 		}
 		return nil
 	})
