@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -267,13 +270,13 @@ func (d *Deployed) startHost(t testhost.T, h *Host) error {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return err
 	}
-	net := []string{"--network", d.Net.Name, "--ip", h.IP, "--hostname", h.Name, "-v", data + ":" + hostDataDir}
+	flags := []string{"--network", d.Net.Name, "--ip", h.IP, "--hostname", h.Name, "-v", data + ":" + hostDataDir}
 	if h.Docker {
-		dh := testhost.StartDockerHostIn(t, h.dir, net...)
+		dh := testhost.StartDockerHostIn(t, h.dir, flags...)
 		h.Container = dh.Name
 		dh.Load(t, d.image)
 	} else {
-		sd := testhost.StartSystemdHostIn(t, h.dir, append(net, "-v", d.double+":/usr/local/bin/k3s:ro")...)
+		sd := testhost.StartSystemdHostIn(t, h.dir, append(flags, "-v", d.double+":/usr/local/bin/k3s:ro")...)
 		h.Container = sd.Name
 	}
 	if out, err := h.exec("sh", "-c", `command -v sudo >/dev/null && python3 -c "import apt"`); err != nil {
@@ -559,4 +562,32 @@ func (d *Deployed) Eligible(name string) error {
 		return fmt.Errorf("%s's verdict is %+v", name, v)
 	}
 	return nil
+}
+
+// Metrics reads the leading replica's /metrics ("" when none leads or
+// answers): the replica the leader election's Lease names, by its Pod's
+// name, which is its hostname.
+func (d *Deployed) Metrics() string {
+	ctx := context.Background()
+	l, err := d.API.Client.CoordinationV1().Leases(swapplan.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	dep, err := d.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
+	if err != nil || len(dep.Spec.Template.Spec.Containers[0].Ports) == 0 {
+		return ""
+	}
+	port := strconv.Itoa(int(dep.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort))
+	for _, r := range d.Controller.Replicas() {
+		if strings.HasPrefix(*l.Spec.HolderIdentity, r.Pod+"-") && r.IP != "" {
+			resp, err := http.Get("http://" + net.JoinHostPort(r.IP, port) + "/metrics")
+			if err != nil {
+				return ""
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return string(b)
+		}
+	}
+	return ""
 }
