@@ -70,6 +70,8 @@ type Agent struct {
 	// problems already told as Events, so a bad annotation is told once.
 	mu   sync.Mutex
 	told map[string]string
+	// status is the status line last sent to systemd; the loop's alone.
+	status string
 }
 
 // New assembles an agent; nothing runs until Run.
@@ -173,6 +175,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
+// say sets the agent's status line, which `systemctl status
+// fleet-role-agent` shows, to what the agent does or waits for, when that
+// changed (sd_notify's STATUS=).
+func (a *Agent) say(status string) {
+	if status == a.status {
+		return
+	}
+	a.status = status
+	_ = a.notify("STATUS=" + status)
+}
+
 // pingWatchdog pings systemd's watchdog at half its interval, as long as
 // the loop has made progress within the interval plus the longest a look
 // may take.
@@ -274,9 +287,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 	f, err := a.look(ctx)
 	if err != nil {
 		a.log.Error("cannot look at the host; nothing is done", "err", err)
+		a.say("cannot look at the host; nothing is done: " + err.Error())
 		return
 	}
 	d := role.Decide(f)
+	a.say(d.Why)
 	if len(d.Steps) == 0 && d.Report == nil {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -463,18 +464,52 @@ func TestABadRequestIsReportedAndIgnoredAndTheAgentGoesOn(t *testing.T) {
 	f.waitReport(swapplan.RequestSnapshot, swapplan.StateDone)
 }
 
+// note is the next state the agent sent to systemd, its status lines
+// left out; "" when none came in 5s.
+func (f *fixture) note() string {
+	for {
+		select {
+		case n := <-f.notes:
+			if !strings.HasPrefix(n, "STATUS=") {
+				return n
+			}
+		case <-time.After(5 * time.Second):
+			return ""
+		}
+	}
+}
+
 func TestTheAgentTellsSystemdReadyAfterTheFirstLookAndStoppingOnTheWayOut(t *testing.T) {
 	f := newFixture(t)
 	f.role("agent")
 	f.start()
-	select {
-	case n := <-f.notes:
-		assert.Equal(t, "READY=1", n)
-	case <-time.After(5 * time.Second):
-		t.Fatal("no READY=1")
-	}
+	assert.Equal(t, "READY=1", f.note())
 	f.stop()
-	assert.Equal(t, "STOPPING=1", <-f.notes)
+	assert.Equal(t, "STOPPING=1", f.note())
+}
+
+func TestTheAgentsStatusLineSaysWhatItDoesOnceEachTimeItChanges(t *testing.T) {
+	f := newFixture(t)
+	f.role("agent")
+	f.start()
+	first := <-f.notes
+	assert.Equal(t, "STATUS=the role file says agent and no datastore is left: the agent runs", first,
+		"the status line comes with the first look, before READY=1")
+	assert.Equal(t, "READY=1", <-f.notes)
+	f.role("server")
+	f.staged()
+	var next []string
+	require.Eventually(t, func() bool {
+		select {
+		case n := <-f.notes:
+			next = append(next, n)
+		default:
+		}
+		return slices.Contains(next, "STATUS=the role file says server: the server runs")
+	}, 5*time.Second, 10*time.Millisecond, "notes: %q", next)
+	// Resyncs that find the same make no more.
+	time.Sleep(3 * f.cfg.ResyncPeriod)
+	assert.Empty(t, f.notes, "the same status is not sent again")
 }
 
 func TestAVoterAskedToRemoveACandidatesMemberRemovesItAndReportsDone(t *testing.T) {

@@ -172,7 +172,7 @@ func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANo
 	assert.Equal(t, []string{"server", "--token-file=/etc/fleet-role/k3s-token"}, a.Docker.ServerArgs)
 	assert.Equal(t, []string{"agent", "--token-file=/etc/fleet-role/k3s-token", "--node-label=fleet-role.io/role=agent"}, a.Docker.AgentArgs)
 	assert.Equal(t, []string{
-		"k3s-data:/var/lib/rancher/k3s",
+		"/var/lib/rancher/k3s:/var/lib/rancher/k3s",
 		"/etc/fleet-role/k3s-token:/etc/fleet-role/k3s-token:ro",
 		"/etc/rancher/k3s:/etc/rancher/k3s",
 		"/etc/rancher/node:/etc/rancher/node",

@@ -1,11 +1,15 @@
 // Command demo runs fleet-role on a local simulated fleet (make demo):
-// the fleet of tests/e2e — hosts as containers with systemd as PID 1 and
-// the real fleet-role agent, three voters and a standby on the Docker
-// platform, a real etcd member per server under the k3s double, a real
-// kube-apiserver — and the built fleet-role controller, first with dry run
-// on, then off. Where no Docker engine answers, the hosts are played by
-// tests/fleetsim instead, against the same real kube-apiserver. It slows
-// one voter's disk, shows the automatic swap step by step in `fleet-role
+// the fleet of tests/e2e deployed as its users deploy it — hosts as
+// containers, two voters with systemd as PID 1, a voter and a standby
+// with a Docker engine of their own, k3s played by the k3s double over a
+// real etcd member per server, a real kube-apiserver — onto which
+// `ansible-playbook ansible/deploy.yml` installs fleet-role's .deb and
+// applies the controller, whose Deployment runs as containers (e2e.Deploy),
+// first with dry run on, then, once the playbook runs again with
+// -e dry_run=false, off. Where no Docker engine answers, the hosts are
+// played by tests/fleetsim instead, against the same real
+// kube-apiserver, and the controller runs in this process. It slows one
+// voter's disk, shows the automatic swap step by step in `fleet-role
 // status --watch`, reports the swap's total time and the controller's own
 // share of it, and tears the fleet down.
 package main
@@ -76,11 +80,11 @@ func say(format string, args ...any) { fmt.Printf("\n=== "+format+"\n", args...)
 type fleet struct {
 	bin, kubeconfig string
 	client          kubernetes.Interface
-	// startController starts the controller, with dry run on or off;
-	// stopController stops it.
-	startController func(dryRun bool)
-	stopController  func()
-	metrics         func() string
+	// hosts are the fleet's hosts.
+	hosts []e2e.HostSpec
+	// dryRunOff turns the controller's dry run off.
+	dryRunOff func()
+	metrics   func() string
 	// slow makes v2's disk slow.
 	slow func()
 }
@@ -100,8 +104,7 @@ func main() {
 	} else {
 		f = containers(r)
 	}
-	say("the fleet is up in %s; starting fleet-role controller with dry run on, as it is deployed", time.Since(began).Round(time.Second))
-	f.startController(true)
+	say("the fleet is up in %s; fleet-role controller runs with dry run on, as it is deployed", time.Since(began).Round(time.Second))
 	status := func() swapplan.Status { return e2e.ReadStatus(f.client) }
 	cli := func(args ...string) string {
 		cmd := exec.Command(f.bin, append(args, "--kubeconfig", f.kubeconfig)...)
@@ -114,10 +117,7 @@ func main() {
 		return string(out)
 	}
 	say("waiting for every host to be fit on a full window of probe samples")
-	wait(r, 2*time.Minute, func() bool { return e2e.Unfit(status(), e2e.VotersAndStandby) == nil })
-	say("restarting fleet-role controller with dry run off (what ansible-playbook ... -e dry_run=false does)")
-	f.stopController()
-	f.startController(false)
+	wait(r, 3*time.Minute, func() bool { return e2e.Unfit(status(), f.hosts) == nil })
 	say("fleet-role status")
 	fmt.Print(cli("status"))
 
@@ -129,6 +129,9 @@ func main() {
 		r.Fatal(err)
 	}
 	r.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
+	wait(r, 3*time.Minute, func() bool { st := status(); return st.Decision != nil && st.Decision.Out == "v2" })
+	say("in the dry run the decision is only reported: %s", status().Reason)
+	f.dryRunOff()
 	sum0, count0 := reaction(f.metrics())
 	wait(r, 6*time.Minute, func() bool { st := status(); return st.Swap == nil && st.Last != nil })
 	sum1, count1 := reaction(f.metrics())
@@ -149,30 +152,36 @@ func main() {
 	say("tearing the fleet down")
 }
 
-// containers starts the fleet of tests/e2e: each host a container with
-// systemd as PID 1 running the real agent, a real etcd member per server.
+// containers deploys the fleet of tests/e2e with the playbook: each host
+// a container with systemd as PID 1 running the real agent from
+// fleet-role's .deb, a real etcd member per server, the controller from
+// its Deployment.
 func containers(r *runner) fleet {
-	f := e2e.Start(r, e2e.Options{
-		Hosts:      e2e.VotersAndStandby,
+	d := e2e.Deploy(r, e2e.DeployOptions{
+		Hosts:      e2e.DeployedHosts,
 		Controller: "\n[verdicts]\nwindow = 5\n",
 		// k3s's etcd timing: 5 s election timeout, 500 ms heartbeat.
 		ElectionTimeout: e2e.K3sElectionTimeout,
 		Log:             func(format string, args ...any) { say(format, args...) },
 	})
 	return fleet{
-		bin: f.Bin, kubeconfig: f.API.Kubeconfig, client: f.API.Client,
-		startController: func(dryRun bool) {
-			if dryRun {
-				f.StartDryRunController()
-			} else {
-				f.StartController()
+		bin: d.Bin, kubeconfig: d.API.Kubeconfig, client: d.API.Client, hosts: e2e.DeployedHosts,
+		dryRunOff: func() {
+			say("ansible-playbook deploy.yml -e dry_run=false: the configuration's checksum rolls the controller's Deployment")
+			_, changed := d.Playbook("-e", "dry_run=false")
+			reps := d.WaitRolledOut(3 * time.Minute)
+			var pods []string
+			for _, rep := range reps {
+				pods = append(pods, rep.Pod)
 			}
+			say("%d tasks changed; the controller's replicas are now %s", changed, strings.Join(pods, " and "))
+			// The leader's metrics are read once it leads.
+			wait(r, time.Minute, func() bool { return d.Metrics() != "" })
 		},
-		stopController: f.StopController,
-		metrics:        f.Metrics,
+		metrics: d.Metrics,
 		slow: func() {
 			say("v2's disk throttled to 25 writes a second")
-			f.Hosts["v2"].SlowDisk(25)
+			d.Hosts["v2"].SlowDisk(25)
 		},
 	}
 }
@@ -203,6 +212,7 @@ func simulated(r *runner) fleet {
 	var ctrl *controller.Controller
 	var stop func()
 	start := func(dryRun bool) {
+		say("starting fleet-role controller with dry run %s", map[bool]string{true: "on", false: "off"}[dryRun])
 		cfg := config.DefaultController()
 		cfg.DryRun = dryRun
 		cfg.Period, cfg.ProbePeriod, cfg.MinPassInterval = time.Second, probePeriod, 50*time.Millisecond
@@ -228,10 +238,16 @@ func simulated(r *runner) fleet {
 			stop()
 		}
 	})
+	start(true)
+	hosts := []e2e.HostSpec{{Name: "v1", Role: swapplan.RoleVoter}, {Name: "v2", Role: swapplan.RoleVoter},
+		{Name: "v3", Role: swapplan.RoleVoter}, {Name: "s1", Role: swapplan.RoleStandby}}
 	return fleet{
-		bin: bin, kubeconfig: api.Kubeconfig, client: api.Client,
-		startController: start,
-		stopController:  func() { stop(); stop = nil },
+		bin: bin, kubeconfig: api.Kubeconfig, client: api.Client, hosts: hosts,
+		dryRunOff: func() {
+			say("restarting fleet-role controller with dry run off (what ansible-playbook ... -e dry_run=false does)")
+			stop()
+			start(false)
+		},
 		metrics: func() string {
 			rec := httptest.NewRecorder()
 			ctrl.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

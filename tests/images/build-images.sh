@@ -18,7 +18,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${FLEET_ROLE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fleet-role/images}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # rpm: the .rpm installed and upgraded as on an RPM host (tests/package_upgrade_test.go).
-packages=systemd,systemd-sysv,dbus,procps,iproute2,python3,rpm
+# python3-apt and sudo: Ansible's apt module and become, as on a Debian host
+# Ansible manages (tests/e2e's fleet is deployed by the playbook).
+packages=systemd,systemd-sysv,dbus,procps,iproute2,python3,rpm,python3-apt,sudo
 mkdir -p "$cache"
 
 need() {

@@ -112,16 +112,24 @@ func last(values map[string][]string, key string) (string, bool) {
 	return v[len(v)-1], true
 }
 
-// loadConfig reads the config file and its drop-ins, then the
-// environment. The config file's keys become command-line flags, and a
-// flag given wins over its K3S_* variable (urfave/cli's EnvVar), so
-// `server:` wins over K3S_URL and `token:` over K3S_TOKEN. A token file
-// (`token-file:` or K3S_TOKEN_FILE) replaces the token (k3s: pkg/cli/agent
-// and pkg/cli/server, Run, read TokenFile into Token).
-func loadConfig(file string, getenv func(string) string) (config, error) {
+// loadConfig reads the config file and its drop-ins, then the flags given
+// on the command line (cli: a key of the config file to its value, such
+// as "token-file"), then the environment. The config file's keys become
+// command-line flags put before the ones given, so a flag given wins over
+// the file's key (k3s: pkg/configfilearg, Parser.Parse, which inserts the
+// file's flags after the subcommand; urfave/cli keeps a flag's last
+// value); and a flag, given or from the file, wins over its K3S_*
+// variable (urfave/cli's EnvVar), so `server:` wins over K3S_URL and
+// `token:` over K3S_TOKEN. A token file (`token-file:`, --token-file or
+// K3S_TOKEN_FILE) replaces the token (k3s: pkg/cli/agent and
+// pkg/cli/server, Run, read TokenFile into Token).
+func loadConfig(file string, cli map[string]string, getenv func(string) string) (config, error) {
 	values, err := readConfigFiles(file)
 	if err != nil {
 		return config{}, fmt.Errorf("read %s: %w", file, err)
+	}
+	for k, v := range cli {
+		values[k] = []string{v}
 	}
 	var c config
 	pick := func(key, env string) string {

@@ -20,6 +20,7 @@ func TestLoadConfig(t *testing.T) {
 	tests := []struct {
 		name  string
 		files map[string]string // relative to the dir; "config.yaml" is the file
+		cli   map[string]string // the flags given on the command line
 		env   map[string]string
 		want  config
 	}{
@@ -73,6 +74,12 @@ func TestLoadConfig(t *testing.T) {
 			want:  config{Token: "from-env-file"},
 		},
 		{
+			name:  "--token-file given wins over the config file's token-file and token",
+			files: map[string]string{"config.yaml": "token: inline\ntoken-file: /nonexistent\n", "token": "from-flag-file\n"},
+			cli:   map[string]string{"token-file": "TOKENFILE"},
+			want:  config{Token: "from-flag-file"},
+		},
+		{
 			name:  "cluster-init and server both set keep both: k3s then joins the server",
 			files: map[string]string{"config.yaml": "cluster-init: true\nserver: https://10.0.0.1:6443\n"},
 			want:  config{ClusterInit: true, Server: "https://10.0.0.1:6443"},
@@ -86,7 +93,11 @@ func TestLoadConfig(t *testing.T) {
 				write(t, filepath.Join(dir, name), data)
 			}
 			getenv := func(k string) string { return strings.ReplaceAll(tt.env[k], "TOKENFILE", filepath.Join(dir, "token")) }
-			got, err := loadConfig(filepath.Join(dir, "config.yaml"), getenv)
+			cli := map[string]string{}
+			for k, v := range tt.cli {
+				cli[k] = strings.ReplaceAll(v, "TOKENFILE", filepath.Join(dir, "token"))
+			}
+			got, err := loadConfig(filepath.Join(dir, "config.yaml"), cli, getenv)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})

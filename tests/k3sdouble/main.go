@@ -10,6 +10,7 @@
 //   - Configuration. /etc/rancher/k3s/config.yaml (--config) and its
 //     drop-ins config.yaml.d/*.yaml|*.yml, read in name order, a later
 //     file's key replacing an earlier one's ("key+" appends); then the
+//     flags given (--token-file), which win over the files' keys; then the
 //     environment: a key of the files wins over its K3S_* variable
 //     (`server:` over K3S_URL, `token:` over K3S_TOKEN), and a token file
 //     (`token-file:`, K3S_TOKEN_FILE) replaces the token. Servers and
@@ -180,6 +181,7 @@ type options struct {
 	nodeIP            string
 	dataDir           string
 	configFile        string
+	tokenFile         string
 	kubeconfig        string
 	passwordFile      string
 	period            time.Duration
@@ -205,6 +207,7 @@ func main() {
 	fs.StringVar(&o.nodeIP, "node-ip", "", "this host's address; etcd listens on :2379 and :2380 there")
 	fs.StringVar(&o.dataDir, "data-dir", "/var/lib/rancher/k3s", "k3s's data dir")
 	fs.StringVar(&o.configFile, "config", envOr("K3S_CONFIG_FILE", "/etc/rancher/k3s/config.yaml"), "k3s's config file; its drop-ins are in <file>.d")
+	fs.StringVar(&o.tokenFile, "token-file", "", "a file holding the cluster's token (k3s: --token-file); wins over the config file's token-file:")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "/etc/k3s-double/kubeconfig", "the API server")
 	fs.StringVar(&o.passwordFile, "node-password-file", "/etc/rancher/node/password", "the node password (k3s: /etc/rancher/node/password)")
 	fs.DurationVar(&o.period, "period", 500*time.Millisecond, "how often the double looks at etcd and the Nodes")
@@ -236,7 +239,11 @@ func run(o options, log *slog.Logger) error {
 	if o.nodeName == "" || o.nodeIP == "" {
 		return errors.New("--node-name and --node-ip are required")
 	}
-	cfg, err := loadConfig(o.configFile, os.Getenv)
+	cli := map[string]string{}
+	if o.tokenFile != "" {
+		cli["token-file"] = o.tokenFile
+	}
+	cfg, err := loadConfig(o.configFile, cli, os.Getenv)
 	if err != nil {
 		return err
 	}

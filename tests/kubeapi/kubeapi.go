@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -66,9 +67,19 @@ type Server struct {
 	once   sync.Once
 }
 
-// Start starts etcd and the API server in a temporary directory. Stop them
-// with Stop (Start registers it as a cleanup of tb too).
+// Start starts etcd and the API server in a temporary directory, the API
+// server on loopback. Stop them with Stop (Start registers it as a cleanup
+// of tb too).
 func Start(tb testhost.T) *Server {
+	tb.Helper()
+	return StartOn(tb, "127.0.0.1")
+}
+
+// StartOn is Start with the API server listening on address alone (the
+// gateway of a network of containers, say, for them to reach it), which it
+// also advertises and its serving certificate names. etcd stays on
+// loopback.
+func StartOn(tb testhost.T, address string) *Server {
 	tb.Helper()
 	bins := BinDir()
 	for _, b := range []string{"etcd", "kube-apiserver"} {
@@ -85,7 +96,7 @@ func Start(tb testhost.T) *Server {
 			tb.Fatal(err)
 		}
 		s := &Server{dir: dir}
-		if last = s.start(bins); last == nil {
+		if last = s.start(bins, address); last == nil {
 			tb.Cleanup(s.Stop)
 			return s
 		}
@@ -111,7 +122,7 @@ func (s *Server) run(bin string, log string, args ...string) (*exec.Cmd, error) 
 	return cmd, nil
 }
 
-func (s *Server) start(bins string) error {
+func (s *Server) start(bins, address string) error {
 	clientPort, err := testhost.FreePort()
 	if err != nil {
 		return err
@@ -142,7 +153,7 @@ func (s *Server) start(bins string) error {
 	certs := filepath.Join(s.dir, "certs")
 	api, err := s.run(filepath.Join(bins, "kube-apiserver"), "kube-apiserver.log",
 		"--etcd-servers", etcdURL,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", strconv.Itoa(apiPort),
+		"--bind-address", address, "--advertise-address", address, "--secure-port", strconv.Itoa(apiPort),
 		"--cert-dir", certs,
 		"--token-auth-file", filepath.Join(s.dir, "tokens.csv"),
 		"--authorization-mode", "RBAC",
@@ -157,7 +168,7 @@ func (s *Server) start(bins string) error {
 	if err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
 	}
-	s.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	s.URL = "https://" + net.JoinHostPort(address, strconv.Itoa(apiPort))
 	s.CAFile = filepath.Join(certs, "apiserver.crt")
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -1,0 +1,593 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/deployment"
+	"github.com/fleet-role/fleet-role/tests/kubeapi"
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+// A deployed fleet (Deploy) is built as its users build it: k3s on each
+// host as its installer and its operator leave it, then fleet-role by
+// `ansible-playbook ansible/deploy.yml` over the community.docker.docker
+// connection — the .deb installed, agent.toml rendered and validated, the
+// agents' credentials, the controller's RBAC, ConfigMap and Deployment
+// applied — and the controller run from that Deployment by a stand-in
+// for the Deployment controller and a kubelet (tests/deployment), its
+// replicas containers of the image `make image` builds, in-cluster under
+// the role's RBAC.
+//
+// Its hosts are containers on one bridge network of the machine's
+// engine, each in a network namespace of its own at a fixed address: a
+// native host has systemd as PID 1 (testhost.StartSystemdHostIn), a
+// Docker host has an engine of its own too (testhost.StartDockerHostIn,
+// Docker-in-Docker). The real kube-apiserver listens on the network's
+// gateway, the machine's own address on it, where the hosts, the
+// controller's replicas and the test all reach it (its serving
+// certificate names that address).
+//
+// What the harness puts on a host is k3s's side alone, as k3s's installer
+// and the operator (k3s-ansible, say) leave it: on a native host the k3s
+// double as /usr/local/bin/k3s under the image's k3s.service and
+// k3s-agent.service (a drop-in giving its arguments), the token, a
+// staged host's config.yaml, the agent unit's environment file, the one
+// unit the installer enables; on a Docker host the double's image in its
+// engine and a staged host's config.yaml; on both the double's
+// kubeconfig (the double's stand-in for k3s's own apiserver). Everything
+// fleet-role's is the playbook's, the agents' credentials among it.
+
+// DeployedHosts is the deployed fleet: two voters on native hosts, the
+// first the bootstrap host, a voter and a standby on Docker hosts.
+var DeployedHosts = []HostSpec{
+	{Name: "v1", Role: swapplan.RoleVoter},
+	{Name: "v2", Role: swapplan.RoleVoter},
+	{Name: "v3", Role: swapplan.RoleVoter, Docker: true},
+	{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
+}
+
+// DeployOptions shape a deployed fleet.
+type DeployOptions struct {
+	Hosts []HostSpec
+	// ProbePeriod is the agents' and the controller's probe period.
+	ProbePeriod time.Duration
+	// ElectionTimeout is the members' etcd election timeout; 0 means
+	// ElectionTimeout.
+	ElectionTimeout time.Duration
+	// Controller is more of the controller's TOML ([verdicts], say),
+	// after the harness's.
+	Controller string
+	// Log, when set, gets what the harness does, as it does it.
+	Log func(format string, args ...any)
+}
+
+// Deployed is a fleet deployed by the playbook; its Fleet's helpers
+// (Status, Check, Members, CLI, Node, Wait, a Host's SlowDisk and Exec)
+// work on it. Its controller is the Deployment's, not a process of the
+// harness's: Fleet's controller helpers do not apply.
+type Deployed struct {
+	*Fleet
+	// Net is the hosts' network.
+	Net *testhost.Network
+	// Controller runs the controller's Deployment.
+	Controller *deployment.Runner
+	// BinDir holds what make built: fleet-role, its .deb.
+	BinDir    string
+	deb       string
+	inventory string
+	runs      int
+	logs      string
+	extra     string
+}
+
+// doubleKubeconfig is where a host keeps the k3s double's kubeconfig.
+const doubleKubeconfig = "/etc/k3s-double/kubeconfig"
+
+// controllerName is the controller's Deployment.
+const controllerName = "fleet-role-controller"
+
+// Deploy builds fleet-role's package and image, starts the API server and
+// the hosts with k3s's side, runs the playbook once from nothing, and
+// waits until every voter votes, every Node is Ready with a probe and the
+// controller's Deployment is available.
+func Deploy(t testhost.T, opts DeployOptions) *Deployed {
+	t.Helper()
+	testhost.RequireImage(t, testhost.SystemdImage)
+	testhost.RequireImage(t, testhost.DockerHostImage)
+	if _, err := exec.LookPath("ansible-playbook"); err != nil {
+		testhost.Unavailable(t, "ansible-playbook is not installed: apt-get install ansible python3-kubernetes python3-docker (.ci/setup does)")
+	}
+	if opts.ProbePeriod == 0 {
+		opts.ProbePeriod = 2 * time.Second
+	}
+	dir, err := os.MkdirTemp("", "fleet-role-deployed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	f := &Fleet{t: t, opts: Options{Hosts: opts.Hosts, ProbePeriod: opts.ProbePeriod, ElectionTimeout: opts.ElectionTimeout, Log: opts.Log},
+		Dir: dir, Hosts: map[string]*Host{}}
+	d := &Deployed{Fleet: f, BinDir: filepath.Join(dir, "bin"), logs: filepath.Join(dir, "logs"), extra: opts.Controller}
+	if err := os.MkdirAll(d.logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	f.logf("building fleet-role's package and image (make package image) and the k3s double")
+	began := time.Now()
+	if err := d.make(); err != nil {
+		t.Fatal(err)
+	}
+	if f.double, err = testhost.Build(dir, "k3s", "./tests/k3sdouble"); err != nil {
+		t.Fatal(err)
+	}
+	f.image = testhost.ImageOf(t, "fleet-role-test/k3s-double:latest", f.double, "/bin/k3s")
+	f.logf("built in %s", time.Since(began).Round(time.Second))
+
+	d.Net = testhost.NewNetwork(t)
+	f.logf("starting a real kube-apiserver on %s, the gateway of the hosts' network %s", d.Net.Gateway, d.Net.Name)
+	f.API = kubeapi.StartOn(t, d.Net.Gateway)
+	f.kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := f.API.WriteEmbeddedKubeconfig(f.kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	d.objects()
+	for i, spec := range opts.Hosts {
+		h := &Host{HostSpec: spec, IP: d.Net.Addr(10 + i), f: f, dir: filepath.Join(dir, spec.Name)}
+		f.Hosts[spec.Name], f.Order = h, append(f.Order, spec.Name)
+	}
+
+	f.logf("starting the hosts with k3s as its installer leaves it: %s", strings.Join(f.describe(), ", "))
+	began = time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, len(f.Order))
+	for i, name := range f.Order {
+		wg.Go(func() {
+			g := &onGoroutine{t: t}
+			defer func() {
+				if errs[i] == nil {
+					errs[i] = g.err
+				}
+			}()
+			errs[i] = d.startHost(g, f.Hosts[name])
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	f.logf("the hosts are up in %s", time.Since(began).Round(time.Second))
+	// Note: after the hosts' own cleanups, so that it runs before them,
+	// while their journals can still be read.
+	t.Cleanup(f.cleanup)
+	t.Cleanup(d.keepLogs)
+
+	u, err := url.Parse(f.API.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	ca, err := os.ReadFile(f.API.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas := filepath.Join(dir, "replicas")
+	d.Controller = deployment.Start(t, deployment.Options{Client: f.API.Client, Namespace: swapplan.Namespace, Name: controllerName,
+		Network: d.Net.Name, APIHost: d.Net.Gateway, APIPort: port, CA: ca, Dir: replicas, Log: f.logf})
+
+	if err := d.writeInventory(); err != nil {
+		t.Fatal(err)
+	}
+	f.logf("ansible-playbook -i %s deploy.yml: fleet-role from nothing", d.inventory)
+	began = time.Now()
+	if _, changed := d.Playbook(); changed == 0 {
+		t.Fatalf("the first run of the playbook changed nothing")
+	}
+	f.logf("the playbook ran in %s", time.Since(began).Round(time.Second))
+	f.logf("waiting for etcd's members to vote, every Node to be Ready with a probe and the controller to be available")
+	f.Wait(4*time.Minute, "the fleet is up", f.up)
+	d.WaitRolledOut(2 * time.Minute)
+	m, err := f.Members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clusterID = m.ClusterID
+	return d
+}
+
+// make builds the binary, the .deb and the controller's image as a user
+// does: make package image.
+func (d *Deployed) make() error {
+	cmd := exec.Command("make", "package", "image", "BIN="+d.BinDir)
+	cmd.Dir = testhost.Root()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("make package image: %v: %s", err, out.String())
+	}
+	d.Bin = filepath.Join(d.BinDir, "fleet-role")
+	debs, _ := filepath.Glob(filepath.Join(d.BinDir, "fleet-role_*_amd64.deb"))
+	if len(debs) != 1 {
+		return fmt.Errorf("make package made %d .debs, not one: %s", len(debs), out.String())
+	}
+	d.deb = debs[0]
+	return nil
+}
+
+// objects creates what k3s's kubelets would have registered: the Nodes
+// (with the role label Ansible joins them with) and an app's Pod on each.
+// fleet-role's namespace is the playbook's.
+func (d *Deployed) objects() {
+	ctx := context.Background()
+	c := d.API.Client
+	for _, ns := range []string{swapplan.NodeLeaseNamespace, "apps"} {
+		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			d.t.Fatal(err)
+		}
+	}
+	for _, spec := range d.opts.Hosts {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: map[string]string{swapplan.LabelRole: spec.Role}}}
+		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			d.t.Fatal(err)
+		}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web-" + spec.Name},
+			Spec: corev1.PodSpec{NodeName: spec.Name, Containers: []corev1.Container{{Name: "web", Image: "web"}}}}
+		if _, err := c.CoreV1().Pods("apps").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			d.t.Fatal(err)
+		}
+	}
+}
+
+// startHost starts a host's container on the network and puts k3s's side
+// on it.
+func (d *Deployed) startHost(t testhost.T, h *Host) error {
+	// k3s's data dir is a directory of the machine's, as a host's data is
+	// on its disk: Host.SlowDisk throttles the disk that holds it. Note:
+	// writes to a container's own overlay root are not counted in its
+	// blkio cgroup here, so a throttle would not slow them.
+	data := filepath.Join(h.dir, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return err
+	}
+	flags := []string{"--network", d.Net.Name, "--ip", h.IP, "--hostname", h.Name, "-v", data + ":" + hostDataDir}
+	if h.Docker {
+		dh := testhost.StartDockerHostIn(t, h.dir, flags...)
+		h.Container = dh.Name
+		dh.Load(t, d.image)
+	} else {
+		sd := testhost.StartSystemdHostIn(t, h.dir, append(flags, "-v", d.double+":/usr/local/bin/k3s:ro")...)
+		h.Container = sd.Name
+	}
+	if out, err := h.exec("sh", "-c", `command -v sudo >/dev/null && python3 -c "import apt"`); err != nil {
+		return fmt.Errorf("%s: the host image lacks sudo or python3-apt, which Ansible's become and apt module need: run tests/images/build-images.sh: %v: %s", h.Name, err, out)
+	}
+	kc, err := os.ReadFile(d.kubeconfig)
+	if err != nil {
+		return err
+	}
+	files := map[string]string{doubleKubeconfig: string(kc)}
+	if h.staged() {
+		// As the operator stages a k3s server: the bootstrap host starts
+		// the cluster, the others join through it.
+		conf := "cluster-init: true\n"
+		if b := d.bootstrap(); b != h {
+			conf = fmt.Sprintf("server: https://%s:6443\n", b.IP)
+		}
+		if !h.Docker {
+			// A Docker host's token is the playbook's, given by --token-file.
+			conf += "token-file: " + hostToken + "\n"
+		}
+		files[hostRancher+"/config.yaml"] = conf
+	}
+	if !h.Docker {
+		files[hostToken] = token + "\n"
+		files["/etc/systemd/system/k3s.service.d/double.conf"] = unitDropIn(h.doubleArgs("server", doubleKubeconfig), 0)
+		files["/etc/systemd/system/k3s-agent.service.d/double.conf"] = unitDropIn(h.doubleArgs("agent", doubleKubeconfig), 0)
+	}
+	for path, data := range files {
+		if err := h.put(path, data); err != nil {
+			return err
+		}
+	}
+	if h.Docker {
+		return nil
+	}
+	if out, err := h.exec("systemctl", "daemon-reload"); err != nil {
+		return fmt.Errorf("%s: daemon-reload: %v: %s", h.Name, err, out)
+	}
+	return h.install()
+}
+
+// put writes a file of the host, 0600, root's, making its directory.
+func (h *Host) put(path, data string) error {
+	cmd := exec.Command("docker", "exec", "-i", h.Container, "sh", "-c", `umask 077 && mkdir -p "$(dirname "$1")" && cat >"$1"`, "sh", path)
+	cmd.Stdin = strings.NewReader(data)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: write %s: %v: %s", h.Name, path, err, out)
+	}
+	return nil
+}
+
+// inventory is an Ansible inventory (YAML, here written as JSON).
+type inventory struct {
+	All struct {
+		Vars     map[string]any          `json:"vars"`
+		Children map[string]inventoryGrp `json:"children"`
+	} `json:"all"`
+}
+
+type inventoryGrp struct {
+	Hosts map[string]map[string]any `json:"hosts"`
+}
+
+// writeInventory writes the fleet's inventory, as an operator would for
+// these hosts: each reached over the community.docker.docker connection
+// by its container's name, its ansible_host its address; the package,
+// the timings of a test fleet, and for the Docker hosts k3s's image (the
+// double's) and its arguments.
+func (d *Deployed) writeInventory() error {
+	var inv inventory
+	p := d.opts.ProbePeriod.String()
+	inv.All.Vars = map[string]any{
+		"fleet_role_agent_package":       d.deb,
+		"fleet_role_agent_probe_period":  p,
+		"fleet_role_agent_resync_period": "5s",
+		"fleet_role_agent_etcd_endpoint": "http://{{ ansible_host }}:2379",
+		"fleet_role_agent_k3s_token":     token,
+		// The agents' credentials are made from the machine the playbook
+		// runs on, as its administrator; the agents reach the API server
+		// at its address on the hosts' network, which stays up whichever
+		// host's k3s is stopped.
+		"fleet_role_agent_admin_kubeconfig":  d.API.Kubeconfig,
+		"fleet_role_agent_api_server":        d.API.URL,
+		"fleet_role_controller_kubeconfig":   d.API.Kubeconfig,
+		"fleet_role_controller_binary":       d.Bin,
+		"fleet_role_controller_period":       "1s",
+		"fleet_role_controller_probe_period": p,
+		"fleet_role_controller_cooldown":     "10s",
+		"fleet_role_controller_extra_config": d.controllerConfig(),
+	}
+	inv.All.Children = map[string]inventoryGrp{}
+	group := map[string]string{swapplan.RoleVoter: "fleet_servers", swapplan.RoleStandby: "fleet_standbys", swapplan.RoleAgent: "fleet_agents"}
+	for _, n := range d.Order {
+		h := d.Hosts[n]
+		vars := map[string]any{
+			"ansible_connection":         "community.docker.docker",
+			"ansible_docker_host":        h.Container,
+			"ansible_host":               h.IP,
+			"ansible_python_interpreter": "/usr/bin/python3",
+		}
+		if h.Docker {
+			vars["fleet_role_agent_platform"] = "docker"
+			vars["fleet_role_agent_docker_image"] = d.image
+			vars["fleet_role_agent_docker_privileged"] = false
+			vars["fleet_role_agent_docker_server_args"] = h.doubleArgs("server", doubleKubeconfig)[1:]
+			vars["fleet_role_agent_docker_agent_args"] = h.doubleArgs("agent", doubleKubeconfig)[1:]
+			vars["fleet_role_agent_docker_volumes"] = []string{
+				hostDataDir + ":" + hostDataDir,
+				filepath.Dir(doubleKubeconfig) + ":" + filepath.Dir(doubleKubeconfig) + ":ro",
+			}
+		}
+		g := inv.All.Children[group[h.Role]]
+		if g.Hosts == nil {
+			g.Hosts = map[string]map[string]any{}
+		}
+		g.Hosts[h.Name] = vars
+		inv.All.Children[group[h.Role]] = g
+	}
+	b, err := json.MarshalIndent(inv, "", "  ")
+	if err != nil {
+		return err
+	}
+	d.inventory = filepath.Join(d.Dir, "inventory.json")
+	return os.WriteFile(d.inventory, b, 0o600)
+}
+
+// controllerConfig is the controller's configuration beyond the role's
+// keys: the harness's timings.
+func (d *Deployed) controllerConfig() string {
+	return fmt.Sprintf(`min_pass_interval = "50ms"
+drain_timeout = "10s"
+lease_duration = "10s"
+
+[leader_election]
+lease_duration = "4s"
+renew_deadline = "3s"
+retry_period = "500ms"
+
+[bounds]
+%s
+%s`, d.bounds(), d.extra)
+}
+
+var playRecap = regexp.MustCompile(`(?m)^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)`)
+
+// Playbook runs ansible-playbook -i INVENTORY deploy.yml with more
+// arguments (-e dry_run=false, say) from the ansible directory, as its
+// README says, failing on a failed or unreachable host; it returns the
+// output and the tasks changed in all.
+func (d *Deployed) Playbook(args ...string) (string, int) {
+	d.t.Helper()
+	d.runs++
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ansible-playbook", append([]string{"-i", d.inventory, "deploy.yml"}, args...)...)
+	cmd.Dir = filepath.Join(testhost.Root(), "ansible")
+	cmd.Env = append(os.Environ(), "ANSIBLE_NOCOLOR=1", "ANSIBLE_FORCE_COLOR=0", "PY_COLORS=0")
+	out, err := cmd.CombinedOutput()
+	_ = os.WriteFile(filepath.Join(d.logs, fmt.Sprintf("playbook-%d.log", d.runs)), out, 0o644)
+	if err != nil {
+		d.t.Fatalf("ansible-playbook %s: %v:\n%s", strings.Join(args, " "), err, tail(string(out), 60))
+	}
+	recap := playRecap.FindAllStringSubmatch(string(out), -1)
+	if len(recap) == 0 {
+		d.t.Fatalf("ansible-playbook %s: no play recap:\n%s", strings.Join(args, " "), tail(string(out), 60))
+	}
+	changed := 0
+	for _, r := range recap {
+		if r[4] != "0" || r[5] != "0" {
+			d.t.Fatalf("ansible-playbook %s: %s unreachable or failed:\n%s", strings.Join(args, " "), r[1], tail(string(out), 60))
+		}
+		n, _ := strconv.Atoi(r[3])
+		changed += n
+	}
+	return string(out), changed
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// ControllerDeployment reads the controller's Deployment.
+func (d *Deployed) ControllerDeployment() *appsv1.Deployment {
+	d.t.Helper()
+	dep, err := d.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(context.Background(), controllerName, metav1.GetOptions{})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return dep
+}
+
+// WaitRolledOut waits until the controller's Deployment reports its
+// generation observed and every replica of its template available, and
+// the stand-in runs only those, and returns them.
+func (d *Deployed) WaitRolledOut(timeout time.Duration) []deployment.Replica {
+	d.t.Helper()
+	var reps []deployment.Replica
+	d.Wait(timeout, "the controller's Deployment is rolled out", func() error {
+		dep, err := d.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(context.Background(), controllerName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		want := *dep.Spec.Replicas
+		s := dep.Status
+		if s.ObservedGeneration != dep.Generation || s.Replicas != want || s.UpdatedReplicas != want || s.ReadyReplicas != want || s.AvailableReplicas != want {
+			return fmt.Errorf("generation %d, observed %d: %d replicas, %d updated, %d ready, %d available of %d; the stand-in: %v",
+				dep.Generation, s.ObservedGeneration, s.Replicas, s.UpdatedReplicas, s.ReadyReplicas, s.AvailableReplicas, want, d.Controller.Err())
+		}
+		hash := deployment.TemplateHash(&dep.Spec.Template, s.CollisionCount)
+		reps = d.Controller.Replicas()
+		for _, r := range reps {
+			if r.Hash != hash || !r.Ready {
+				return fmt.Errorf("replica %s is of revision %s (the template's: %s), ready %t", r.Pod, r.Hash, hash, r.Ready)
+			}
+		}
+		return nil
+	})
+	return reps
+}
+
+// keepLogs keeps, for a failed test, the playbook's runs, the
+// controller's replicas' logs and the k3s containers' of the Docker hosts
+// (the hosts' journals are Fleet's).
+func (d *Deployed) keepLogs() {
+	if t, ok := d.t.(interface{ Failed() bool }); !ok || !t.Failed() {
+		return
+	}
+	if d.Controller != nil {
+		for _, r := range d.Controller.Replicas() {
+			_ = os.WriteFile(filepath.Join(d.logs, r.Pod+".log"), []byte(d.Controller.Logs(r.Pod)), 0o644)
+		}
+		for _, r := range d.Controller.Stopped() {
+			_ = os.WriteFile(filepath.Join(d.logs, r.Pod+".log"), []byte(d.Controller.Logs(r.Pod)), 0o644)
+		}
+	}
+	for _, n := range d.Order {
+		if h := d.Hosts[n]; h.Docker {
+			for _, c := range []string{"k3s-server", "k3s-agent"} {
+				out, _ := h.exec("docker", "logs", "--timestamps", c)
+				_ = os.WriteFile(filepath.Join(d.logs, n+"-"+c+".log"), []byte(out), 0o644)
+			}
+		}
+	}
+	keep, err := os.MkdirTemp("", "fleet-role-deployed-logs")
+	if err != nil {
+		return
+	}
+	entries, _ := os.ReadDir(d.logs)
+	for _, e := range entries {
+		if b, err := os.ReadFile(filepath.Join(d.logs, e.Name())); err == nil {
+			_ = os.WriteFile(filepath.Join(keep, e.Name()), b, 0o644)
+		}
+	}
+	d.t.Logf("the playbook's output and the controller's logs are kept in %s", keep)
+}
+
+// Eligible says why a standby is not eligible for an automatic swap, as
+// the controller sees it (a standby, Ready, schedulable, staged, with a
+// fresh sample and a fit verdict); nil when it is.
+func (d *Deployed) Eligible(name string) error {
+	n, err := d.API.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	var p swapplan.Probe
+	_ = json.Unmarshal([]byte(n.Annotations[swapplan.AnnotationProbe]), &p)
+	v := d.Status().Verdicts[name]
+	switch {
+	case n.Labels[swapplan.LabelRole] != swapplan.RoleStandby:
+		return fmt.Errorf("%s's role is %q", name, n.Labels[swapplan.LabelRole])
+	case !conditionTrue(n, corev1.NodeReady):
+		return fmt.Errorf("%s is not Ready: %+v", name, n.Status.Conditions)
+	case n.Spec.Unschedulable:
+		return fmt.Errorf("%s is cordoned", name)
+	case !p.Staged:
+		return fmt.Errorf("%s's probe says it is not staged: %s", name, n.Annotations[swapplan.AnnotationProbe])
+	case v.State != swapplan.VerdictFit:
+		return fmt.Errorf("%s's verdict is %+v", name, v)
+	}
+	return nil
+}
+
+// Metrics reads the leading replica's /metrics ("" when none leads or
+// answers): the replica the leader election's Lease names, by its Pod's
+// name, which is its hostname.
+func (d *Deployed) Metrics() string {
+	ctx := context.Background()
+	l, err := d.API.Client.CoordinationV1().Leases(swapplan.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	dep, err := d.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
+	if err != nil || len(dep.Spec.Template.Spec.Containers[0].Ports) == 0 {
+		return ""
+	}
+	port := strconv.Itoa(int(dep.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort))
+	for _, r := range d.Controller.Replicas() {
+		if strings.HasPrefix(*l.Spec.HolderIdentity, r.Pod+"-") && r.IP != "" {
+			resp, err := http.Get("http://" + net.JoinHostPort(r.IP, port) + "/metrics")
+			if err != nil {
+				return ""
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return string(b)
+		}
+	}
+	return ""
+}

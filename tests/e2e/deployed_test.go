@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/deployment"
+)
+
+// agentStatus is what systemctl status shows of a running agent: active,
+// and the status line it sends.
+var agentStatus = regexp.MustCompile(`(?m)^\s*Active: active \(running\).*\n(?:.*\n)*?\s*Status: "([^"]+)"`)
+
+func pods(rs []deployment.Replica) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Pod)
+	}
+	return out
+}
+
+func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRunIsTurnedOff(t *testing.T) {
+	start := time.Now()
+	lap := start
+	took := func(what string) {
+		t.Logf("timing: %s: %s (%s in all)", what, time.Since(lap).Round(time.Second), time.Since(start).Round(time.Second))
+		lap = time.Now()
+	}
+	d := Deploy(t, DeployOptions{Hosts: DeployedHosts, Controller: "\n[verdicts]\nwindow = 5\n", Log: t.Logf})
+	took("deployed from nothing")
+
+	for _, n := range d.Order {
+		out := d.Hosts[n].Exec("systemctl", "status", "--no-pager", "fleet-role-agent.service")
+		m := agentStatus.FindStringSubmatch(out)
+		require.NotNil(t, m, "%s: systemctl status fleet-role-agent:\n%s", n, out)
+		t.Logf("%s: fleet-role-agent active: %q", n, m[1])
+		assert.Contains(t, d.Hosts[n].Exec("dpkg-query", "-W", "-f", "${Status}", "fleet-role"), "install ok installed", "%s: the package", n)
+	}
+	first := d.Controller.Replicas()
+	require.Len(t, first, 2, "both replicas run")
+	st := d.Status()
+	require.NotZero(t, st.UpdatedAt, "the controller, from its Deployment, writes its status")
+
+	d.WaitFit(3 * time.Minute)
+	took("every host fit")
+
+	// By hand, in the dry run: a native voter out for the Docker standby,
+	// and back.
+	res := d.swap(t, "v1", "s1", 5*time.Minute)
+	t.Logf("v1 out, s1 in: %s: %s", res.Result, res.Reason)
+	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, swapplan.OriginManual, res.Origin)
+	require.NoError(t, d.Check(swapplan.ResultCompleted))
+	took("the swap of v1 for s1")
+	d.waitFreshProbe("v1", time.Minute)
+	res = d.swap(t, "s1", "v1", 5*time.Minute)
+	t.Logf("s1 out, v1 in: %s: %s", res.Result, res.Reason)
+	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	require.NoError(t, d.Check(swapplan.ResultCompleted))
+	took("the swap back")
+
+	// A voter turned slow: the dry run only reports the decision.
+	d.WaitFit(3 * time.Minute)
+	d.Wait(3*time.Minute, "s1 is eligible again", func() error { return d.Eligible("s1") })
+	d.Hosts["v2"].SlowDisk(25)
+	t.Log("v2's disk throttled to 25 writes a second")
+	d.Wait(3*time.Minute, "the decision to swap v2 out is reported", func() error {
+		st := d.Status()
+		if st.Decision == nil || st.Decision.Out != "v2" {
+			return fmt.Errorf("decision %+v; v2: %+v; %s; s1: %v", st.Decision, st.Verdicts["v2"], st.Reason, d.Eligible("s1"))
+		}
+		return nil
+	})
+	st = d.Status()
+	t.Logf("reported: %s", st.Reason)
+	assert.True(t, strings.HasPrefix(st.Reason, "dry run: would swap v2 for s1"), st.Reason)
+	held := time.Now().Add(5 * d.opts.ProbePeriod)
+	for time.Now().Before(held) {
+		st := d.Status()
+		require.Nil(t, st.Swap, "no swap in the dry run: %s", st.Reason)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if l := d.Lease(); l != nil && l.Spec.HolderIdentity != nil {
+		assert.Empty(t, *l.Spec.HolderIdentity, "no one holds the Lease")
+	}
+	prev := d.Status().Last
+	took("the decision reported")
+
+	// The playbook turns the dry run off: the configuration's checksum
+	// rolls the controller, whose new replicas swap v2 out.
+	gen := d.ControllerDeployment().Generation
+	_, changed := d.Playbook("-e", "dry_run=false")
+	assert.Positive(t, changed, "the configuration changed")
+	second := d.WaitRolledOut(3 * time.Minute)
+	dep := d.ControllerDeployment()
+	assert.Greater(t, dep.Generation, gen, "the pod template changed")
+	require.Len(t, second, 2)
+	for _, r := range second {
+		assert.NotContains(t, pods(first), r.Pod, "the replicas were replaced")
+	}
+	assert.Subset(t, pods(d.Controller.Stopped()), pods(first), "the first replicas stopped")
+	took("the playbook with dry_run=false and the rollout")
+	res = d.waitEnd(t, prev, 6*time.Minute)
+	t.Logf("automatic: %s out, %s in: %s: %s", res.Out, res.In, res.Result, res.Reason)
+	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, swapplan.OriginAutomatic, res.Origin)
+	assert.Equal(t, "v2", res.Out)
+	assert.Equal(t, "s1", res.In)
+	require.NoError(t, d.Check(swapplan.ResultCompleted))
+	took("the automatic swap")
+
+	// The same run again changes nothing and rolls nothing.
+	_, changed = d.Playbook("-e", "dry_run=false")
+	assert.Zero(t, changed, "a third run changes nothing")
+	assert.Equal(t, dep.Generation, d.ControllerDeployment().Generation, "no rollout")
+	third := d.Controller.Replicas()
+	assert.ElementsMatch(t, pods(second), pods(third), "the same replicas run")
+	assert.False(t, slices.ContainsFunc(third, func(r deployment.Replica) bool { return !r.Ready }), "and are ready: %+v", third)
+	took("the third run")
+}
