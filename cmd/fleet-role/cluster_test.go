@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -193,7 +194,8 @@ func TestFindClusterStopsAtAPlaceThatIsThereButBroken(t *testing.T) {
 
 func TestFindClusterPassesByAK3sKubeconfigThisUserCannotRead(t *testing.T) {
 	if os.Geteuid() == 0 {
-		t.Skip("root reads a file of any mode; whyNot's own test covers the message")
+		asNobody(t)
+		return
 	}
 	p := noCluster(t)
 	kubeconfig(t, p.k3s, "default", "https://127.0.0.1:6443")
@@ -217,4 +219,26 @@ func TestACommandWithNoClusterExits1NamingThePlacesTried(t *testing.T) {
 	for _, place := range []string{"--kubeconfig", "KUBECONFIG", p.homeConfig(), p.k3s, "in-cluster"} {
 		assert.Contains(t, stderr, place)
 	}
+}
+
+// asNobody runs the test again, alone, in a copy of the test binary as
+// the user nobody (setpriv, util-linux): root reads a file of any mode.
+func asNobody(t *testing.T) {
+	t.Helper()
+	setpriv, err := exec.LookPath("setpriv")
+	require.NoError(t, err, "setpriv (util-linux) runs the test as nobody")
+	dir, err := os.MkdirTemp("", "as-nobody")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o1777))
+	self, err := os.ReadFile(os.Args[0])
+	require.NoError(t, err)
+	bin := filepath.Join(dir, "cluster.test")
+	require.NoError(t, os.WriteFile(bin, self, 0o755))
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "TMPDIR="+dir, "HOME="+dir)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "--- PASS: "+t.Name(), "%s", out)
+	assert.NotContains(t, string(out), "--- SKIP", "%s", out)
 }
