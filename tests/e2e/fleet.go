@@ -7,8 +7,9 @@
 // the Docker platform, which starts the double's server and agent
 // containers on the machine's Docker engine (the engine's socket is
 // mounted into the host, so the containers are the host's siblings
-// rather than nested). The scenarios are in its tests; make demo runs
-// the same fleet.
+// rather than nested). Deploy builds another fleet as its users build
+// one, with the playbook, the controller run from its Deployment
+// (deployed.go); make demo runs that one. The scenarios are in its tests.
 package e2e
 
 import (
