@@ -118,8 +118,10 @@ type Docker struct {
 	AgentContainer  string   `toml:"agent_container"`
 	ServerArgs      []string `toml:"server_args"`
 	AgentArgs       []string `toml:"agent_args"`
-	// Volumes as "source:target[:options]"; the data volume is shared by
-	// the server and the agent container.
+	// Volumes as "source:target[:options]"; the data directory is shared
+	// by the server and the agent container, and bound from the host's own
+	// data_dir, where the agent sees k3s's datastore and tombstone and
+	// moves the datastore aside (a named volume would hide them).
 	Volumes []string `toml:"volumes"`
 	Network string   `toml:"network"`
 	// Env is given to both containers; the agent's also gets K3S_URL.
@@ -168,7 +170,7 @@ func DefaultAgent() Agent {
 			AgentContainer:  "k3s-agent",
 			ServerArgs:      []string{"server"},
 			AgentArgs:       []string{"agent"},
-			Volumes:         []string{"k3s-data:/var/lib/rancher/k3s"},
+			Volumes:         []string{"/var/lib/rancher/k3s:/var/lib/rancher/k3s"},
 			Network:         "host",
 			Env:             []string{},
 			Privileged:      true,

@@ -48,7 +48,7 @@ func TestADockerAgentNeedsItsImage(t *testing.T) {
 	assert.Contains(t, err.Error(), "docker.image: is required")
 	a, err := ParseAgent([]byte("platform = \"docker\"\n" + minimalAgent + "[docker]\nimage = \"rancher/k3s:v1.31\"\n"))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"k3s-data:/var/lib/rancher/k3s"}, a.Docker.Volumes)
+	assert.Equal(t, []string{"/var/lib/rancher/k3s:/var/lib/rancher/k3s"}, a.Docker.Volumes)
 }
 
 func TestBadAgentConfigurations(t *testing.T) {
