@@ -21,7 +21,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fleet-role/fleet-role/swapplan"
@@ -239,24 +238,7 @@ func (d *Deployed) make() error {
 // (with the role label Ansible joins them with) and an app's Pod on each.
 // fleet-role's namespace is the playbook's.
 func (d *Deployed) objects() {
-	ctx := context.Background()
-	c := d.API.Client
-	for _, ns := range []string{swapplan.NodeLeaseNamespace, "apps"} {
-		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			d.t.Fatal(err)
-		}
-	}
-	for _, spec := range d.opts.Hosts {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: map[string]string{swapplan.LabelRole: spec.Role}}}
-		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			d.t.Fatal(err)
-		}
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web-" + spec.Name},
-			Spec: corev1.PodSpec{NodeName: spec.Name, Containers: []corev1.Container{{Name: "web", Image: "web"}}}}
-		if _, err := c.CoreV1().Pods("apps").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			d.t.Fatal(err)
-		}
-	}
+	createObjects(d.t, d.API.Client, []string{swapplan.NodeLeaseNamespace, "apps"}, d.opts.Hosts)
 }
 
 // startHost starts a host's container on the network and puts k3s's side

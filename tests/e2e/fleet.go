@@ -287,22 +287,27 @@ func (f *Fleet) describe() []string {
 // objects creates the namespaces, the Nodes (as a first kubelet start
 // would) and a Pod of an app on each.
 func (f *Fleet) objects() {
+	createObjects(f.t, f.API.Client, []string{swapplan.Namespace, swapplan.NodeLeaseNamespace, "apps"}, f.opts.Hosts)
+}
+
+// createObjects creates the namespaces, each host's Node (as a first
+// kubelet start would) and a Pod of an app on each.
+func createObjects(t testhost.T, c kubernetes.Interface, namespaces []string, hosts []HostSpec) {
 	ctx := context.Background()
-	c := f.API.Client
-	for _, ns := range []string{swapplan.Namespace, swapplan.NodeLeaseNamespace, "apps"} {
+	for _, ns := range namespaces {
 		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			f.t.Fatal(err)
+			t.Fatal(err)
 		}
 	}
-	for _, spec := range f.opts.Hosts {
+	for _, spec := range hosts {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: map[string]string{swapplan.LabelRole: spec.Role}}}
 		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			f.t.Fatal(err)
+			t.Fatal(err)
 		}
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web-" + spec.Name},
 			Spec: corev1.PodSpec{NodeName: spec.Name, Containers: []corev1.Container{{Name: "web", Image: "web"}}}}
 		if _, err := c.CoreV1().Pods("apps").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			f.t.Fatal(err)
+			t.Fatal(err)
 		}
 	}
 }
