@@ -205,13 +205,8 @@ func Deploy(t testhost.T, opts DeployOptions) *Deployed {
 	}
 	f.logf("the playbook ran in %s", time.Since(began).Round(time.Second))
 	f.logf("waiting for etcd's members to vote, every Node to be Ready with a probe and the controller to be available")
-	f.Wait(4*time.Minute, "the fleet is up", f.up)
+	f.waitUp(4 * time.Minute)
 	d.WaitRolledOut(2 * time.Minute)
-	m, err := f.Members()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.clusterID = m.ClusterID
 	return d
 }
 

@@ -203,13 +203,20 @@ func Start(t testhost.T, opts Options) *Fleet {
 	}
 	t.Cleanup(f.cleanup)
 	f.logf("waiting for etcd's members to vote and every Node to be Ready with a probe")
-	f.Wait(2*time.Minute, "the fleet is up", f.up)
+	f.waitUp(2 * time.Minute)
+	return f
+}
+
+// waitUp waits until every voter's member votes and every Node is Ready
+// with a probe, and keeps etcd's cluster ID.
+func (f *Fleet) waitUp(timeout time.Duration) {
+	f.t.Helper()
+	f.Wait(timeout, "the fleet is up", f.up)
 	m, err := f.Members()
 	if err != nil {
-		t.Fatal(err)
+		f.t.Fatal(err)
 	}
 	f.clusterID = m.ClusterID
-	return f
 }
 
 // Journals are the last lines each host's units logged, for a failure.
