@@ -157,7 +157,7 @@ func main() {
 // fleet-role's .deb, a real etcd member per server, the controller from
 // its Deployment.
 func containers(r *runner) fleet {
-	d := e2e.Deploy(r, e2e.DeployOptions{
+	d := e2e.Deploy(r, e2e.Options{
 		Hosts:      e2e.DeployedHosts,
 		Controller: "\n[verdicts]\nwindow = 5\n",
 		// k3s's etcd timing: 5 s election timeout, 500 ms heartbeat.

@@ -67,40 +67,6 @@ var DeployedHosts = []HostSpec{
 	{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
 }
 
-// DeployOptions shape a deployed fleet.
-type DeployOptions struct {
-	Hosts []HostSpec
-	// ProbePeriod is the agents' and the controller's probe period.
-	ProbePeriod time.Duration
-	// ElectionTimeout is the members' etcd election timeout; 0 means
-	// ElectionTimeout.
-	ElectionTimeout time.Duration
-	// Controller is more of the controller's TOML ([verdicts], say),
-	// after the harness's.
-	Controller string
-	// Log, when set, gets what the harness does, as it does it.
-	Log func(format string, args ...any)
-}
-
-// Deployed is a fleet deployed by the playbook; its Fleet's helpers
-// (Status, Check, Members, CLI, Node, Wait, a Host's SlowDisk and Exec)
-// work on it. Its controller is the Deployment's, not a process of the
-// harness's: Fleet's controller helpers do not apply.
-type Deployed struct {
-	*Fleet
-	// Net is the hosts' network.
-	Net *testhost.Network
-	// Controller runs the controller's Deployment.
-	Controller *deployment.Runner
-	// BinDir holds what make built: fleet-role, its .deb.
-	BinDir    string
-	deb       string
-	inventory string
-	runs      int
-	logs      string
-	extra     string
-}
-
 // doubleKubeconfig is where a host keeps the k3s double's kubeconfig.
 const doubleKubeconfig = "/etc/k3s-double/kubeconfig"
 
@@ -111,7 +77,7 @@ const controllerName = "fleet-role-controller"
 // the hosts with k3s's side, runs the playbook once from nothing, and
 // waits until every voter votes, every Node is Ready with a probe and the
 // controller's Deployment is available.
-func Deploy(t testhost.T, opts DeployOptions) *Deployed {
+func Deploy(t testhost.T, opts Options) *Fleet {
 	t.Helper()
 	testhost.RequireImage(t, testhost.SystemdImage)
 	testhost.RequireImage(t, testhost.DockerHostImage)
@@ -126,16 +92,14 @@ func Deploy(t testhost.T, opts DeployOptions) *Deployed {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	f := &Fleet{t: t, opts: Options{Hosts: opts.Hosts, ProbePeriod: opts.ProbePeriod, ElectionTimeout: opts.ElectionTimeout, Log: opts.Log},
-		Dir: dir, Hosts: map[string]*Host{}}
-	d := &Deployed{Fleet: f, BinDir: filepath.Join(dir, "bin"), logs: filepath.Join(dir, "logs"), extra: opts.Controller}
-	if err := os.MkdirAll(d.logs, 0o755); err != nil {
+	f := &Fleet{t: t, opts: opts, Dir: dir, Hosts: map[string]*Host{}, BinDir: filepath.Join(dir, "bin"), logs: filepath.Join(dir, "logs")}
+	if err := os.MkdirAll(f.logs, 0o755); err != nil {
 		t.Fatal(err)
 	}
 
 	f.logf("building fleet-role's package and image (make package image) and the k3s double")
 	began := time.Now()
-	if err := d.make(); err != nil {
+	if err := f.make(); err != nil {
 		t.Fatal(err)
 	}
 	if f.double, err = testhost.Build(dir, "k3s", "./tests/k3sdouble"); err != nil {
@@ -144,16 +108,16 @@ func Deploy(t testhost.T, opts DeployOptions) *Deployed {
 	f.image = testhost.ImageOf(t, "fleet-role-test/k3s-double:latest", f.double, "/bin/k3s")
 	f.logf("built in %s", time.Since(began).Round(time.Second))
 
-	d.Net = testhost.NewNetwork(t)
-	f.logf("starting a real kube-apiserver on %s, the gateway of the hosts' network %s", d.Net.Gateway, d.Net.Name)
-	f.API = kubeapi.StartOn(t, d.Net.Gateway)
+	f.Net = testhost.NewNetwork(t)
+	f.logf("starting a real kube-apiserver on %s, the gateway of the hosts' network %s", f.Net.Gateway, f.Net.Name)
+	f.API = kubeapi.StartOn(t, f.Net.Gateway)
 	f.kubeconfig = filepath.Join(dir, "kubeconfig")
 	if err := f.API.WriteEmbeddedKubeconfig(f.kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	d.objects()
+	f.objects()
 	for i, spec := range opts.Hosts {
-		h := &Host{HostSpec: spec, IP: d.Net.Addr(10 + i), f: f, dir: filepath.Join(dir, spec.Name)}
+		h := &Host{HostSpec: spec, IP: f.Net.Addr(10 + i), f: f, dir: filepath.Join(dir, spec.Name)}
 		f.Hosts[spec.Name], f.Order = h, append(f.Order, spec.Name)
 	}
 
@@ -169,7 +133,7 @@ func Deploy(t testhost.T, opts DeployOptions) *Deployed {
 					errs[i] = g.err
 				}
 			}()
-			errs[i] = d.startHost(g, f.Hosts[name])
+			errs[i] = f.startHost(g, f.Hosts[name])
 		})
 	}
 	wg.Wait()
@@ -180,7 +144,7 @@ func Deploy(t testhost.T, opts DeployOptions) *Deployed {
 	// Note: after the hosts' own cleanups, so that it runs before them,
 	// while their journals can still be read.
 	t.Cleanup(f.cleanup)
-	t.Cleanup(d.keepLogs)
+	t.Cleanup(f.keepLogs)
 
 	u, err := url.Parse(f.API.URL)
 	if err != nil {
@@ -192,53 +156,53 @@ func Deploy(t testhost.T, opts DeployOptions) *Deployed {
 		t.Fatal(err)
 	}
 	replicas := filepath.Join(dir, "replicas")
-	d.Controller = deployment.Start(t, deployment.Options{Client: f.API.Client, Namespace: swapplan.Namespace, Name: controllerName,
-		Network: d.Net.Name, APIHost: d.Net.Gateway, APIPort: port, CA: ca, Dir: replicas, Log: f.logf})
+	f.Controller = deployment.Start(t, deployment.Options{Client: f.API.Client, Namespace: swapplan.Namespace, Name: controllerName,
+		Network: f.Net.Name, APIHost: f.Net.Gateway, APIPort: port, CA: ca, Dir: replicas, Log: f.logf})
 
-	if err := d.writeInventory(); err != nil {
+	if err := f.writeInventory(); err != nil {
 		t.Fatal(err)
 	}
-	f.logf("ansible-playbook -i %s deploy.yml: fleet-role from nothing", d.inventory)
+	f.logf("ansible-playbook -i %s deploy.yml: fleet-role from nothing", f.inventory)
 	began = time.Now()
-	if _, changed := d.Playbook(); changed == 0 {
+	if _, changed := f.Playbook(); changed == 0 {
 		t.Fatalf("the first run of the playbook changed nothing")
 	}
 	f.logf("the playbook ran in %s", time.Since(began).Round(time.Second))
 	f.logf("waiting for etcd's members to vote, every Node to be Ready with a probe and the controller to be available")
 	f.waitUp(4 * time.Minute)
-	d.WaitRolledOut(2 * time.Minute)
-	return d
+	f.WaitRolledOut(2 * time.Minute)
+	return f
 }
 
 // make builds the binary, the .deb and the controller's image as a user
 // does: make package image.
-func (d *Deployed) make() error {
-	cmd := exec.Command("make", "package", "image", "BIN="+d.BinDir)
+func (f *Fleet) make() error {
+	cmd := exec.Command("make", "package", "image", "BIN="+f.BinDir)
 	cmd.Dir = testhost.Root()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("make package image: %v: %s", err, out.String())
 	}
-	d.Bin = filepath.Join(d.BinDir, "fleet-role")
-	debs, _ := filepath.Glob(filepath.Join(d.BinDir, "fleet-role_*_amd64.deb"))
+	f.Bin = filepath.Join(f.BinDir, "fleet-role")
+	debs, _ := filepath.Glob(filepath.Join(f.BinDir, "fleet-role_*_amd64.deb"))
 	if len(debs) != 1 {
 		return fmt.Errorf("make package made %d .debs, not one: %s", len(debs), out.String())
 	}
-	d.deb = debs[0]
+	f.deb = debs[0]
 	return nil
 }
 
 // objects creates what k3s's kubelets would have registered: the Nodes
 // (with the role label Ansible joins them with) and an app's Pod on each.
 // fleet-role's namespace is the playbook's.
-func (d *Deployed) objects() {
-	createObjects(d.t, d.API.Client, []string{swapplan.NodeLeaseNamespace, "apps"}, d.opts.Hosts)
+func (f *Fleet) objects() {
+	createObjects(f.t, f.API.Client, []string{swapplan.NodeLeaseNamespace, "apps"}, f.opts.Hosts)
 }
 
 // startHost starts a host's container on the network and puts k3s's side
 // on it.
-func (d *Deployed) startHost(t testhost.T, h *Host) error {
+func (f *Fleet) startHost(t testhost.T, h *Host) error {
 	// k3s's data dir is a directory of the machine's, as a host's data is
 	// on its disk: Host.SlowDisk throttles the disk that holds it. Note:
 	// writes to a container's own overlay root are not counted in its
@@ -247,19 +211,19 @@ func (d *Deployed) startHost(t testhost.T, h *Host) error {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return err
 	}
-	flags := []string{"--network", d.Net.Name, "--ip", h.IP, "--hostname", h.Name, "-v", data + ":" + hostDataDir}
+	flags := []string{"--network", f.Net.Name, "--ip", h.IP, "--hostname", h.Name, "-v", data + ":" + hostDataDir}
 	if h.Docker {
 		dh := testhost.StartDockerHostIn(t, h.dir, flags...)
 		h.Container = dh.Name
-		dh.Load(t, d.image)
+		dh.Load(t, f.image)
 	} else {
-		sd := testhost.StartSystemdHostIn(t, h.dir, append(flags, "-v", d.double+":/usr/local/bin/k3s:ro")...)
+		sd := testhost.StartSystemdHostIn(t, h.dir, append(flags, "-v", f.double+":/usr/local/bin/k3s:ro")...)
 		h.Container = sd.Name
 	}
 	if out, err := h.exec("sh", "-c", `command -v sudo >/dev/null && python3 -c "import apt"`); err != nil {
 		return fmt.Errorf("%s: the host image lacks sudo or python3-apt, which Ansible's become and apt module need: run tests/images/build-images.sh: %v: %s", h.Name, err, out)
 	}
-	kc, err := os.ReadFile(d.kubeconfig)
+	kc, err := os.ReadFile(f.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -268,7 +232,7 @@ func (d *Deployed) startHost(t testhost.T, h *Host) error {
 		// As the operator stages a k3s server: the bootstrap host starts
 		// the cluster, the others join through it.
 		conf := "cluster-init: true\n"
-		if b := d.bootstrap(); b != h {
+		if b := f.bootstrap(); b != h {
 			conf = fmt.Sprintf("server: https://%s:6443\n", b.IP)
 		}
 		if !h.Docker {
@@ -279,8 +243,8 @@ func (d *Deployed) startHost(t testhost.T, h *Host) error {
 	}
 	if !h.Docker {
 		files[hostToken] = token + "\n"
-		files["/etc/systemd/system/k3s.service.d/double.conf"] = unitDropIn(h.doubleArgs("server", doubleKubeconfig), 0)
-		files["/etc/systemd/system/k3s-agent.service.d/double.conf"] = unitDropIn(h.doubleArgs("agent", doubleKubeconfig), 0)
+		files["/etc/systemd/system/k3s.service.d/double.conf"] = unitDropIn(h.doubleArgs("server", doubleKubeconfig))
+		files["/etc/systemd/system/k3s-agent.service.d/double.conf"] = unitDropIn(h.doubleArgs("agent", doubleKubeconfig))
 	}
 	for path, data := range files {
 		if err := h.put(path, data); err != nil {
@@ -323,11 +287,11 @@ type inventoryGrp struct {
 // by its container's name, its ansible_host its address; the package,
 // the timings of a test fleet, and for the Docker hosts k3s's image (the
 // double's) and its arguments.
-func (d *Deployed) writeInventory() error {
+func (f *Fleet) writeInventory() error {
 	var inv inventory
-	p := d.opts.ProbePeriod.String()
+	p := f.opts.ProbePeriod.String()
 	inv.All.Vars = map[string]any{
-		"fleet_role_agent_package":       d.deb,
+		"fleet_role_agent_package":       f.deb,
 		"fleet_role_agent_probe_period":  p,
 		"fleet_role_agent_resync_period": "5s",
 		"fleet_role_agent_etcd_endpoint": "http://{{ ansible_host }}:2379",
@@ -336,19 +300,19 @@ func (d *Deployed) writeInventory() error {
 		// runs on, as its administrator; the agents reach the API server
 		// at its address on the hosts' network, which stays up whichever
 		// host's k3s is stopped.
-		"fleet_role_agent_admin_kubeconfig":  d.API.Kubeconfig,
-		"fleet_role_agent_api_server":        d.API.URL,
-		"fleet_role_controller_kubeconfig":   d.API.Kubeconfig,
-		"fleet_role_controller_binary":       d.Bin,
+		"fleet_role_agent_admin_kubeconfig":  f.API.Kubeconfig,
+		"fleet_role_agent_api_server":        f.API.URL,
+		"fleet_role_controller_kubeconfig":   f.API.Kubeconfig,
+		"fleet_role_controller_binary":       f.Bin,
 		"fleet_role_controller_period":       "1s",
 		"fleet_role_controller_probe_period": p,
 		"fleet_role_controller_cooldown":     "10s",
-		"fleet_role_controller_extra_config": d.controllerConfig(),
+		"fleet_role_controller_extra_config": f.controllerConfig(),
 	}
 	inv.All.Children = map[string]inventoryGrp{}
 	group := map[string]string{swapplan.RoleVoter: "fleet_servers", swapplan.RoleStandby: "fleet_standbys", swapplan.RoleAgent: "fleet_agents"}
-	for _, n := range d.Order {
-		h := d.Hosts[n]
+	for _, n := range f.Order {
+		h := f.Hosts[n]
 		vars := map[string]any{
 			"ansible_connection":         "community.docker.docker",
 			"ansible_docker_host":        h.Container,
@@ -357,7 +321,7 @@ func (d *Deployed) writeInventory() error {
 		}
 		if h.Docker {
 			vars["fleet_role_agent_platform"] = "docker"
-			vars["fleet_role_agent_docker_image"] = d.image
+			vars["fleet_role_agent_docker_image"] = f.image
 			vars["fleet_role_agent_docker_privileged"] = false
 			vars["fleet_role_agent_docker_server_args"] = h.doubleArgs("server", doubleKubeconfig)[1:]
 			vars["fleet_role_agent_docker_agent_args"] = h.doubleArgs("agent", doubleKubeconfig)[1:]
@@ -377,13 +341,13 @@ func (d *Deployed) writeInventory() error {
 	if err != nil {
 		return err
 	}
-	d.inventory = filepath.Join(d.Dir, "inventory.json")
-	return os.WriteFile(d.inventory, b, 0o600)
+	f.inventory = filepath.Join(f.Dir, "inventory.json")
+	return os.WriteFile(f.inventory, b, 0o600)
 }
 
 // controllerConfig is the controller's configuration beyond the role's
 // keys: the harness's timings.
-func (d *Deployed) controllerConfig() string {
+func (f *Fleet) controllerConfig() string {
 	return fmt.Sprintf(`min_pass_interval = "50ms"
 drain_timeout = "10s"
 lease_duration = "10s"
@@ -395,7 +359,7 @@ retry_period = "500ms"
 
 [bounds]
 %s
-%s`, d.bounds(), d.extra)
+%s`, f.bounds(), f.opts.Controller)
 }
 
 var playRecap = regexp.MustCompile(`(?m)^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)`)
@@ -404,27 +368,27 @@ var playRecap = regexp.MustCompile(`(?m)^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+
 // arguments (-e dry_run=false, say) from the ansible directory, as its
 // README says, failing on a failed or unreachable host; it returns the
 // output and the tasks changed in all.
-func (d *Deployed) Playbook(args ...string) (string, int) {
-	d.t.Helper()
-	d.runs++
+func (f *Fleet) Playbook(args ...string) (string, int) {
+	f.t.Helper()
+	f.runs++
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ansible-playbook", append([]string{"-i", d.inventory, "deploy.yml"}, args...)...)
+	cmd := exec.CommandContext(ctx, "ansible-playbook", append([]string{"-i", f.inventory, "deploy.yml"}, args...)...)
 	cmd.Dir = filepath.Join(testhost.Root(), "ansible")
 	cmd.Env = append(os.Environ(), "ANSIBLE_NOCOLOR=1", "ANSIBLE_FORCE_COLOR=0", "PY_COLORS=0")
 	out, err := cmd.CombinedOutput()
-	_ = os.WriteFile(filepath.Join(d.logs, fmt.Sprintf("playbook-%d.log", d.runs)), out, 0o644)
+	_ = os.WriteFile(filepath.Join(f.logs, fmt.Sprintf("playbook-%d.log", f.runs)), out, 0o644)
 	if err != nil {
-		d.t.Fatalf("ansible-playbook %s: %v:\n%s", strings.Join(args, " "), err, tail(string(out), 60))
+		f.t.Fatalf("ansible-playbook %s: %v:\n%s", strings.Join(args, " "), err, tail(string(out), 60))
 	}
 	recap := playRecap.FindAllStringSubmatch(string(out), -1)
 	if len(recap) == 0 {
-		d.t.Fatalf("ansible-playbook %s: no play recap:\n%s", strings.Join(args, " "), tail(string(out), 60))
+		f.t.Fatalf("ansible-playbook %s: no play recap:\n%s", strings.Join(args, " "), tail(string(out), 60))
 	}
 	changed := 0
 	for _, r := range recap {
 		if r[4] != "0" || r[5] != "0" {
-			d.t.Fatalf("ansible-playbook %s: %s unreachable or failed:\n%s", strings.Join(args, " "), r[1], tail(string(out), 60))
+			f.t.Fatalf("ansible-playbook %s: %s unreachable or failed:\n%s", strings.Join(args, " "), r[1], tail(string(out), 60))
 		}
 		n, _ := strconv.Atoi(r[3])
 		changed += n
@@ -441,11 +405,11 @@ func tail(s string, lines int) string {
 }
 
 // ControllerDeployment reads the controller's Deployment.
-func (d *Deployed) ControllerDeployment() *appsv1.Deployment {
-	d.t.Helper()
-	dep, err := d.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(context.Background(), controllerName, metav1.GetOptions{})
+func (f *Fleet) ControllerDeployment() *appsv1.Deployment {
+	f.t.Helper()
+	dep, err := f.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(context.Background(), controllerName, metav1.GetOptions{})
 	if err != nil {
-		d.t.Fatal(err)
+		f.t.Fatal(err)
 	}
 	return dep
 }
@@ -453,11 +417,11 @@ func (d *Deployed) ControllerDeployment() *appsv1.Deployment {
 // WaitRolledOut waits until the controller's Deployment reports its
 // generation observed and every replica of its template available, and
 // the stand-in runs only those, and returns them.
-func (d *Deployed) WaitRolledOut(timeout time.Duration) []deployment.Replica {
-	d.t.Helper()
+func (f *Fleet) WaitRolledOut(timeout time.Duration) []deployment.Replica {
+	f.t.Helper()
 	var reps []deployment.Replica
-	d.Wait(timeout, "the controller's Deployment is rolled out", func() error {
-		dep, err := d.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(context.Background(), controllerName, metav1.GetOptions{})
+	f.Wait(timeout, "the controller's Deployment is rolled out", func() error {
+		dep, err := f.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(context.Background(), controllerName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -465,10 +429,10 @@ func (d *Deployed) WaitRolledOut(timeout time.Duration) []deployment.Replica {
 		s := dep.Status
 		if s.ObservedGeneration != dep.Generation || s.Replicas != want || s.UpdatedReplicas != want || s.ReadyReplicas != want || s.AvailableReplicas != want {
 			return fmt.Errorf("generation %d, observed %d: %d replicas, %d updated, %d ready, %d available of %d; the stand-in: %v",
-				dep.Generation, s.ObservedGeneration, s.Replicas, s.UpdatedReplicas, s.ReadyReplicas, s.AvailableReplicas, want, d.Controller.Err())
+				dep.Generation, s.ObservedGeneration, s.Replicas, s.UpdatedReplicas, s.ReadyReplicas, s.AvailableReplicas, want, f.Controller.Err())
 		}
 		hash := deployment.TemplateHash(&dep.Spec.Template, s.CollisionCount)
-		reps = d.Controller.Replicas()
+		reps = f.Controller.Replicas()
 		for _, r := range reps {
 			if r.Hash != hash || !r.Ready {
 				return fmt.Errorf("replica %s is of revision %s (the template's: %s), ready %t", r.Pod, r.Hash, hash, r.Ready)
@@ -480,52 +444,55 @@ func (d *Deployed) WaitRolledOut(timeout time.Duration) []deployment.Replica {
 }
 
 // keepLogs keeps, for a failed test, the playbook's runs, the
-// controller's replicas' logs and the k3s containers' of the Docker hosts
-// (the hosts' journals are Fleet's).
-func (d *Deployed) keepLogs() {
-	if t, ok := d.t.(interface{ Failed() bool }); !ok || !t.Failed() {
+// controller's replicas' logs, each host's whole journal and the k3s
+// containers' logs of the Docker hosts.
+func (f *Fleet) keepLogs() {
+	if t, ok := f.t.(interface{ Failed() bool }); !ok || !t.Failed() {
 		return
 	}
-	if d.Controller != nil {
-		for _, r := range d.Controller.Replicas() {
-			_ = os.WriteFile(filepath.Join(d.logs, r.Pod+".log"), []byte(d.Controller.Logs(r.Pod)), 0o644)
+	if f.Controller != nil {
+		for _, r := range f.Controller.Replicas() {
+			_ = os.WriteFile(filepath.Join(f.logs, r.Pod+".log"), []byte(f.Controller.Logs(r.Pod)), 0o644)
 		}
-		for _, r := range d.Controller.Stopped() {
-			_ = os.WriteFile(filepath.Join(d.logs, r.Pod+".log"), []byte(d.Controller.Logs(r.Pod)), 0o644)
+		for _, r := range f.Controller.Stopped() {
+			_ = os.WriteFile(filepath.Join(f.logs, r.Pod+".log"), []byte(f.Controller.Logs(r.Pod)), 0o644)
 		}
 	}
-	for _, n := range d.Order {
-		if h := d.Hosts[n]; h.Docker {
+	for _, n := range f.Order {
+		h := f.Hosts[n]
+		out, _ := h.exec("journalctl", "--no-pager", "-o", "short-precise")
+		_ = os.WriteFile(filepath.Join(f.logs, n+".journal"), []byte(out), 0o644)
+		if h.Docker {
 			for _, c := range []string{"k3s-server", "k3s-agent"} {
 				out, _ := h.exec("docker", "logs", "--timestamps", c)
-				_ = os.WriteFile(filepath.Join(d.logs, n+"-"+c+".log"), []byte(out), 0o644)
+				_ = os.WriteFile(filepath.Join(f.logs, n+"-"+c+".log"), []byte(out), 0o644)
 			}
 		}
 	}
-	keep, err := os.MkdirTemp("", "fleet-role-deployed-logs")
+	keep, err := os.MkdirTemp("", "fleet-role-e2e-logs")
 	if err != nil {
 		return
 	}
-	entries, _ := os.ReadDir(d.logs)
+	entries, _ := os.ReadDir(f.logs)
 	for _, e := range entries {
-		if b, err := os.ReadFile(filepath.Join(d.logs, e.Name())); err == nil {
+		if b, err := os.ReadFile(filepath.Join(f.logs, e.Name())); err == nil {
 			_ = os.WriteFile(filepath.Join(keep, e.Name()), b, 0o644)
 		}
 	}
-	d.t.Logf("the playbook's output and the controller's logs are kept in %s", keep)
+	f.t.Logf("the playbook's output, the controller's logs and the hosts' journals are kept in %s", keep)
 }
 
 // Eligible says why a standby is not eligible for an automatic swap, as
 // the controller sees it (a standby, Ready, schedulable, staged, with a
 // fresh sample and a fit verdict); nil when it is.
-func (d *Deployed) Eligible(name string) error {
-	n, err := d.API.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+func (f *Fleet) Eligible(name string) error {
+	n, err := f.API.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
 	var p swapplan.Probe
 	_ = json.Unmarshal([]byte(n.Annotations[swapplan.AnnotationProbe]), &p)
-	v := d.Status().Verdicts[name]
+	v := f.Status().Verdicts[name]
 	switch {
 	case n.Labels[swapplan.LabelRole] != swapplan.RoleStandby:
 		return fmt.Errorf("%s's role is %q", name, n.Labels[swapplan.LabelRole])
@@ -544,18 +511,18 @@ func (d *Deployed) Eligible(name string) error {
 // Metrics reads the leading replica's /metrics ("" when none leads or
 // answers): the replica the leader election's Lease names, by its Pod's
 // name, which is its hostname.
-func (d *Deployed) Metrics() string {
+func (f *Fleet) Metrics() string {
 	ctx := context.Background()
-	l, err := d.API.Client.CoordinationV1().Leases(swapplan.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
+	l, err := f.API.Client.CoordinationV1().Leases(swapplan.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
-	dep, err := d.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
+	dep, err := f.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
 	if err != nil || len(dep.Spec.Template.Spec.Containers[0].Ports) == 0 {
 		return ""
 	}
 	port := strconv.Itoa(int(dep.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort))
-	for _, r := range d.Controller.Replicas() {
+	for _, r := range f.Controller.Replicas() {
 		if strings.HasPrefix(*l.Spec.HolderIdentity, r.Pod+"-") && r.IP != "" {
 			resp, err := http.Get("http://" + net.JoinHostPort(r.IP, port) + "/metrics")
 			if err != nil {

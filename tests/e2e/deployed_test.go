@@ -34,7 +34,9 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 		t.Logf("timing: %s: %s (%s in all)", what, time.Since(lap).Round(time.Second), time.Since(start).Round(time.Second))
 		lap = time.Now()
 	}
-	d := Deploy(t, DeployOptions{Hosts: DeployedHosts, Controller: "\n[verdicts]\nwindow = 5\n", Log: t.Logf})
+	// The writes across the swaps by hand are counted at k3s's own etcd
+	// timing.
+	d := Deploy(t, Options{Hosts: DeployedHosts, Controller: "\n[verdicts]\nwindow = 5\n", ElectionTimeout: K3sElectionTimeout, Log: t.Logf})
 	took("deployed from nothing")
 
 	for _, n := range d.Order {
@@ -53,18 +55,30 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 	took("every host fit")
 
 	// By hand, in the dry run: a native voter out for the Docker standby,
-	// and back.
+	// and back, the bootstrap host promoted again; etcd is written to
+	// throughout, and no write fails while the leader moves.
+	c := d.Etcd()
+	w := d.StartWrites(c)
 	res := d.swap(t, "v1", "s1", 5*time.Minute)
-	t.Logf("v1 out, s1 in: %s: %s", res.Result, res.Reason)
+	count := w.Count()
+	t.Logf("v1 out, s1 in: %s: %s; writes: %s", res.Result, res.Reason, count)
 	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
 	assert.Equal(t, swapplan.OriginManual, res.Origin)
 	require.NoError(t, d.Check(swapplan.ResultCompleted))
+	assert.Equal(t, 0, count.Failed, "no failed write with the leader moved")
+	assert.False(t, count.Unanswered)
 	took("the swap of v1 for s1")
+	// As an operator would: v1 is asked for once its agent samples it
+	// again after its demotion (fleet-role swap refuses a host without a
+	// fresh sample).
 	d.waitFreshProbe("v1", time.Minute)
+	w = d.StartWrites(c)
 	res = d.swap(t, "s1", "v1", 5*time.Minute)
-	t.Logf("s1 out, v1 in: %s: %s", res.Result, res.Reason)
+	count = w.Count()
+	t.Logf("s1 out, v1 (the bootstrap host) in again: %s: %s; writes: %s", res.Result, res.Reason, count)
 	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
 	require.NoError(t, d.Check(swapplan.ResultCompleted))
+	assert.Equal(t, 0, count.Failed, "no failed write with the leader moved")
 	took("the swap back")
 
 	// A voter turned slow: the dry run only reports the decision.

@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
+	"os/exec"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,10 +21,9 @@ import (
 // Reboot restarts a native host's container, as the machine booting
 // again: systemd stops every unit, and on the way up starts the units
 // enabled at boot (multi-user.target), fleet-role-agent among them. The
-// host's data, state and k3s configuration are directories of the
-// harness's mounted into the container, and its /etc/systemd/system is
-// the container's own: all of it survives, as a disk does; /run (a
-// tmpfs) does not. It returns once systemd runs and fleet-role-agent is
+// host's files are the container's own and its k3s data dir a directory
+// of the machine's: all of it survives, as a disk does; /run (a tmpfs)
+// does not; its address is the same. It returns once systemd runs and fleet-role-agent is
 // active.
 func (h *Host) Reboot() {
 	h.f.t.Helper()
@@ -97,9 +99,9 @@ func (h *Host) neverReady() string {
 
 // NeverReady makes the host's k3s server never become ready: its member
 // may join and vote, but its apiserver and controllers never run, so it
-// never writes its Node's etcd metadata. The host's data dir is the
-// harness's h.dir/data, mounted as the k3s data dir (and into a Docker
-// host's server container).
+// never writes its Node's etcd metadata. The host's k3s data dir is the
+// machine's h.dir/data (Deploy), mounted into a Docker host's server
+// container too.
 func (h *Host) NeverReady() {
 	h.f.t.Helper()
 	if err := os.MkdirAll(filepath.Dir(h.neverReady()), 0o700); err != nil {
@@ -121,15 +123,15 @@ func (h *Host) MayBeReady() {
 // JoinDropIn is the k3s config drop-in the host's agent owns, naming the
 // live voter its k3s joins through; empty when there is none.
 func (h *Host) JoinDropIn() string {
-	b, _ := os.ReadFile(filepath.Join(h.dir, "rancher", "config.yaml.d", "90-fleet-role.yaml"))
-	return string(b)
+	out, _ := h.exec("cat", hostRancher+"/config.yaml.d/90-fleet-role.yaml")
+	return out
 }
 
-// StagedConfig is the k3s config.yaml the harness staged on the host, as
-// Ansible renders it.
+// StagedConfig is the k3s config.yaml staged on the host, as the
+// operator's Ansible renders it.
 func (h *Host) StagedConfig() string {
-	b, _ := os.ReadFile(filepath.Join(h.dir, "rancher", "config.yaml"))
-	return string(b)
+	out, _ := h.exec("cat", hostRancher+"/config.yaml")
+	return out
 }
 
 // Ready is the status of the Node's Ready condition ("" when it has none).
@@ -154,18 +156,45 @@ func (f *Fleet) WaitReady(name string, status corev1.ConditionStatus, timeout ti
 	})
 }
 
-// RestartController stops the controller and starts it again, dry run
-// off, with the bounds changed as given.
-func (f *Fleet) RestartController(bounds map[string]string) {
+// Reconfigure changes the controller's bounds as given, as an operator
+// does: the playbook run again with the controller's configuration
+// changed, whose checksum rolls its Deployment; it returns once the new
+// replicas are ready.
+func (f *Fleet) Reconfigure(bounds map[string]string) {
 	f.t.Helper()
-	f.StopController()
 	if f.opts.Bounds == nil {
 		f.opts.Bounds = map[string]string{}
 	}
-	for k, v := range bounds {
-		f.opts.Bounds[k] = v
+	maps.Copy(f.opts.Bounds, bounds)
+	extra, err := json.Marshal(map[string]string{"fleet_role_controller_extra_config": f.controllerConfig()})
+	if err != nil {
+		f.t.Fatal(err)
 	}
-	f.StartController()
+	gen := f.ControllerDeployment().Generation
+	if _, changed := f.Playbook("-e", string(extra)); changed == 0 {
+		f.t.Fatalf("the playbook changed nothing with the controller's configuration changed")
+	}
+	if f.ControllerDeployment().Generation == gen {
+		f.t.Fatalf("the controller's pod template did not change with its configuration")
+	}
+	f.WaitRolledOut(3 * time.Minute)
+}
+
+// KillController kills every replica of the controller with SIGKILL, as
+// a crash or the OOM killer would: no Lease released, no status written
+// on the way out. Their containers' restart policy (the kubelet's
+// restartPolicy: Always) starts them again.
+func (f *Fleet) KillController() {
+	f.t.Helper()
+	for _, r := range f.Controller.Replicas() {
+		pid := testhost.Docker(f.t, "inspect", "-f", "{{.State.Pid}}", r.Container)
+		if pid == "0" {
+			continue
+		}
+		if out, err := exec.Command("kill", "-KILL", pid).CombinedOutput(); err != nil {
+			f.t.Fatalf("kill %s (%s): %v: %s", r.Pod, pid, err, out)
+		}
+	}
 }
 
 // MemberWatch records etcd's member list, read every 200 ms through

@@ -1,15 +1,12 @@
-// Package e2e runs fleet-role end to end on a simulated fleet on this
-// machine: hosts as containers, each with the real fleet-role agent, the
-// k3s double (tests/k3sdouble) over a real etcd member on the host's own
-// loopback address, the real kube-apiserver (tests/kubeapi), and the
-// fleet-role controller as a process. Native hosts run systemd as PID 1
-// and the agent on the systemd platform; Docker hosts run the agent on
-// the Docker platform, which starts the double's server and agent
-// containers on the machine's Docker engine (the engine's socket is
-// mounted into the host, so the containers are the host's siblings
-// rather than nested). Deploy builds another fleet as its users build
-// one, with the playbook, the controller run from its Deployment
-// (deployed.go); make demo runs that one. The scenarios are in its tests.
+// Package e2e runs fleet-role end to end on a fleet of containers on this
+// machine, built as its users build one (Deploy): hosts with systemd as
+// PID 1, native ones and Docker-in-Docker ones, k3s on each as its
+// installer and its operator leave it (the k3s double, tests/k3sdouble,
+// over a real etcd member at the host's own address), the real
+// kube-apiserver (tests/kubeapi), and fleet-role from
+// `ansible-playbook ansible/deploy.yml`: the agent as a systemd unit of
+// each host, the controller from its Deployment. make demo runs the same
+// fleet. The scenarios are in its tests.
 package e2e
 
 import (
@@ -19,17 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -40,6 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/deployment"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -52,15 +43,6 @@ type HostSpec struct {
 	// Docker: the host runs k3s as containers (the Docker platform);
 	// otherwise as systemd units.
 	Docker bool
-}
-
-// VotersAndStandby is the fleet of most scenarios and of the demo: three
-// voters on systemd hosts and a standby on a Docker host.
-var VotersAndStandby = []HostSpec{
-	{Name: "v1", Role: swapplan.RoleVoter},
-	{Name: "v2", Role: swapplan.RoleVoter},
-	{Name: "v3", Role: swapplan.RoleVoter},
-	{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
 }
 
 // Options shape a fleet.
@@ -79,26 +61,31 @@ type Options struct {
 	Log func(format string, args ...any)
 }
 
-// Fleet is a running simulated fleet.
+// Fleet is a running fleet, deployed by the playbook (Deploy).
 type Fleet struct {
-	t       testhost.T
-	opts    Options
-	API     *kubeapi.Server
-	Dir     string
-	Bin     string
-	double  string
-	image   string
-	subnet  string
-	Hosts   map[string]*Host
-	Order   []string
-	metrics string
+	t    testhost.T
+	opts Options
+	API  *kubeapi.Server
+	Dir  string
+	// Bin is the fleet-role binary make built, for the CLI; BinDir holds
+	// it and the .deb.
+	Bin, BinDir string
+	double      string
+	image       string
+	Hosts       map[string]*Host
+	Order       []string
 	// clusterID is etcd's cluster ID once the fleet was up.
 	clusterID uint64
 	// kubeconfig is the hosts': it holds the API server's certificate.
 	kubeconfig string
-	ctrl       *exec.Cmd
-	ctrlLog    string
-	started    int
+	// Net is the hosts' network.
+	Net *testhost.Network
+	// Controller runs the controller's Deployment.
+	Controller *deployment.Runner
+	deb        string
+	inventory  string
+	runs       int
+	logs       string
 }
 
 // Host is one host of the fleet: a container, its address and files.
@@ -141,72 +128,6 @@ func (f *Fleet) electionTimeout() time.Duration {
 // stand still before its leader removes it (k3s: 5 minutes).
 const LearnerStall = 20 * time.Second
 
-var fleets atomic.Int32
-
-// Start builds the binaries, starts the API server and the hosts, and
-// waits until every voter votes and every Node is Ready with a probe.
-func Start(t testhost.T, opts Options) *Fleet {
-	t.Helper()
-	testhost.RequireImage(t, testhost.SystemdImage)
-	if opts.ProbePeriod == 0 {
-		opts.ProbePeriod = 2 * time.Second
-	}
-	dir, err := os.MkdirTemp("", "fleet-role-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	f := &Fleet{t: t, opts: opts, Dir: dir, Hosts: map[string]*Host{},
-		subnet: fmt.Sprintf("127.77.%d", (os.Getpid()+int(fleets.Add(1)))%200+20)}
-	f.logf("building fleet-role and the k3s double")
-	if f.Bin, err = testhost.BuildFleetRole(dir); err != nil {
-		t.Fatal(err)
-	}
-	if f.double, err = testhost.Build(dir, "k3s", "./tests/k3sdouble"); err != nil {
-		t.Fatal(err)
-	}
-	f.logf("starting a real kube-apiserver and etcd")
-	f.API = kubeapi.Start(t)
-	f.kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := f.API.WriteEmbeddedKubeconfig(f.kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	// A native host's k3s server runs as a user of its own (Host.uid).
-	if err := os.Chmod(f.kubeconfig, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f.objects()
-	for i, spec := range opts.Hosts {
-		h := &Host{HostSpec: spec, IP: fmt.Sprintf("%s.%d", f.subnet, 10+i), f: f, dir: filepath.Join(dir, spec.Name)}
-		f.Hosts[spec.Name], f.Order = h, append(f.Order, spec.Name)
-		if spec.Docker && f.image == "" {
-			f.image = testhost.ImageOf(t, "fleet-role-test/k3s-double:latest", f.double, "/bin/k3s")
-		}
-	}
-	f.logf("starting the hosts: %s", strings.Join(f.describe(), ", "))
-	var wg sync.WaitGroup
-	errs := make([]error, len(f.Order))
-	for i, name := range f.Order {
-		wg.Go(func() {
-			g := &onGoroutine{t: t}
-			defer func() {
-				if errs[i] == nil {
-					errs[i] = g.err
-				}
-			}()
-			errs[i] = f.Hosts[name].start(g)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.cleanup)
-	f.logf("waiting for etcd's members to vote and every Node to be Ready with a probe")
-	f.waitUp(2 * time.Minute)
-	return f
-}
-
 // waitUp waits until every voter's member votes and every Node is Ready
 // with a probe, and keeps etcd's cluster ID.
 func (f *Fleet) waitUp(timeout time.Duration) {
@@ -227,26 +148,6 @@ func (f *Fleet) Journals() string {
 		fmt.Fprintf(&b, "--- %s\n%s\n", n, out)
 	}
 	return b.String()
-}
-
-// keepLogs copies the controller's logs and each host's whole journal
-// out of the fleet's directory, which is removed, for a failed test.
-func (f *Fleet) keepLogs() {
-	dir, err := os.MkdirTemp("", "fleet-role-e2e-logs")
-	if err != nil {
-		return
-	}
-	logs, _ := filepath.Glob(filepath.Join(f.Dir, "controller-*.log"))
-	for _, l := range logs {
-		if b, err := os.ReadFile(l); err == nil {
-			_ = os.WriteFile(filepath.Join(dir, filepath.Base(l)), b, 0o644)
-		}
-	}
-	for _, n := range f.Order {
-		out, _ := f.Hosts[n].exec("journalctl", "--no-pager", "-o", "short-precise")
-		_ = os.WriteFile(filepath.Join(dir, n+".journal"), []byte(out), 0o644)
-	}
-	f.t.Logf("the controller's logs and the hosts' journals are kept in %s", dir)
 }
 
 // onGoroutine is the test for a helper run on a goroutine of its own: a
@@ -289,12 +190,6 @@ func (f *Fleet) describe() []string {
 		out = append(out, fmt.Sprintf("%s (%s, %s, %s)", n, h.Role, kind, h.IP))
 	}
 	return out
-}
-
-// objects creates the namespaces, the Nodes (as a first kubelet start
-// would) and a Pod of an app on each.
-func (f *Fleet) objects() {
-	createObjects(f.t, f.API.Client, []string{swapplan.Namespace, swapplan.NodeLeaseNamespace, "apps"}, f.opts.Hosts)
 }
 
 // createObjects creates the namespaces, each host's Node (as a first
@@ -380,16 +275,8 @@ func (f *Fleet) Wait(d time.Duration, what string, cond func() error) {
 }
 
 func (f *Fleet) cleanup() {
-	f.StopController()
-	if t, ok := f.t.(interface{ Failed() bool }); ok && t.Failed() {
-		f.keepLogs()
-	}
 	for _, n := range f.Order {
-		h := f.Hosts[n]
-		if h.dropped {
-			h.RestorePeerPort()
-		}
-		_ = exec.Command("docker", "rm", "-f", h.Container, h.siblingName("server"), h.siblingName("agent")).Run()
+		f.Hosts[n].RestorePeerPort()
 	}
 }
 
@@ -441,77 +328,6 @@ func (f *Fleet) CLI(args ...string) (stdout, stderr string, code int) {
 	return o.String(), e.String(), code
 }
 
-// StartController starts fleet-role controller as a process, with dry
-// run off.
-func (f *Fleet) StartController() {
-	f.t.Helper()
-	f.startController(false)
-}
-
-// StartDryRunController starts fleet-role controller with dry run on, as
-// a deployment starts it: it decides and shows its verdicts, and carries
-// out only manual requests.
-func (f *Fleet) StartDryRunController() {
-	f.t.Helper()
-	f.startController(true)
-}
-
-func (f *Fleet) startController(dryRun bool) {
-	f.t.Helper()
-	port, err := testhost.FreePort()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.metrics = "127.0.0.1:" + strconv.Itoa(port)
-	conf := filepath.Join(f.Dir, "controller.toml")
-	p := f.opts.ProbePeriod
-	toml := fmt.Sprintf(`version = 1
-dry_run = %t
-period = "1s"
-probe_period = %q
-min_pass_interval = "50ms"
-drain_timeout = "10s"
-listen_address = %q
-lease_duration = "10s"
-
-[leader_election]
-lease_duration = "4s"
-renew_deadline = "3s"
-retry_period = "500ms"
-
-[bounds]
-%s
-%s`, dryRun, p.String(), f.metrics, f.bounds(), f.opts.Controller)
-	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
-		f.t.Fatal(err)
-	}
-	f.started++
-	f.ctrlLog = filepath.Join(f.Dir, fmt.Sprintf("controller-%d.log", f.started))
-	log, err := os.Create(f.ctrlLog)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer log.Close()
-	cmd := exec.Command(f.Bin, "controller", "--config", conf, "--kubeconfig", f.API.Kubeconfig)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.t.Fatal(err)
-	}
-	f.ctrl = cmd
-	f.Wait(30*time.Second, "the controller is ready", func() error {
-		resp, err := http.Get("http://" + f.metrics + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz: %s", resp.Status)
-		}
-		return nil
-	})
-}
-
 func (f *Fleet) bounds() string {
 	b := map[string]string{"snapshot": "30s", "runners": "20s", "drain": "30s", "promote": "40s", "join": "40s",
 		"gates": "1m", "step_down": "30s", "member_gone": "40s", "uncordon": "40s", "rollback": "40s"}
@@ -544,42 +360,4 @@ func Unfit(st swapplan.Status, hosts []HostSpec) error {
 		}
 	}
 	return nil
-}
-
-// KillController kills the controller with SIGKILL: no Lease released, no
-// status written on the way out.
-func (f *Fleet) KillController() {
-	if f.ctrl != nil {
-		_ = f.ctrl.Process.Kill()
-		_ = f.ctrl.Wait()
-		f.ctrl = nil
-	}
-}
-
-// StopController stops the controller as systemd or the kubelet would.
-func (f *Fleet) StopController() {
-	if f.ctrl != nil {
-		_ = f.ctrl.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = f.ctrl.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = f.ctrl.Process.Kill()
-			<-done
-		}
-		f.ctrl = nil
-	}
-}
-
-// Metrics reads the controller's /metrics.
-func (f *Fleet) Metrics() string {
-	resp, err := http.Get("http://" + f.metrics + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	return b.String()
 }
