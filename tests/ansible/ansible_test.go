@@ -83,7 +83,8 @@ func TestTheRolesPassYamllintAnsibleLintAndASyntaxCheck(t *testing.T) {
 	assert.NoError(t, err, out)
 }
 
-// prefixInventory is one local host, a server of a fleet of three.
+// prefixInventory is one local host, a server of a fleet of three
+// servers and a standby.
 func prefixInventory(t *testing.T) string {
 	inv := filepath.Join(t.TempDir(), "inventory.yml")
 	require.NoError(t, os.WriteFile(inv, []byte(`all:
@@ -93,6 +94,9 @@ func prefixInventory(t *testing.T) string {
         runner-01: {ansible_connection: local, ansible_host: 10.0.0.1}
         runner-02: {ansible_host: 10.0.0.2}
         runner-03: {ansible_host: 10.0.0.3}
+    fleet_standbys:
+      hosts:
+        runner-09: {ansible_host: 10.0.0.9}
 `), 0o644))
 	return inv
 }
@@ -120,7 +124,10 @@ func TestTheAgentRoleIntoAPrefixIsCheckModeSafeAndIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "runner-01", a.NodeName)
 	assert.Equal(t, config.PlatformSystemd, a.Platform)
-	assert.Equal(t, []config.Server{{Name: "runner-01", Address: "10.0.0.1"}, {Name: "runner-02", Address: "10.0.0.2"}, {Name: "runner-03", Address: "10.0.0.3"}}, a.Servers)
+	// A standby is a server of the inventory too: once promoted, the
+	// others' agents join through it.
+	assert.Equal(t, []config.Server{{Name: "runner-01", Address: "10.0.0.1"}, {Name: "runner-02", Address: "10.0.0.2"},
+		{Name: "runner-03", Address: "10.0.0.3"}, {Name: "runner-09", Address: "10.0.0.9"}}, a.Servers)
 	role, err := os.ReadFile(filepath.Join(prefix, "var", "lib", "fleet-role", "role"))
 	require.NoError(t, err)
 	assert.Equal(t, "server\n", string(role), "a server's role file starts as server")

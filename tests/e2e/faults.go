@@ -3,10 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"maps"
-	"os/exec"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
