@@ -52,7 +52,7 @@ test-e2e: ## the end-to-end scenarios on a simulated fleet of containers over re
 test-ansible: ## the Ansible roles' tests: lint, a prefix, a systemd host, the real API server, the package
 	$(GO) test -count=1 -v ./tests/ansible
 
-bench: ## run the benchmarks whose figures stand in the README
+bench: ## run the planner's benchmarks, whose figures stand in docs/figures.md
 	$(GO) test -run XXX -bench . -benchtime 2s ./swapplan
 
 fuzz: ## fuzz the plan input for a minute

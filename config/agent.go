@@ -19,8 +19,10 @@ const (
 
 // Agent is the configuration of `fleet-role agent`, the host daemon.
 type Agent struct {
+	// Version is the format of the file, which this build reads: 1. A
+	// file must state it.
 	Version int `toml:"version"`
-	// NodeName is this host's Kubernetes Node.
+	// NodeName is this host's Kubernetes Node; required.
 	NodeName string `toml:"node_name"`
 	// Platform is how k3s runs here: "systemd" or "docker".
 	Platform string `toml:"platform"`
@@ -61,7 +63,10 @@ type Agent struct {
 	// (server/db/snapshots/fleet-role-*) the agent keeps; the newest is
 	// never removed, and k3s's own snapshots are never touched.
 	KeepSnapshots int `toml:"keep_snapshots"`
-	// Servers is the inventory of servers, in order.
+	// Servers is the inventory of servers, in order; at least one is
+	// required. A promoted host's server joins through the first other
+	// server that is a live voter; a demoted host's agent joins the first
+	// other server that is a current voter (else the first other one).
 	Servers []Server `toml:"servers"`
 	Probe   Probe    `toml:"probe"`
 	Etcd    Etcd     `toml:"etcd"`
@@ -71,35 +76,55 @@ type Agent struct {
 
 // Server is one server of the inventory.
 type Server struct {
-	Name    string `toml:"name"`
+	// Name is the server's Kubernetes Node; required, and listed once.
+	Name string `toml:"name"`
+	// Address is the server's IP address or host name; required. A host
+	// joins the server at https://<address>:6443.
 	Address string `toml:"address"`
 }
 
-// Probe is how the host samples its own health every probe period.
+// Probe is how the host samples its own health every probe period: small
+// writes each followed by fdatasync in the data dir (as etcd's WAL does),
+// and on a server the member list, the status and a timed linearizable
+// read through its etcd.
 type Probe struct {
-	// FsyncLimit and ReadLimit: a sample over either is not healthy.
+	// FsyncLimit: a sample whose fsync p99 is over it is not healthy.
 	// etcd's own disk guidance: WAL fsync p99 under 10 ms.
 	FsyncLimit time.Duration `toml:"fsync_limit"`
-	ReadLimit  time.Duration `toml:"read_limit"`
+	// ReadLimit: a sample whose timed read through etcd (on a server) took
+	// longer is not healthy.
+	ReadLimit time.Duration `toml:"read_limit"`
 	// Writes is the small writes, each followed by fdatasync, a sample
-	// makes; the p99 is over the last History of them.
-	Writes  int `toml:"writes"`
+	// makes: from 1 to 100.
+	Writes int `toml:"writes"`
+	// History is how many of the last writes the fsync p99 is over: no
+	// fewer than a sample makes.
 	History int `toml:"history"`
 }
 
-// Etcd is how the agent reaches its host's etcd member.
+// Etcd is how the agent reaches its host's etcd member, for snapshots,
+// leadership moves and the probe.
 type Etcd struct {
-	Endpoint string        `toml:"endpoint"`
-	CAFile   string        `toml:"ca_file"`
-	CertFile string        `toml:"cert_file"`
-	KeyFile  string        `toml:"key_file"`
-	Timeout  time.Duration `toml:"timeout"`
+	// Endpoint is the member's client URL, http:// or https://.
+	Endpoint string `toml:"endpoint"`
+	// CAFile is the CA certificate the member's certificate is checked
+	// against.
+	CAFile string `toml:"ca_file"`
+	// CertFile is the client certificate the agent presents.
+	CertFile string `toml:"cert_file"`
+	// KeyFile is the client certificate's key.
+	KeyFile string `toml:"key_file"`
+	// Timeout bounds each call to the member but a snapshot.
+	Timeout time.Duration `toml:"timeout"`
 }
 
-// Systemd is the systemd platform's section.
+// Systemd is the systemd platform's section, read with platform =
+// "systemd": the units, through systemd's D-Bus API.
 type Systemd struct {
+	// ServerUnit is k3s's server unit.
 	ServerUnit string `toml:"server_unit"`
-	AgentUnit  string `toml:"agent_unit"`
+	// AgentUnit is k3s's agent unit, other than ServerUnit.
+	AgentUnit string `toml:"agent_unit"`
 	// AgentEnvFile is the agent unit's EnvironmentFile, where K3S_URL is
 	// set before the agent unit starts (other lines are kept).
 	AgentEnvFile string `toml:"agent_env_file"`
@@ -109,28 +134,51 @@ type Systemd struct {
 	JobTimeout time.Duration `toml:"job_timeout"`
 }
 
-// Docker is the Docker platform's section.
+// Docker is the Docker platform's section, read with platform = "docker":
+// a server and an agent container sharing the data directory, through the
+// Docker API.
 type Docker struct {
-	// Host is the Docker daemon's address; empty means the environment's.
-	Host            string   `toml:"host"`
-	Image           string   `toml:"image"`
-	ServerContainer string   `toml:"server_container"`
-	AgentContainer  string   `toml:"agent_container"`
-	ServerArgs      []string `toml:"server_args"`
-	AgentArgs       []string `toml:"agent_args"`
+	// Host is the Docker daemon's address; empty means DOCKER_HOST or the
+	// local socket.
+	Host string `toml:"host"`
+	// Image is the k3s image, loaded on the host; required with platform
+	// = "docker".
+	Image string `toml:"image"`
+	// ServerContainer is the name of k3s's server container.
+	ServerContainer string `toml:"server_container"`
+	// AgentContainer is the name of k3s's agent container, other than
+	// ServerContainer.
+	AgentContainer string `toml:"agent_container"`
+	// ServerArgs is the server container's command: the arguments after
+	// the image, as docker run takes them.
+	ServerArgs []string `toml:"server_args"`
+	// AgentArgs is the agent container's command.
+	AgentArgs []string `toml:"agent_args"`
 	// Volumes as "source:target[:options]"; the data directory is shared
 	// by the server and the agent container, and bound from the host's own
 	// data_dir, where the agent sees k3s's datastore and tombstone and
 	// moves the datastore aside (a named volume would hide them).
 	Volumes []string `toml:"volumes"`
-	Network string   `toml:"network"`
-	// Env is given to both containers; the agent's also gets K3S_URL.
-	Env         []string      `toml:"env"`
-	Privileged  bool          `toml:"privileged"`
-	CapAdd      []string      `toml:"cap_add"`
-	CapDrop     []string      `toml:"cap_drop"`
-	SecurityOpt []string      `toml:"security_opt"`
-	Tmpfs       []string      `toml:"tmpfs"`
+	// Network is both containers' network mode, as docker run's
+	// --network.
+	Network string `toml:"network"`
+	// Env is given to both containers as NAME=value; the agent's also gets
+	// K3S_URL. Never the token (K3S_TOKEN), which docker inspect would
+	// show: mount a 0600 token file read-only and pass --token-file.
+	Env []string `toml:"env"`
+	// Privileged runs both containers privileged.
+	Privileged bool `toml:"privileged"`
+	// CapAdd is the capabilities both containers are given.
+	CapAdd []string `toml:"cap_add"`
+	// CapDrop is the capabilities both containers are denied.
+	CapDrop []string `toml:"cap_drop"`
+	// SecurityOpt is both containers' security options, as docker run's
+	// --security-opt.
+	SecurityOpt []string `toml:"security_opt"`
+	// Tmpfs is the tmpfs mounts of both containers, as "path[:options]".
+	Tmpfs []string `toml:"tmpfs"`
+	// StopTimeout is how long a container is given to stop before it is
+	// killed.
 	StopTimeout time.Duration `toml:"stop_timeout"`
 }
 

@@ -16,21 +16,26 @@ import (
 // Controller is the configuration of `fleet-role controller` and of the
 // commands that plan as it does (`fleet-role plan`).
 type Controller struct {
+	// Version is the format of the file, which this build reads: 1. A
+	// file must state it.
 	Version int `toml:"version"`
 	// DryRun: an automatic decision is only reported; a manual request and
 	// a swap under way are still carried out.
 	DryRun bool `toml:"dry_run"`
-	// Namespace of the Lease and the status ConfigMap.
+	// Namespace of the regrade Lease and the status ConfigMap.
 	Namespace string `toml:"namespace"`
 	// Period: a pass runs on each relevant change and at least this often.
 	Period time.Duration `toml:"period"`
 	// LeaseDuration of the regrade Lease; renewed every pass.
 	LeaseDuration time.Duration `toml:"lease_duration"`
 	// Cooldown between the end of a swap and the start of an automatic one.
+	// A manual request does not wait for it.
 	Cooldown time.Duration `toml:"cooldown"`
-	// ProbePeriod is the agents' probe period.
+	// ProbePeriod is the agents' probe period. A sample older than two
+	// periods is stale; a voter silent for three periods holds every step.
 	ProbePeriod time.Duration `toml:"probe_period"`
-	// RunnerSelector is a label selector for the runner pods.
+	// RunnerSelector is a label selector for the GitHub Actions runner
+	// pods, which a swap waits for before it drains a node.
 	RunnerSelector string `toml:"runner_selector"`
 	// MinPassInterval spaces passes however often the cluster changes: one
 	// every interval on average, after a burst of a few.
@@ -40,42 +45,76 @@ type Controller struct {
 	DrainTimeout time.Duration `toml:"drain_timeout"`
 	// ListenAddress serves /metrics, /healthz and /readyz; empty serves
 	// nothing.
-	ListenAddress string `toml:"listen_address"`
-	// LeaderElection: one replica acts, the others wait.
+	ListenAddress  string         `toml:"listen_address"`
 	LeaderElection LeaderElection `toml:"leader_election"`
 	Verdicts       Verdicts       `toml:"verdicts"`
 	Bounds         Bounds         `toml:"bounds"`
 }
 
 // Verdicts is how a host's fitness is judged over a window of its probe
-// samples.
+// samples: unfit when most are bad (fsync p99 or a read over its limit,
+// unhealthy, or an error); no verdict on a partial window; silent after 3
+// probe periods without one. The automatic decision swaps the worst unfit
+// voter for the fittest eligible standby.
 type Verdicts struct {
-	Window     int           `toml:"window"`
+	// Window is the number of samples a verdict needs; fewer is a partial
+	// window, with no verdict. The default is 25 minutes at a 60s period.
+	Window int `toml:"window"`
+	// FsyncLimit: a sample whose fsync p99 is over it is bad. etcd's own
+	// disk guidance: WAL fsync p99 under 10 ms.
 	FsyncLimit time.Duration `toml:"fsync_limit"`
-	ReadLimit  time.Duration `toml:"read_limit"`
+	// ReadLimit: a sample whose linearizable read took longer is bad.
+	ReadLimit time.Duration `toml:"read_limit"`
 }
 
 // LeaderElection is the controller replicas' election, on a Lease of its
-// own (not the regrade Lease).
+// own in the namespace (not the regrade Lease): one replica acts, the
+// others wait. client-go's leader election runs it, with retry_period <
+// renew_deadline < lease_duration.
 type LeaderElection struct {
-	Lease         string        `toml:"lease"`
+	// Lease is the name of the election's Lease.
+	Lease string `toml:"lease"`
+	// LeaseDuration is how long the other replicas wait, from the
+	// leader's last renewal, before they may take the Lease.
 	LeaseDuration time.Duration `toml:"lease_duration"`
+	// RenewDeadline is how long the leader tries to renew the Lease before
+	// it gives up leadership.
 	RenewDeadline time.Duration `toml:"renew_deadline"`
-	RetryPeriod   time.Duration `toml:"retry_period"`
+	// RetryPeriod is how long a replica waits between its tries to take or
+	// renew the Lease.
+	RetryPeriod time.Duration `toml:"retry_period"`
 }
 
-// Bounds are the swap steps' own bounds.
+// Bounds are the swap steps' own bounds; a swap's whole wait is their sum.
+// docs/swap.md has the steps and what happens past each bound.
 type Bounds struct {
-	Snapshot   time.Duration `toml:"snapshot"`
-	Runners    time.Duration `toml:"runners"`
-	Drain      time.Duration `toml:"drain"`
-	Promote    time.Duration `toml:"promote"`
-	Join       time.Duration `toml:"join"`
-	Gates      time.Duration `toml:"gates"`
-	StepDown   time.Duration `toml:"step_down"`
+	// Snapshot: an etcd snapshot from a healthy voter other than the
+	// outgoing one. Past it: abandon.
+	Snapshot time.Duration `toml:"snapshot"`
+	// Runners: runner pods finishing on the candidate (past it: abandon)
+	// and on the outgoing voter (past it: go on).
+	Runners time.Duration `toml:"runners"`
+	// Drain: evictions on the candidate (past it: abandon) and on the
+	// outgoing voter (past it: go on).
+	Drain time.Duration `toml:"drain"`
+	// Promote: the candidate's agent answering the promotion. Past it:
+	// roll back.
+	Promote time.Duration `toml:"promote"`
+	// Join: the candidate voting. Past it: roll back.
+	Join time.Duration `toml:"join"`
+	// Gates: the gates with one more voter. Past it the swap still holds,
+	// and says so.
+	Gates time.Duration `toml:"gates"`
+	// StepDown: the outgoing voter's step-down. Past it: go on to the
+	// removal.
+	StepDown time.Duration `toml:"step_down"`
+	// MemberGone: the outgoing host finishing its demotion. Past it: clean
+	// up anyway and leave the host to node recovery.
 	MemberGone time.Duration `toml:"member_gone"`
-	Uncordon   time.Duration `toml:"uncordon"`
-	Rollback   time.Duration `toml:"rollback"`
+	// Uncordon: the outgoing host Ready again. Past it: end pending.
+	Uncordon time.Duration `toml:"uncordon"`
+	// Rollback: the candidate's step-down in a rollback. Past it: go on.
+	Rollback time.Duration `toml:"rollback"`
 	// RemoveFallback: how long k3s is given to remove a rolled-back
 	// candidate's member before a voter's agent is asked to.
 	RemoveFallback time.Duration `toml:"remove_fallback"`

@@ -3,3 +3,5 @@
 // with their line, durations as strings) and validation that reports every
 // problem at once.
 package config
+
+//go:generate go run ./gendoc

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Steps of a swap, in the order a swap goes forward (SPEC §3), then the
+// Steps of a swap, in the order a swap goes forward (docs/swap.md), then the
 // phases a swap can leave the forward path by. They are also the names of
 // the actions that carry the steps out.
 const (

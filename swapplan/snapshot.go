@@ -32,7 +32,8 @@ type Config struct {
 	Bounds      Bounds
 }
 
-// Bounds are the steps' own bounds. What happens past each is SPEC §3's.
+// Bounds are the steps' own bounds. What happens past each is in the
+// steps' table of docs/swap.md.
 type Bounds struct {
 	Snapshot   time.Duration // past it: abandon
 	Runners    time.Duration // runners-in: abandon; runners-out: go on

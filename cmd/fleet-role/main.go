@@ -24,7 +24,9 @@ func main() {
 	os.Exit(code)
 }
 
-// Exit codes (SPEC §7).
+// Exit codes: 0 done, 2 bad usage or input that cannot be used (a flag, an
+// argument, a configuration, a plan input), 1 any other error
+// (docs/controller-and-cli.md).
 const (
 	exitOK    = 0
 	exitError = 1

@@ -17,9 +17,9 @@ import (
 
 var update = flag.Bool("update", false, "rewrite docs/examples from the builders")
 
-// examples are the clusters in docs/examples, which the README walks
-// through; each is checked against the builder that wrote it and against
-// the answer the README gives.
+// examples are the clusters in docs/examples, which docs/plan-format.md
+// walks through; each is checked against the builder that wrote it and
+// against the answer the documentation gives.
 var examples = []struct {
 	file  string
 	build func() *cluster
