@@ -375,7 +375,12 @@ func (f *Fleet) Playbook(args ...string) (string, int) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "ansible-playbook", append([]string{"-i", f.inventory, "deploy.yml"}, args...)...)
 	cmd.Dir = filepath.Join(testhost.Root(), "ansible")
-	cmd.Env = append(os.Environ(), "ANSIBLE_NOCOLOR=1", "ANSIBLE_FORCE_COLOR=0", "PY_COLORS=0")
+	// Every host at once (the default forks, 5, would run a fleet of six
+	// in two rounds) and each module piped to its host's Python rather
+	// than copied as a file first: how an operator speeds a run up,
+	// changing nothing of what the playbook does.
+	cmd.Env = append(os.Environ(), "ANSIBLE_NOCOLOR=1", "ANSIBLE_FORCE_COLOR=0", "PY_COLORS=0",
+		"ANSIBLE_FORKS=10", "ANSIBLE_PIPELINING=True")
 	out, err := cmd.CombinedOutput()
 	_ = os.WriteFile(filepath.Join(f.logs, fmt.Sprintf("playbook-%d.log", f.runs)), out, 0o644)
 	if err != nil {

@@ -205,10 +205,18 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			prev := f.Status().Last
 			_, stderr, code := f.CLI("swap", "s1", "v2")
 			require.Equal(t, 0, code, stderr)
-			f.atStep([]string{swapplan.StepJoin, swapplan.StepGates, swapplan.StepCordonOut}, 2*time.Minute)
-
+			// Paused as soon as the swap is under way: the controller can
+			// tell a paused voter only once its last sample is no longer
+			// fresh (two probe periods), which the candidate's promotion
+			// and join outlast.
+			f.Wait(time.Minute, "the swap starts", func() error {
+				if st := f.Status(); st.Swap == nil {
+					return fmt.Errorf("no swap: %s", st.Reason)
+				}
+				return nil
+			})
 			s1.Pause()
-			t.Log("s1 paused, its engine's containers with it")
+			t.Logf("s1 paused at step %s, its engine's containers with it", f.Status().Step)
 			held := time.Now().Add(6 * f.opts.ProbePeriod)
 			for time.Now().Before(held) {
 				st := f.Status()
