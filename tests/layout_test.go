@@ -21,6 +21,7 @@ type goPackage struct {
 	Doc        string
 	GoFiles    []string
 	Imports    []string
+	Deps       []string
 	Standard   bool
 }
 
@@ -81,6 +82,21 @@ func TestThePurePackagesImportTheStandardLibraryOnlyAndDoNoIO(t *testing.T) {
 				assert.NotContains(t, string(src), clock, "%s/%s reads the clock", dir, f)
 			}
 		}
+	}
+}
+
+// The wire contract is a leaf: api imports nothing of the module, so that
+// every part speaks it; the agent and the configuration speak it without
+// the planner.
+func TestTheWireContractIsALeafAndTheAgentDoesNotImportThePlanner(t *testing.T) {
+	const module = "github.com/fleet-role/fleet-role/"
+	for _, p := range listPackages(t, "./api") {
+		for _, d := range p.Deps {
+			assert.False(t, strings.HasPrefix(d, module), "%s depends on %s", p.ImportPath, d)
+		}
+	}
+	for _, p := range listPackages(t, "./daemon/...", "./config/...", "./role/...") {
+		assert.NotContains(t, p.Deps, module+"swapplan", "%s depends on the planner", p.ImportPath)
 	}
 }
 
