@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // Platforms the agent can drive.
@@ -202,9 +204,9 @@ func DefaultAgent() Agent {
 		Probe:         Probe{FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond, Writes: 5, History: 100},
 		Etcd: Etcd{
 			Endpoint: "https://127.0.0.1:2379",
-			CAFile:   "/var/lib/rancher/k3s/server/tls/etcd/server-ca.crt",
-			CertFile: "/var/lib/rancher/k3s/server/tls/etcd/client.crt",
-			KeyFile:  "/var/lib/rancher/k3s/server/tls/etcd/client.key",
+			CAFile:   api.K3sEtcdCA,
+			CertFile: api.K3sEtcdCert,
+			KeyFile:  api.K3sEtcdKey,
 			Timeout:  5 * time.Second,
 		},
 		Systemd: Systemd{

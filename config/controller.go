@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // Controller is the configuration of `fleet-role controller` and of the
@@ -129,7 +129,7 @@ func DefaultController() Controller {
 	return Controller{
 		Version:         Version,
 		DryRun:          true,
-		Namespace:       swapplan.Namespace,
+		Namespace:       api.Namespace,
 		Period:          10 * time.Second,
 		LeaseDuration:   time.Minute,
 		Cooldown:        6 * time.Hour,
@@ -139,7 +139,7 @@ func DefaultController() Controller {
 		DrainTimeout:    30 * time.Second,
 		ListenAddress:   ":9090",
 		LeaderElection: LeaderElection{
-			Lease:         "fleet-role-controller",
+			Lease:         api.LeaderElectionLease,
 			LeaseDuration: 15 * time.Second,
 			RenewDeadline: 10 * time.Second,
 			RetryPeriod:   2 * time.Second,
@@ -219,8 +219,8 @@ func (c Controller) Validate() error {
 	le := c.LeaderElection
 	if !dnsLabel.MatchString(le.Lease) {
 		p.add("leader_election.lease", "%q is not a valid Lease name", le.Lease)
-	} else if le.Lease == swapplan.LeaseName {
-		p.add("leader_election.lease", "must not be the regrade Lease %q", swapplan.LeaseName)
+	} else if le.Lease == api.LeaseName {
+		p.add("leader_election.lease", "must not be the regrade Lease %q", api.LeaseName)
 	}
 	positive(&p, "leader_election.retry_period", le.RetryPeriod)
 	if !(le.RetryPeriod < le.RenewDeadline && le.RenewDeadline < le.LeaseDuration) {
@@ -252,26 +252,6 @@ func (c Controller) Validate() error {
 func positive(p *problems, key string, d time.Duration) {
 	if d <= 0 {
 		p.add(key, "must be a positive duration such as \"90s\", got %s", d)
-	}
-}
-
-// Judge returns how the verdicts are judged.
-func (c Controller) Judge() swapplan.VerdictConfig {
-	return swapplan.VerdictConfig{Window: c.Verdicts.Window, FsyncLimit: c.Verdicts.FsyncLimit, ReadLimit: c.Verdicts.ReadLimit, Period: c.ProbePeriod}
-}
-
-// Plan returns what the planner needs of the configuration.
-func (c Controller) Plan() swapplan.Config {
-	b := c.Bounds
-	return swapplan.Config{
-		DryRun:      c.DryRun,
-		Cooldown:    c.Cooldown,
-		ProbePeriod: c.ProbePeriod,
-		Bounds: swapplan.Bounds{
-			Snapshot: b.Snapshot, Runners: b.Runners, Drain: b.Drain, Promote: b.Promote, Join: b.Join,
-			Gates: b.Gates, StepDown: b.StepDown, MemberGone: b.MemberGone, Uncordon: b.Uncordon, Rollback: b.Rollback,
-			RemoveFallback: b.RemoveFallback, RemoveByVoter: b.RemoveByVoter,
-		},
 	}
 }
 

@@ -72,14 +72,12 @@ func TestLoadControllerReadsAFile(t *testing.T) {
 	c, err := LoadController(path)
 	require.NoError(t, err)
 	assert.False(t, c.DryRun)
-	assert.False(t, c.Plan().DryRun)
-	assert.Equal(t, c.Bounds.Join, c.Plan().Bounds.Join)
 }
 
-func TestTheRemovalBoundsReachThePlanner(t *testing.T) {
+func TestTheRemovalBoundsAreRead(t *testing.T) {
 	c, err := ParseController([]byte("version = 1\n[bounds]\nremove_fallback = \"3m\"\nremove_by_voter = \"7m\"\n"))
 	require.NoError(t, err)
-	assert.Equal(t, 3*time.Minute, c.Plan().Bounds.RemoveFallback)
-	assert.Equal(t, 7*time.Minute, c.Plan().Bounds.RemoveByVoter)
+	assert.Equal(t, 3*time.Minute, c.Bounds.RemoveFallback)
+	assert.Equal(t, 7*time.Minute, c.Bounds.RemoveByVoter)
 	assert.Equal(t, 2*time.Minute, DefaultController().Bounds.RemoveFallback)
 }

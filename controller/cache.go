@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/controller/adapt"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
@@ -75,14 +76,14 @@ func newCache(client kubernetes.Interface, ns string, runners labels.Selector, l
 		sampled: func(swapplan.Node) {}, gone: func(string) {},
 	}
 	all := informers.NewSharedInformerFactory(client, 0)
-	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(swapplan.NodeLeaseNamespace))
+	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(api.NodeLeaseNamespace))
 	regrade := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", swapplan.LeaseName).String()
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", api.LeaseName).String()
 		}))
 	status := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", swapplan.StatusConfigMap).String()
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", api.StatusConfigMap).String()
 		}))
 	c.factories = []informers.SharedInformerFactory{all, leases, regrade, status}
 
@@ -176,7 +177,7 @@ func slimNode(obj any) (any, error) {
 	}}
 	out.Spec.Unschedulable, out.Spec.Taints = n.Spec.Unschedulable, n.Spec.Taints
 	for _, cd := range n.Status.Conditions {
-		if cd.Type == corev1.NodeReady || string(cd.Type) == swapplan.ConditionEtcdIsVoter {
+		if cd.Type == corev1.NodeReady || string(cd.Type) == api.ConditionEtcdIsVoter {
 			out.Status.Conditions = append(out.Status.Conditions, cd)
 		}
 	}
@@ -218,7 +219,7 @@ func (c *cache) nodeChanged(obj any) {
 	} else {
 		delete(c.problems, n.Name)
 	}
-	relevant := !existed || c.watched[n.Name] || n.Voter() || n.Role == swapplan.RoleStandby || old.Voter() || old.Role == swapplan.RoleStandby
+	relevant := !existed || c.watched[n.Name] || n.Voter() || n.Role == api.RoleStandby || old.Voter() || old.Role == api.RoleStandby
 	c.mu.Unlock()
 	if err != nil && err.Error() != was {
 		c.log.Warn("a Node carries a malformed annotation; it is read as absent", "node", n.Name, "err", err)
@@ -346,7 +347,7 @@ func slimPod(obj any) (any, error) {
 
 // snapshot assembles the planner's snapshot from what is kept, with the
 // verdicts given.
-func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]swapplan.Verdict, now time.Time) (swapplan.Snapshot, []string) {
+func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]api.Verdict, now time.Time) (swapplan.Snapshot, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := swapplan.Snapshot{Now: now, Config: cfg, Nodes: make([]swapplan.Node, len(c.names))}
@@ -395,7 +396,7 @@ func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]swapplan.Verdi
 // changes nothing.
 func (c *cache) setLease(l *coordinationv1.Lease) {
 	old, kept := keepNewer(&c.mu, &c.lease, l)
-	if kept && (old == nil || holder(old) != holder(l) || old.Annotations[swapplan.AnnotationSwap] != l.Annotations[swapplan.AnnotationSwap]) {
+	if kept && (old == nil || holder(old) != holder(l) || old.Annotations[api.AnnotationSwap] != l.Annotations[api.AnnotationSwap]) {
 		c.changed()
 	}
 }
@@ -403,7 +404,7 @@ func (c *cache) setLease(l *coordinationv1.Lease) {
 // setStatus keeps the status ConfigMap as setLease keeps the Lease.
 func (c *cache) setStatus(m *corev1.ConfigMap) {
 	old, kept := keepNewer(&c.mu, &c.cm, m)
-	if kept && (old == nil || old.Data[swapplan.RequestKey] != m.Data[swapplan.RequestKey]) {
+	if kept && (old == nil || old.Data[api.RequestKey] != m.Data[api.RequestKey]) {
 		c.changed()
 	}
 }

@@ -9,12 +9,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 )
 
 func lease(rv, holder, swap string) *coordinationv1.Lease {
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: swapplan.LeaseName, ResourceVersion: rv,
-		Annotations: map[string]string{swapplan.AnnotationSwap: swap}}}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: api.LeaseName, ResourceVersion: rv,
+		Annotations: map[string]string{api.AnnotationSwap: swap}}}
 	if holder != "" {
 		l.Spec.HolderIdentity = ptr.To(holder)
 	}
@@ -29,7 +29,7 @@ func TestTheControllersOwnWriteIsKeptUntilTheWatchBringsANewerOne(t *testing.T) 
 
 	// The controller takes the Lease; its write is kept at once and wakes
 	// the next pass.
-	c.setLease(lease("12", swapplan.ControllerHolder, `{"id":"a"}`))
+	c.setLease(lease("12", api.ControllerHolder, `{"id":"a"}`))
 	assert.Equal(t, "12", c.leaseObject().ResourceVersion)
 	assert.Equal(t, 2, pokes)
 
@@ -37,7 +37,7 @@ func TestTheControllersOwnWriteIsKeptUntilTheWatchBringsANewerOne(t *testing.T) 
 	c.setLease(lease("11", "", ""))
 	assert.Equal(t, "12", c.leaseObject().ResourceVersion)
 	// The watch's echo of the write changes nothing and wakes nothing.
-	c.setLease(lease("12", swapplan.ControllerHolder, `{"id":"a"}`))
+	c.setLease(lease("12", api.ControllerHolder, `{"id":"a"}`))
 	assert.Equal(t, 2, pokes)
 	// Someone else's later write replaces it, and wakes a pass.
 	c.setLease(lease("15", "regrade", ""))
@@ -54,7 +54,7 @@ func TestTheStatusKeptWakesAPassOnlyWhenTheManualRequestChanged(t *testing.T) {
 	c := &cache{changed: func() { pokes++ }}
 	cm := func(rv, req string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: rv},
-			Data: map[string]string{swapplan.StatusKey: rv, swapplan.RequestKey: req}}
+			Data: map[string]string{api.StatusKey: rv, api.RequestKey: req}}
 	}
 	c.setStatus(cm("5", ""))
 	c.setStatus(cm("7", ""))

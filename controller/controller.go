@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
@@ -108,7 +109,7 @@ func New(o Options) (*Controller, error) {
 	c.exec = &executor{client: o.Client, ns: o.Config.Namespace, cache: c.cache,
 		leaseDuration: o.Config.LeaseDuration, drainTimeout: o.Config.DrainTimeout, now: o.Now}
 	c.events = record.NewBroadcaster()
-	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "fleet-role-controller"})
+	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.EventSourceController})
 	return c, nil
 }
 
@@ -239,8 +240,8 @@ func (c *Controller) pass(ctx context.Context) {
 		from = c.acted // a change that came while the last action ran
 	}
 	now := c.now()
-	cfg := c.cfg.Plan()
-	verdicts := c.windows.verdicts(now, c.cfg.Judge())
+	cfg := PlanConfig(c.cfg)
+	verdicts := c.windows.verdicts(now, VerdictConfig(c.cfg))
 	snap, problems := c.cache.snapshot(cfg, verdicts, now)
 	in, out := swapNodes(snap)
 	synced, changed := c.cache.watch(ctx, in, out)
@@ -258,10 +259,10 @@ func (c *Controller) pass(ctx context.Context) {
 	decide := time.Since(start)
 	acting := time.Now()
 	var err error
-	if plan.Action.Type != swapplan.ActionNone || plan.RenewLease {
+	if plan.Action.Type != api.ActionNone || plan.RenewLease {
 		err = c.exec.do(ctx, plan, c.statusChange(snap, plan, problems))
 	}
-	if plan.Action.Type != swapplan.ActionNone {
+	if plan.Action.Type != api.ActionNone {
 		c.acted = time.Now()
 	}
 	a := plan.Action
@@ -274,24 +275,24 @@ func (c *Controller) pass(ctx context.Context) {
 		kind := failureKind(err)
 		c.metrics.failures.WithLabelValues(a.Type, kind).Inc()
 		log.Error("the action failed; it is repeated next pass", "err", err, "kind", kind, "reason", plan.Reason)
-		if ref := eventObject(plan); ref != nil && a.Type != swapplan.ActionNone {
-			c.recorder.Eventf(ref, corev1.EventTypeWarning, "SwapActionFailed", "%s: %v", a.Type, err)
+		if ref := eventObject(plan); ref != nil && a.Type != api.ActionNone {
+			c.recorder.Eventf(ref, corev1.EventTypeWarning, api.EventSwapActionFailed, "%s: %v", a.Type, err)
 		}
-	case a.Type != swapplan.ActionNone:
+	case a.Type != api.ActionNone:
 		c.metrics.actions.WithLabelValues(a.Type).Inc()
 		c.metrics.reaction.Observe(acting.Sub(from).Seconds())
 		log.Info(plan.Reason, "took", time.Since(start).Round(time.Microsecond), "reaction", acting.Sub(from).Round(time.Microsecond))
 		if ref := eventObject(plan); ref != nil {
 			kind := corev1.EventTypeNormal
-			if a.Type == swapplan.ActionStuck {
+			if a.Type == api.ActionStuck {
 				kind = corev1.EventTypeWarning // an operator must act
 			}
-			c.recorder.Eventf(ref, kind, "Swap"+title(a.Type), "%s", plan.Reason)
+			c.recorder.Eventf(ref, kind, api.EventSwapReason(a.Type), "%s", plan.Reason)
 		}
 	default:
 		log.Debug(plan.Reason)
 	}
-	if a.Type != swapplan.ActionEnd || err != nil {
+	if a.Type != api.ActionEnd || err != nil {
 		if serr := c.publish(ctx, snap, plan, problems, err); serr != nil {
 			log.Warn("status not written", "err", serr)
 		}
@@ -314,7 +315,7 @@ func metaName(ns, name string) metav1.ObjectMeta {
 
 func swapNodes(s swapplan.Snapshot) (in, out string) {
 	rec := s.Status.Swap
-	if s.Lease.Holder == swapplan.ControllerHolder && s.Lease.Swap != nil {
+	if s.Lease.Holder == api.ControllerHolder && s.Lease.Swap != nil {
 		rec = s.Lease.Swap
 	}
 	if rec == nil {
@@ -323,41 +324,23 @@ func swapNodes(s swapplan.Snapshot) (in, out string) {
 	return rec.In, rec.Out
 }
 
-func title(s string) string {
-	out := []byte{}
-	up := true
-	for i := range len(s) {
-		ch := s[i]
-		if ch == '-' {
-			up = true
-			continue
-		}
-		if up && ch >= 'a' && ch <= 'z' {
-			ch -= 'a' - 'A'
-		}
-		up = false
-		out = append(out, ch)
-	}
-	return string(out)
-}
-
 // statusChange sets what a pass publishes in status.json.
-func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, problems []string) func(*swapplan.Status, error) {
-	verdicts := map[string]swapplan.Verdict{}
+func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, problems []string) func(*api.Status, error) {
+	verdicts := map[string]api.Verdict{}
 	for _, n := range snap.Nodes {
 		if n.Verdict.State != "" {
 			verdicts[n.Name] = n.Verdict
 		}
 	}
-	return func(st *swapplan.Status, err error) {
+	return func(st *api.Status, err error) {
 		st.Verdicts = verdicts
 		st.Swap = plan.Swap
-		if plan.Swap != nil && plan.Swap.Phase == swapplan.PhaseEnd && plan.Action.Type == swapplan.ActionEnd && err == nil {
+		if plan.Swap != nil && plan.Swap.Phase == api.PhaseEnd && plan.Action.Type == api.ActionEnd && err == nil {
 			st.Swap = nil
 		}
 		st.Step, st.Since, st.Bound, st.Reason, st.Decision = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision
 		st.Voters = plan.Voters
-		st.Members = map[string][]swapplan.Member{}
+		st.Members = map[string][]api.Member{}
 		for _, n := range snap.Nodes {
 			if slices.Contains(plan.Voters, n.Name) && n.Probe != nil {
 				st.Members[n.Name] = n.Probe.Members
@@ -365,8 +348,8 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 		}
 		st.Request = snap.Request
 		st.Problems = problems
-		if plan.Action.Type != swapplan.ActionNone {
-			la := &swapplan.LastAction{Type: plan.Action.Type, Node: plan.Action.Node, At: snap.Now.UTC()}
+		if plan.Action.Type != api.ActionNone {
+			la := &api.LastAction{Type: plan.Action.Type, Node: plan.Action.Node, At: snap.Now.UTC()}
 			if err != nil {
 				la.Error = err.Error()
 			}
@@ -390,23 +373,23 @@ func (c *Controller) publish(ctx context.Context, snap swapplan.Snapshot, plan s
 			return nil
 		}
 	}
-	return c.exec.updateStatus(ctx, func(st *swapplan.Status, _ map[string]string) {
+	return c.exec.updateStatus(ctx, func(st *api.Status, _ map[string]string) {
 		c.statusChange(snap, plan, problems)(st, actErr)
 	})
 }
 
 // withoutFigures keeps of the verdicts their states and bad samples.
-func withoutFigures(st swapplan.Status) swapplan.Status {
-	v := make(map[string]swapplan.Verdict, len(st.Verdicts))
+func withoutFigures(st api.Status) api.Status {
+	v := make(map[string]api.Verdict, len(st.Verdicts))
 	for n, x := range st.Verdicts {
-		v[n] = swapplan.Verdict{State: x.State, Bad: x.Bad}
+		v[n] = api.Verdict{State: x.State, Bad: x.Bad}
 	}
 	st.Verdicts = v
 	return st
 }
 
 // sameStatus compares two statuses but for when they were written.
-func sameStatus(a, b swapplan.Status) bool {
+func sameStatus(a, b api.Status) bool {
 	a.UpdatedAt, b.UpdatedAt = time.Time{}, time.Time{}
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/drain"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -57,10 +58,10 @@ type executor struct {
 
 // renew writes the plan's swap record to the regrade Lease and renews it,
 // unless the Lease is no longer ours.
-func (e *executor) renew(ctx context.Context, rec *swapplan.SwapRecord) error {
+func (e *executor) renew(ctx context.Context, rec *api.SwapRecord) error {
 	l := e.cache.leaseObject()
-	if l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != swapplan.ControllerHolder {
-		return fmt.Errorf("renew the Lease %s/%s: it is no longer held by %s", e.ns, swapplan.LeaseName, swapplan.ControllerHolder)
+	if l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != api.ControllerHolder {
+		return fmt.Errorf("renew the Lease %s/%s: it is no longer held by %s", e.ns, api.LeaseName, api.ControllerHolder)
 	}
 	if err := setRecord(l, rec); err != nil {
 		return err
@@ -70,25 +71,25 @@ func (e *executor) renew(ctx context.Context, rec *swapplan.SwapRecord) error {
 	l.Spec.LeaseDurationSeconds = seconds(e.leaseDuration)
 	out, err := e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{})
 	if err != nil {
-		return fmt.Errorf("renew the Lease %s/%s: %w", e.ns, swapplan.LeaseName, err)
+		return fmt.Errorf("renew the Lease %s/%s: %w", e.ns, api.LeaseName, err)
 	}
 	e.cache.setLease(out)
 	return nil
 }
 
-func setRecord(l *coordinationv1.Lease, rec *swapplan.SwapRecord) error {
+func setRecord(l *coordinationv1.Lease, rec *api.SwapRecord) error {
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
 	if rec == nil {
-		delete(l.Annotations, swapplan.AnnotationSwap)
+		delete(l.Annotations, api.AnnotationSwap)
 		return nil
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	l.Annotations[swapplan.AnnotationSwap] = string(b)
+	l.Annotations[api.AnnotationSwap] = string(b)
 	return nil
 }
 
@@ -101,44 +102,44 @@ func seconds(d time.Duration) *int32 {
 // it, comes first: a pass that cannot renew acts on nothing.
 // The status a pass publishes is written by the end's own update, which
 // records the result before the Lease is released.
-func (e *executor) do(ctx context.Context, plan swapplan.Plan, status func(*swapplan.Status, error)) error {
-	if plan.RenewLease && plan.Action.Type != swapplan.ActionStart {
+func (e *executor) do(ctx context.Context, plan swapplan.Plan, status func(*api.Status, error)) error {
+	if plan.RenewLease && plan.Action.Type != api.ActionStart {
 		if err := e.renew(ctx, plan.Swap); err != nil {
 			return err
 		}
 	}
 	a := plan.Action
 	switch a.Type {
-	case swapplan.ActionNone, swapplan.ActionRollback, swapplan.ActionAbandon, swapplan.ActionStuck:
+	case api.ActionNone, api.ActionRollback, api.ActionAbandon, api.ActionStuck:
 		return nil // the record the renewal wrote is the whole of them
-	case swapplan.ActionStart:
+	case api.ActionStart:
 		return e.acquire(ctx, plan.Swap)
-	case swapplan.ActionSnapshot, swapplan.ActionPromote, swapplan.ActionStepDown, swapplan.ActionRemoveByVoter:
+	case api.ActionSnapshot, api.ActionPromote, api.ActionStepDown, api.ActionRemoveByVoter:
 		b, err := json.Marshal(a.Request)
 		if err != nil {
 			return err
 		}
-		return e.patchNode(ctx, a.Node, annotations(map[string]any{swapplan.AnnotationRequest: string(b)}))
-	case swapplan.ActionCordonIn, swapplan.ActionCordonOut:
+		return e.patchNode(ctx, a.Node, annotations(map[string]any{api.AnnotationRequest: string(b)}))
+	case api.ActionCordonIn, api.ActionCordonOut:
 		return e.patchNode(ctx, a.Node, map[string]any{
 			"spec":     map[string]any{"unschedulable": true},
-			"metadata": map[string]any{"annotations": map[string]any{swapplan.AnnotationCordonedBy: plan.Swap.ID}},
+			"metadata": map[string]any{"annotations": map[string]any{api.AnnotationCordonedBy: plan.Swap.ID}},
 		})
-	case swapplan.ActionUncordon:
+	case api.ActionUncordon:
 		return e.patchNode(ctx, a.Node, map[string]any{
 			"spec":     map[string]any{"unschedulable": nil},
-			"metadata": map[string]any{"annotations": map[string]any{swapplan.AnnotationCordonedBy: nil}},
+			"metadata": map[string]any{"annotations": map[string]any{api.AnnotationCordonedBy: nil}},
 		})
-	case swapplan.ActionDrainIn, swapplan.ActionDrainOut:
+	case api.ActionDrainIn, api.ActionDrainOut:
 		return e.drain(ctx, a.Node)
-	case swapplan.ActionRemoveMember:
-		return e.patchNode(ctx, a.Node, annotations(map[string]any{swapplan.AnnotationEtcdRemove: "true"}))
-	case swapplan.ActionMemberGone:
-		return e.patchNode(ctx, a.Node, annotations(map[string]any{swapplan.AnnotationMemberGone: plan.Swap.ID}))
-	case swapplan.ActionCleanUp:
+	case api.ActionRemoveMember:
+		return e.patchNode(ctx, a.Node, annotations(map[string]any{api.AnnotationEtcdRemove: "true"}))
+	case api.ActionMemberGone:
+		return e.patchNode(ctx, a.Node, annotations(map[string]any{api.AnnotationMemberGone: plan.Swap.ID}))
+	case api.ActionCleanUp:
 		t, _ := e.cache.nodeTaints(a.Node)
 		return e.patchNode(ctx, a.Node, cleanUp(a.Role, t))
-	case swapplan.ActionEnd:
+	case api.ActionEnd:
 		return e.end(ctx, plan, status)
 	}
 	return fmt.Errorf("unknown action %q", a.Type)
@@ -158,21 +159,21 @@ func annotations(a map[string]any) map[string]any {
 // that a taint changed meanwhile makes the patch fail with a conflict (and
 // be made again next pass from the new list) rather than be overwritten.
 func cleanUp(role string, t nodeTaints) map[string]any {
-	labels := map[string]any{swapplan.LabelRole: role}
-	if role != swapplan.RoleStandby {
+	labels := map[string]any{api.LabelRole: role}
+	if role != api.RoleStandby {
 		return map[string]any{"metadata": map[string]any{"labels": labels}}
 	}
-	labels[swapplan.LabelLevel] = nil
-	for _, l := range swapplan.ServerLabels {
+	labels[api.LabelLevel] = nil
+	for _, l := range api.ServerLabels {
 		labels[l] = nil
 	}
 	ann := map[string]any{}
-	for _, a := range swapplan.EtcdAnnotations {
+	for _, a := range api.EtcdAnnotations {
 		ann[a] = nil
 	}
 	meta := map[string]any{"labels": labels, "annotations": ann}
 	patch := map[string]any{"metadata": meta}
-	keep := slices.DeleteFunc(slices.Clone(t.taints), func(x corev1.Taint) bool { return x.Key == swapplan.TaintEtcdOnly })
+	keep := slices.DeleteFunc(slices.Clone(t.taints), func(x corev1.Taint) bool { return x.Key == api.TaintEtcdOnly })
 	if len(keep) < len(t.taints) {
 		var taints any // null removes the list
 		if len(keep) > 0 {
@@ -199,12 +200,12 @@ func (e *executor) patchNode(ctx context.Context, node string, patch map[string]
 // acquire takes the regrade Lease with the swap record, creating it if
 // there is none; the update carries the cached version, so a Lease taken
 // by someone else meanwhile fails with a conflict.
-func (e *executor) acquire(ctx context.Context, rec *swapplan.SwapRecord) error {
+func (e *executor) acquire(ctx context.Context, rec *api.SwapRecord) error {
 	now := metav1.NewMicroTime(e.now())
-	holder := swapplan.ControllerHolder
+	holder := api.ControllerHolder
 	l := e.cache.leaseObject()
 	if l == nil {
-		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: swapplan.LeaseName}}
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: api.LeaseName}}
 	}
 	l.Spec.HolderIdentity = &holder
 	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
@@ -220,7 +221,7 @@ func (e *executor) acquire(ctx context.Context, rec *swapplan.SwapRecord) error 
 		out, err = e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("acquire the Lease %s/%s: %w", e.ns, swapplan.LeaseName, err)
+		return fmt.Errorf("acquire the Lease %s/%s: %w", e.ns, api.LeaseName, err)
 	}
 	e.cache.setLease(out)
 	return nil
@@ -253,9 +254,9 @@ func (e *executor) drain(ctx context.Context, node string) error {
 // end clears the swap's annotations from the Nodes, records the result in
 // the status, and releases the Lease; the record was marked ended by the
 // renewal before, so an end interrupted midway is ended again.
-func (e *executor) end(ctx context.Context, plan swapplan.Plan, status func(*swapplan.Status, error)) error {
+func (e *executor) end(ctx context.Context, plan swapplan.Plan, status func(*api.Status, error)) error {
 	clear := map[string]any{}
-	for _, a := range swapplan.SwapAnnotations {
+	for _, a := range api.SwapAnnotations {
 		clear[a] = nil
 	}
 	for _, node := range plan.Action.Clear {
@@ -270,7 +271,7 @@ func (e *executor) end(ctx context.Context, plan swapplan.Plan, status func(*swa
 	if l == nil {
 		return nil
 	}
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != swapplan.ControllerHolder {
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != api.ControllerHolder {
 		return nil // released already
 	}
 	l.Spec.HolderIdentity, l.Spec.AcquireTime = nil, nil
@@ -281,7 +282,7 @@ func (e *executor) end(ctx context.Context, plan swapplan.Plan, status func(*swa
 	}
 	out, err := e.client.CoordinationV1().Leases(e.ns).Update(ctx, l, metav1.UpdateOptions{})
 	if err != nil {
-		return fmt.Errorf("release the Lease %s/%s: %w", e.ns, swapplan.LeaseName, err)
+		return fmt.Errorf("release the Lease %s/%s: %w", e.ns, api.LeaseName, err)
 	}
 	e.cache.setLease(out)
 	return nil
@@ -289,19 +290,19 @@ func (e *executor) end(ctx context.Context, plan swapplan.Plan, status func(*swa
 
 // recordEnd writes the swap's result and the cooldown into status.json,
 // and removes the manual request it carried out, in one update.
-func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status func(*swapplan.Status, error)) error {
+func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status func(*api.Status, error)) error {
 	rec := plan.Swap
-	return e.updateStatus(ctx, func(st *swapplan.Status, data map[string]string) {
+	return e.updateStatus(ctx, func(st *api.Status, data map[string]string) {
 		status(st, nil)
 		st.Swap = nil
-		st.Last = &swapplan.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
+		st.Last = &api.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
 			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending}
 		st.CooldownUntil = plan.Action.CooldownUntil
 		st.Pending = rec.Pending
-		if req, ok := data[swapplan.RequestKey]; ok && rec.RequestAt != nil {
-			var q swapplan.ManualRequest
+		if req, ok := data[api.RequestKey]; ok && rec.RequestAt != nil {
+			var q api.ManualRequest
 			if json.Unmarshal([]byte(req), &q) == nil && q.At.Equal(*rec.RequestAt) {
-				delete(data, swapplan.RequestKey)
+				delete(data, api.RequestKey)
 				st.Request = nil
 			}
 		}
@@ -310,17 +311,17 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 
 // updateStatus changes status.json (and the ConfigMap's other keys) by a
 // function, creating the ConfigMap if there is none.
-func (e *executor) updateStatus(ctx context.Context, change func(st *swapplan.Status, data map[string]string)) error {
+func (e *executor) updateStatus(ctx context.Context, change func(st *api.Status, data map[string]string)) error {
 	cm := e.cache.statusObject()
 	create := cm == nil
 	if create {
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: swapplan.StatusConfigMap}}
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: api.StatusConfigMap}}
 	}
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}
-	var st swapplan.Status
-	if v := cm.Data[swapplan.StatusKey]; v != "" {
+	var st api.Status
+	if v := cm.Data[api.StatusKey]; v != "" {
 		_ = json.Unmarshal([]byte(v), &st) // a malformed status is written anew
 	}
 	change(&st, cm.Data)
@@ -329,7 +330,7 @@ func (e *executor) updateStatus(ctx context.Context, change func(st *swapplan.St
 	if err != nil {
 		return err
 	}
-	cm.Data[swapplan.StatusKey] = string(b)
+	cm.Data[api.StatusKey] = string(b)
 	var out *corev1.ConfigMap
 	if create {
 		out, err = e.client.CoreV1().ConfigMaps(e.ns).Create(ctx, cm, metav1.CreateOptions{})
@@ -337,7 +338,7 @@ func (e *executor) updateStatus(ctx context.Context, change func(st *swapplan.St
 		out, err = e.client.CoreV1().ConfigMaps(e.ns).Update(ctx, cm, metav1.UpdateOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("write %s/%s: %w", e.ns, swapplan.StatusConfigMap, err)
+		return fmt.Errorf("write %s/%s: %w", e.ns, api.StatusConfigMap, err)
 	}
 	e.cache.setStatus(out)
 	return nil

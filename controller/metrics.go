@@ -3,6 +3,7 @@ package controller
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -43,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) observe(plan swapplan.Plan, stepSeconds float64, verdicts map[string]swapplan.Verdict) {
+func (m *metrics) observe(plan swapplan.Plan, stepSeconds float64, verdicts map[string]api.Verdict) {
 	m.step.Reset()
 	step := plan.Step
 	if step == "" {

@@ -14,46 +14,46 @@ import (
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
-	"github.com/fleet-role/fleet-role/swapplan"
 )
 
 // fleet builds n Nodes as the controller sees them: three voters, two
 // standbys, the rest agents, each with its probe, its kubelet's Lease.
 func fleet(n int, now time.Time) []runtime.Object {
 	var objs []runtime.Object
-	voters := []swapplan.Member{{Name: "v1-0a1b2c3d"}, {Name: "v2-0a1b2c3d"}, {Name: "v3-0a1b2c3d"}}
+	voters := []api.Member{{Name: "v1-0a1b2c3d"}, {Name: "v2-0a1b2c3d"}, {Name: "v3-0a1b2c3d"}}
 	for i := range n {
-		name, role := fmt.Sprintf("a%05d", i), swapplan.RoleAgent
+		name, role := fmt.Sprintf("a%05d", i), api.RoleAgent
 		switch {
 		case i < 3:
-			name, role = fmt.Sprintf("v%d", i+1), swapplan.RoleVoter
+			name, role = fmt.Sprintf("v%d", i+1), api.RoleVoter
 		case i < 5:
-			name, role = fmt.Sprintf("s%d", i-2), swapplan.RoleStandby
+			name, role = fmt.Sprintf("s%d", i-2), api.RoleStandby
 		}
-		p := swapplan.Probe{At: now.Add(-10 * time.Second), Period: swapplan.Duration(time.Minute), Healthy: true, Staged: role == swapplan.RoleStandby, FsyncP99Ms: 2.5, RTTMs: 1.2}
-		labels := map[string]string{swapplan.LabelRole: role, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+		p := api.Probe{At: now.Add(-10 * time.Second), Period: api.Duration(time.Minute), Healthy: true, Staged: role == api.RoleStandby, FsyncP99Ms: 2.5, RTTMs: 1.2}
+		labels := map[string]string{api.LabelRole: role, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
 		ann := map[string]string{"node.alpha.kubernetes.io/ttl": "0", "volumes.kubernetes.io/controller-managed-attach-detach": "true"}
-		if role == swapplan.RoleVoter {
+		if role == api.RoleVoter {
 			p.Member, p.Members = name+"-0a1b2c3d", voters
-			for _, l := range swapplan.ServerLabels {
+			for _, l := range api.ServerLabels {
 				labels[l] = "true"
 			}
-			ann[swapplan.AnnotationEtcdNodeName] = name + "-0a1b2c3d"
+			ann[api.AnnotationEtcdNodeName] = name + "-0a1b2c3d"
 		}
 		b, _ := json.Marshal(p)
-		ann[swapplan.AnnotationProbe] = string(b)
+		ann[api.AnnotationProbe] = string(b)
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 				{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(now)},
 				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
 				{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse},
 			}}}
-		if role == swapplan.RoleVoter {
-			node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionTrue, Reason: swapplan.ReasonMemberNotLearner})
+		if role == api.RoleVoter {
+			node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionTrue, Reason: api.ReasonMemberNotLearner})
 		}
 		objs = append(objs, node, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: swapplan.NodeLeaseNamespace, Name: name},
+			ObjectMeta: metav1.ObjectMeta{Namespace: api.NodeLeaseNamespace, Name: name},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), RenewTime: ptr.To(metav1.NewMicroTime(now))},
 		})
 	}
@@ -72,11 +72,11 @@ func BenchmarkPass(b *testing.B) {
 				now := time.Now()
 				objs := fleet(n, now)
 				if mode == "mid-swap" {
-					rec := swapplan.SwapRecord{ID: "s", Out: "v1", In: "s1", Origin: swapplan.OriginManual, StartedAt: now.Add(-time.Minute)}
+					rec := api.SwapRecord{ID: "s", Out: "v1", In: "s1", Origin: api.OriginManual, StartedAt: now.Add(-time.Minute)}
 					r, _ := json.Marshal(rec)
 					objs = append(objs, &coordinationv1.Lease{
-						ObjectMeta: metav1.ObjectMeta{Namespace: swapplan.Namespace, Name: swapplan.LeaseName, Annotations: map[string]string{swapplan.AnnotationSwap: string(r)}},
-						Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(swapplan.ControllerHolder), RenewTime: ptr.To(metav1.NewMicroTime(now)),
+						ObjectMeta: metav1.ObjectMeta{Namespace: api.Namespace, Name: api.LeaseName, Annotations: map[string]string{api.AnnotationSwap: string(r)}},
+						Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(api.ControllerHolder), RenewTime: ptr.To(metav1.NewMicroTime(now)),
 							LeaseDurationSeconds: ptr.To[int32](60)},
 					})
 				}

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -14,11 +15,11 @@ import (
 type windows struct {
 	mu      sync.Mutex
 	size    int
-	samples map[string][]swapplan.Probe
+	samples map[string][]api.Probe
 }
 
 func newWindows(size int) *windows {
-	return &windows{size: size, samples: map[string][]swapplan.Probe{}}
+	return &windows{size: size, samples: map[string][]api.Probe{}}
 }
 
 // add keeps a sample of the node, if the node is judged.
@@ -28,7 +29,7 @@ func (w *windows) add(n swapplan.Node) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !n.Voter() && n.Role != swapplan.RoleStandby {
+	if !n.Voter() && n.Role != api.RoleStandby {
 		delete(w.samples, n.Name)
 		return
 	}
@@ -47,10 +48,10 @@ func (w *windows) forget(name string) {
 }
 
 // verdicts judges every node kept.
-func (w *windows) verdicts(now time.Time, c swapplan.VerdictConfig) map[string]swapplan.Verdict {
+func (w *windows) verdicts(now time.Time, c swapplan.VerdictConfig) map[string]api.Verdict {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[string]swapplan.Verdict, len(w.samples))
+	out := make(map[string]api.Verdict, len(w.samples))
 	for name, s := range w.samples {
 		out[name] = swapplan.Judge(s, now, c)
 	}

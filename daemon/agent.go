@@ -16,11 +16,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/role"
-	"github.com/fleet-role/fleet-role/swapplan"
 )
 
 // Etcd is what the agent needs of its host's etcd member.
@@ -230,33 +230,31 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 	switch {
 	case err != nil:
 		f.RoleErr = err
-		a.tell("role", "CorruptRoleFile", err.Error()+": not acted on until it is mended")
+		a.tell("role", api.EventCorruptRoleFile, err.Error()+": not acted on until it is mended")
 	default:
 		f.Role, f.RoleMissing = r, missing
 		a.untell("role")
 	}
 	if n := a.node.node(); n != nil {
 		ann := n.Annotations
-		f.RemovedNodeName = ann[swapplan.AnnotationEtcdRemovedNodeName]
-		f.MemberGoneSwap = ann[swapplan.AnnotationMemberGone]
-		if v, ok := ann[swapplan.AnnotationRequest]; ok {
-			var q swapplan.Request
+		f.RemovedNodeName = ann[api.AnnotationEtcdRemovedNodeName]
+		f.MemberGoneSwap = ann[api.AnnotationMemberGone]
+		if v, ok := ann[api.AnnotationRequest]; ok {
+			var q api.Request
 			err := json.Unmarshal([]byte(v), &q)
 			if err == nil {
 				err = q.Validate()
 			}
 			if err != nil {
-				a.tell("request", "BadRequest", fmt.Sprintf("annotation %s: %v: ignored", swapplan.AnnotationRequest, err))
+				a.tell("request", api.EventBadRequest, fmt.Sprintf("annotation %s: %v: ignored", api.AnnotationRequest, err))
 			} else {
 				a.untell("request")
-				f.Request = &role.Request{Swap: q.Swap, Action: q.Action, At: q.At, Leader: q.Leader, Voters: q.Voters, Member: q.Member, MemberID: q.MemberID}
+				f.Request = &q
 			}
 		}
 	}
 	s := a.st.get()
-	if h := s.Handled; h != nil {
-		f.Handled = &role.Request{Swap: h.Swap, Action: h.Action, At: h.At}
-	}
+	f.Handled = s.Handled
 	f.Finished = s.Finished
 	f.KnowsVoters = slices.ContainsFunc(s.Voters, func(v string) bool { return v != a.cfg.NodeName })
 	f.Datastore, f.Tombstone, f.Member = a.host.datastore()
@@ -308,12 +306,12 @@ func (a *Agent) reconcile(ctx context.Context) {
 		return
 	}
 	rep := a.report(d.Report, done, err)
-	if err := a.st.update(func(s *state) {
+	if err := a.st.update(func(s *api.AgentState) {
 		s.Pending = rep
 		if q := d.Report.Answers; q != nil {
-			s.Handled = &swapplan.Request{Swap: q.Swap, Action: q.Action, At: q.At}
+			s.Handled = &api.Request{Swap: q.Swap, Action: q.Action, At: q.At}
 		}
-		if rep.Action == swapplan.ReportFinish && rep.State == swapplan.StateDone {
+		if rep.Action == api.ReportFinish && rep.State == api.StateDone {
 			s.Finished = rep.Swap
 		}
 	}); err != nil {
@@ -345,9 +343,9 @@ func (a *Agent) carryOut(ctx context.Context, d role.Decision, f role.Facts) (ou
 func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *outcome) error {
 	switch step {
 	case role.WriteServerRole:
-		return a.host.writeRole(role.Server)
+		return a.host.writeRole(api.HostServer)
 	case role.WriteAgentRole:
-		return a.host.writeRole(role.Agent)
+		return a.host.writeRole(api.HostAgent)
 	case role.StopAgent:
 		out.agentStart = time.Time{}
 		return a.platform.Stop(ctx, platform.Agent)
@@ -448,10 +446,10 @@ func (a *Agent) inventory() []role.InventoryServer {
 // the voters last seen, else those last seen.
 func (a *Agent) writeJoin(f role.Facts) error {
 	voters := a.st.get().Voters
-	if q := f.Request; q != nil && q.Action == role.RequestPromote && len(q.Voters) > 0 {
+	if q := f.Request; q != nil && q.Action == api.RequestPromote && len(q.Voters) > 0 {
 		voters = q.Voters
 		if !slices.Equal(voters, a.st.get().Voters) {
-			if err := a.st.update(func(s *state) { s.Voters = slices.Clone(voters) }); err != nil {
+			if err := a.st.update(func(s *api.AgentState) { s.Voters = slices.Clone(voters) }); err != nil {
 				return err
 			}
 		}
@@ -479,21 +477,21 @@ func (a *Agent) rememberVoters(ctx context.Context) {
 }
 
 // report builds the report of a decision from what its steps did.
-func (a *Agent) report(r *role.Report, done outcome, err error) *swapplan.Report {
-	rep := &swapplan.Report{Swap: r.Swap, Action: r.Action, State: r.State, Message: r.Message, At: a.clock.Now().UTC()}
+func (a *Agent) report(r *role.Report, done outcome, err error) *api.Report {
+	rep := &api.Report{Swap: r.Swap, Action: r.Action, State: r.State, Message: r.Message, At: a.clock.Now().UTC()}
 	if q := r.Answers; q != nil {
 		at := q.At
 		rep.RequestAt = &at
 	}
 	if err != nil {
-		rep.State, rep.Message = swapplan.StateFailed, err.Error()
+		rep.State, rep.Message = api.StateFailed, err.Error()
 		return rep
 	}
 	var start time.Time
 	switch r.Action {
-	case role.RequestPromote:
+	case api.RequestPromote:
 		start = done.serverStart
-	case role.DoFinish:
+	case api.ReportFinish:
 		start = done.agentStart
 	}
 	if !start.IsZero() {
@@ -501,7 +499,7 @@ func (a *Agent) report(r *role.Report, done outcome, err error) *swapplan.Report
 		rep.StartedAt = &s
 	}
 	if s := done.snapshot; s != nil {
-		rep.Snapshot = &swapplan.SnapshotFile{Path: s.Path, Size: s.Size, SHA256: s.SHA256}
+		rep.Snapshot = &api.SnapshotFile{Path: s.Path, Size: s.Size, SHA256: s.SHA256}
 	}
 	return rep
 }

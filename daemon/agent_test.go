@@ -23,11 +23,11 @@ import (
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/platform/fake"
-	"github.com/fleet-role/fleet-role/swapplan"
 )
 
 // fakeEtcd is the host's etcd member as the agent sees it.
@@ -127,7 +127,7 @@ func newFixture(t *testing.T) *fixture {
 		etcd: &fakeEtcd{members: []etcdclient.Member{{ID: 1, Name: "h1-0a1b2c3d"}, {ID: 2, Name: "h2-0a1b2c3d"}, {ID: 3, Name: "h3-0a1b2c3d"}}},
 	}
 	f.kube.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if p, ok := a.(k8stesting.PatchAction); ok && strings.Contains(string(p.GetPatch()), swapplan.AnnotationReport) {
+		if p, ok := a.(k8stesting.PatchAction); ok && strings.Contains(string(p.GetPatch()), api.AnnotationReport) {
 			f.patches.Add(1) // the reports' patches, not the probes'
 		}
 		return false, nil, nil
@@ -182,32 +182,32 @@ func (f *fixture) annotate(key, value string) {
 	require.NoError(f.t, err)
 }
 
-func (f *fixture) request(action string) swapplan.Request {
-	q := swapplan.Request{Swap: "s1", Action: action, At: time.Now().UTC().Truncate(time.Second)}
-	if action == swapplan.RequestPromote {
+func (f *fixture) request(action string) api.Request {
+	q := api.Request{Swap: "s1", Action: action, At: time.Now().UTC().Truncate(time.Second)}
+	if action == api.RequestPromote {
 		q.Voters = []string{"h3", "h1"}
 	}
 	b, _ := json.Marshal(q)
-	f.annotate(swapplan.AnnotationRequest, string(b))
+	f.annotate(api.AnnotationRequest, string(b))
 	return q
 }
 
 // report is the report on the Node, nil if none.
-func (f *fixture) report() *swapplan.Report {
+func (f *fixture) report() *api.Report {
 	n, err := f.kube.CoreV1().Nodes().Get(context.Background(), "h2", metav1.GetOptions{})
 	require.NoError(f.t, err)
-	v, ok := n.Annotations[swapplan.AnnotationReport]
+	v, ok := n.Annotations[api.AnnotationReport]
 	if !ok {
 		return nil
 	}
-	var r swapplan.Report
+	var r api.Report
 	require.NoError(f.t, json.Unmarshal([]byte(v), &r))
 	return &r
 }
 
-func (f *fixture) waitReport(action, state string) *swapplan.Report {
+func (f *fixture) waitReport(action, state string) *api.Report {
 	f.t.Helper()
-	var r *swapplan.Report
+	var r *api.Report
 	require.Eventually(f.t, func() bool {
 		r = f.report()
 		return r != nil && r.Action == action && r.State == state
@@ -248,8 +248,8 @@ func TestAPromotionOfAStagedStandbyStartsTheServerAndReportsItsStart(t *testing.
 	f.role("agent")
 	f.plat.Set(platform.Agent, true, time.Now().Add(-time.Hour))
 	f.start()
-	q := f.request(swapplan.RequestPromote)
-	r := f.waitReport(swapplan.RequestPromote, swapplan.StateDone)
+	q := f.request(api.RequestPromote)
+	r := f.waitReport(api.RequestPromote, api.StateDone)
 	require.NotNil(t, r.StartedAt)
 	st, _ := f.plat.State(context.Background(), platform.Server)
 	assert.True(t, st.Active)
@@ -273,10 +273,10 @@ func TestAPromotionNamingNoLiveServerOfTheInventoryFailsBeforeTheServerStarts(t 
 	f.role("agent")
 	f.plat.Set(platform.Agent, true, time.Now().Add(-time.Hour))
 	f.start()
-	q := swapplan.Request{Swap: "s1", Action: swapplan.RequestPromote, At: time.Now().UTC().Truncate(time.Second), Voters: []string{"h2", "h9"}}
+	q := api.Request{Swap: "s1", Action: api.RequestPromote, At: time.Now().UTC().Truncate(time.Second), Voters: []string{"h2", "h9"}}
 	b, _ := json.Marshal(q)
-	f.annotate(swapplan.AnnotationRequest, string(b))
-	r := f.waitReport(swapplan.RequestPromote, swapplan.StateFailed)
+	f.annotate(api.AnnotationRequest, string(b))
+	r := f.waitReport(api.RequestPromote, api.StateFailed)
 	assert.Contains(t, r.Message, "no voter named is a server of the inventory")
 	st, _ := f.plat.State(context.Background(), platform.Server)
 	assert.False(t, st.Active, "no server starts without a live server to join")
@@ -288,8 +288,8 @@ func TestAPromoteOnAHostThatIsNotStagedIsRefusedAndNothingChanges(t *testing.T) 
 	f.role("agent")
 	f.plat.Set(platform.Agent, true, time.Now().Add(-time.Hour))
 	f.start()
-	f.request(swapplan.RequestPromote)
-	r := f.waitReport(swapplan.RequestPromote, swapplan.StateRefused)
+	f.request(api.RequestPromote)
+	r := f.waitReport(api.RequestPromote, api.StateRefused)
 	assert.Contains(t, r.Message, "not staged")
 	assert.Empty(t, f.plat.Calls(), "no unit started or stopped")
 	b, _ := os.ReadFile(f.cfg.RoleFile)
@@ -304,8 +304,8 @@ func stepDown(t *testing.T, f *fixture) {
 	f.datastore("h2-0a1b2c3d")
 	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
 	f.start()
-	f.request(swapplan.RequestStepDown)
-	f.waitReport(swapplan.RequestStepDown, swapplan.StateDone)
+	f.request(api.RequestStepDown)
+	f.waitReport(api.RequestStepDown, api.StateDone)
 	b, _ := os.ReadFile(f.cfg.RoleFile)
 	require.Equal(t, "agent\n", string(b))
 	st, _ := f.plat.State(context.Background(), platform.Server)
@@ -320,7 +320,7 @@ func TestATombstoneWrittenFinishesTheDemotion(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	assert.Zero(t, f.calls("start", platform.Agent), "waiting for the member to be gone")
 	f.write(filepath.Join(f.etcdDir(), "tombstone"), "")
-	r := f.waitReport(swapplan.ReportFinish, swapplan.StateDone)
+	r := f.waitReport(api.ReportFinish, api.StateDone)
 	require.NotNil(t, r.StartedAt)
 	assert.Equal(t, "s1", r.Swap)
 	assert.NoDirExists(t, f.etcdDir())
@@ -334,11 +334,11 @@ func TestATombstoneWrittenFinishesTheDemotion(t *testing.T) {
 func TestMemberGoneNamingTheSwapFinishesADemotionWhoseRemovedNodeNameNamesAnotherMember(t *testing.T) {
 	f := newFixture(t)
 	stepDown(t, f)
-	f.annotate(swapplan.AnnotationEtcdRemovedNodeName, "h2-99999999")
+	f.annotate(api.AnnotationEtcdRemovedNodeName, "h2-99999999")
 	time.Sleep(100 * time.Millisecond)
 	assert.Zero(t, f.calls("start", platform.Agent))
-	f.annotate(swapplan.AnnotationMemberGone, "s1")
-	f.waitReport(swapplan.ReportFinish, swapplan.StateDone)
+	f.annotate(api.AnnotationMemberGone, "s1")
+	f.waitReport(api.ReportFinish, api.StateDone)
 	assert.Equal(t, "https://10.0.0.1:6443", f.plat.URL())
 }
 
@@ -377,8 +377,8 @@ func TestACorruptRoleFileIsReportedAndNothingIsDone(t *testing.T) {
 	f.start()
 	require.Eventually(t, func() bool { return len(f.events("CorruptRoleFile")) == 1 }, 5*time.Second, 20*time.Millisecond)
 	assert.Contains(t, f.events("CorruptRoleFile")[0].Message, `found "sever"`)
-	f.request(swapplan.RequestPromote)
-	r := f.waitReport(swapplan.RequestPromote, swapplan.StateRefused)
+	f.request(api.RequestPromote)
+	r := f.waitReport(api.RequestPromote, api.StateRefused)
 	assert.Contains(t, r.Message, "corrupt role file")
 	time.Sleep(3 * f.cfg.ResyncPeriod)
 	assert.Empty(t, f.plat.Calls(), "nothing done, tombstone or not")
@@ -397,11 +397,11 @@ func TestAnAgentKilledMidFinishAndRestartedFinishesOnce(t *testing.T) {
 	release()
 	agent, _ := f.plat.State(context.Background(), platform.Agent)
 	require.False(t, agent.Active)
-	require.Equal(t, swapplan.RequestStepDown, f.report().Action, "no finish reported yet")
+	require.Equal(t, api.RequestStepDown, f.report().Action, "no finish reported yet")
 
 	before := f.patches.Load()
 	f.start()
-	r := f.waitReport(swapplan.ReportFinish, swapplan.StateDone)
+	r := f.waitReport(api.ReportFinish, api.StateDone)
 	require.NotNil(t, r.StartedAt)
 	time.Sleep(4 * f.cfg.ResyncPeriod)
 	assert.Len(t, f.removedDirs(), 1, "the datastore moved once")
@@ -419,14 +419,14 @@ func TestAReportThatCannotBeWrittenIsRetriedAndDeliveredOnceTheAPIAnswers(t *tes
 	down.Store(true)
 	var failed atomic.Int32
 	f.kube.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if p, ok := a.(k8stesting.PatchAction); ok && strings.Contains(string(p.GetPatch()), swapplan.AnnotationReport) && down.Load() {
+		if p, ok := a.(k8stesting.PatchAction); ok && strings.Contains(string(p.GetPatch()), api.AnnotationReport) && down.Load() {
 			failed.Add(1)
 			return true, nil, errors.New("dial tcp 10.0.0.1:6443: connect: no route to host")
 		}
 		return false, nil, nil
 	})
 	f.start()
-	f.request(swapplan.RequestSnapshot)
+	f.request(api.RequestSnapshot)
 	require.Eventually(t, func() bool { return failed.Load() >= 3 }, 10*time.Second, 10*time.Millisecond)
 	assert.Nil(t, f.report())
 
@@ -439,7 +439,7 @@ func TestAReportThatCannotBeWrittenIsRetriedAndDeliveredOnceTheAPIAnswers(t *tes
 	f.start()
 	time.Sleep(200 * time.Millisecond)
 	down.Store(false)
-	r := f.waitReport(swapplan.RequestSnapshot, swapplan.StateDone)
+	r := f.waitReport(api.RequestSnapshot, api.StateDone)
 	require.NotNil(t, r.Snapshot)
 	assert.True(t, r.Snapshot.Ready())
 	assert.Equal(t, 1, f.etcd.saved)
@@ -454,14 +454,14 @@ func TestABadRequestIsReportedAndIgnoredAndTheAgentGoesOn(t *testing.T) {
 	f.role("server")
 	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
 	f.start()
-	f.annotate(swapplan.AnnotationRequest, `{"swap":"s1","action":"reboot","at":"2026-11-30T12:00:00Z"}`)
+	f.annotate(api.AnnotationRequest, `{"swap":"s1","action":"reboot","at":"2026-11-30T12:00:00Z"}`)
 	require.Eventually(t, func() bool { return len(f.events("BadRequest")) == 1 }, 5*time.Second, 20*time.Millisecond)
 	assert.Contains(t, f.events("BadRequest")[0].Message, `"reboot" is not one of`)
-	f.annotate(swapplan.AnnotationRequest, `{not json`)
+	f.annotate(api.AnnotationRequest, `{not json`)
 	require.Eventually(t, func() bool { return len(f.events("BadRequest")) == 2 }, 5*time.Second, 20*time.Millisecond)
 	assert.Empty(t, f.plat.Calls())
-	f.request(swapplan.RequestSnapshot)
-	f.waitReport(swapplan.RequestSnapshot, swapplan.StateDone)
+	f.request(api.RequestSnapshot)
+	f.waitReport(api.RequestSnapshot, api.StateDone)
 }
 
 // note is the next state the agent sent to systemd, its status lines
@@ -519,11 +519,11 @@ func TestAVoterAskedToRemoveACandidatesMemberRemovesItAndReportsDone(t *testing.
 	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
 	f.etcd.members = append(f.etcd.members, etcdclient.Member{ID: 0x8e9e05c52164694d, Name: "c1-0a1b2c3d", Learner: true})
 	f.start()
-	q := swapplan.Request{Swap: "s1", Action: swapplan.RequestRemoveMember, At: time.Now().UTC().Truncate(time.Second),
+	q := api.Request{Swap: "s1", Action: api.RequestRemoveMember, At: time.Now().UTC().Truncate(time.Second),
 		Member: "c1-0a1b2c3d", MemberID: "8e9e05c52164694d"}
 	b, _ := json.Marshal(q)
-	f.annotate(swapplan.AnnotationRequest, string(b))
-	r := f.waitReport(swapplan.RequestRemoveMember, swapplan.StateDone)
+	f.annotate(api.AnnotationRequest, string(b))
+	r := f.waitReport(api.RequestRemoveMember, api.StateDone)
 	assert.True(t, r.Answers(&q))
 	assert.Equal(t, []string{"c1-0a1b2c3d/8e9e05c52164694d"}, f.etcd.removals, "once")
 	members, _ := f.etcd.Members(context.Background())
@@ -537,10 +537,10 @@ func TestAVoterAskedToRemoveItsOwnMemberByIDReportsFailedAndRemovesNothing(t *te
 	f.datastore("h2-0a1b2c3d")
 	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
 	f.start()
-	q := swapplan.Request{Swap: "s1", Action: swapplan.RequestRemoveMember, At: time.Now().UTC().Truncate(time.Second), MemberID: "2"}
+	q := api.Request{Swap: "s1", Action: api.RequestRemoveMember, At: time.Now().UTC().Truncate(time.Second), MemberID: "2"}
 	b, _ := json.Marshal(q)
-	f.annotate(swapplan.AnnotationRequest, string(b))
-	r := f.waitReport(swapplan.RequestRemoveMember, swapplan.StateFailed)
+	f.annotate(api.AnnotationRequest, string(b))
+	r := f.waitReport(api.RequestRemoveMember, api.StateFailed)
 	assert.Contains(t, r.Message, "this host's own")
 	members, _ := f.etcd.Members(context.Background())
 	assert.Len(t, members, 3)
@@ -556,8 +556,8 @@ func TestASnapshotIsNamedForK3sAndTheOlderOfOursArePruned(t *testing.T) {
 		f.write(filepath.Join(dir, name), "x")
 	}
 	f.start()
-	f.request(swapplan.RequestSnapshot)
-	r := f.waitReport(swapplan.RequestSnapshot, swapplan.StateDone)
+	f.request(api.RequestSnapshot)
+	r := f.waitReport(api.RequestSnapshot, api.StateDone)
 	require.NotNil(t, r.Snapshot)
 	assert.Regexp(t, `/server/db/snapshots/fleet-role-s1-[0-9]+$`, r.Snapshot.Path)
 	entries, err := os.ReadDir(dir)

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/platform"
-	"github.com/fleet-role/fleet-role/role"
 )
 
 // host is the agent's view of its filesystem: the role file and k3s's
@@ -45,7 +45,7 @@ func (h host) etcdDir() string { return filepath.Join(h.dataDir, "server", "db",
 func (h host) dbDir() string   { return filepath.Join(h.dataDir, "server", "db") }
 
 // readRole reads the role file: missing, a role, or corrupt.
-func (h host) readRole() (r role.Role, missing bool, err error) {
+func (h host) readRole() (r api.HostRole, missing bool, err error) {
 	b, err := os.ReadFile(h.roleFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", true, nil
@@ -53,14 +53,14 @@ func (h host) readRole() (r role.Role, missing bool, err error) {
 	if err != nil {
 		return "", false, fmt.Errorf("read the role file %s: %w", h.roleFile, err)
 	}
-	r, err = role.Parse(b)
+	r, err = api.ParseHostRole(b)
 	if err != nil {
 		return "", false, fmt.Errorf("the role file %s: %w", h.roleFile, err)
 	}
 	return r, false, nil
 }
 
-func (h host) writeRole(r role.Role) error {
+func (h host) writeRole(r api.HostRole) error {
 	if err := os.MkdirAll(filepath.Dir(h.roleFile), 0o755); err != nil {
 		return err
 	}
@@ -76,9 +76,9 @@ func (h host) datastore() (exists, tombstone bool, member string) {
 	if fi, err := os.Stat(h.etcdDir()); err != nil || !fi.IsDir() {
 		return false, false, ""
 	}
-	_, err := os.Stat(filepath.Join(h.etcdDir(), "tombstone"))
+	_, err := os.Stat(filepath.Join(h.dataDir, filepath.FromSlash(api.TombstonePath)))
 	tombstone = err == nil
-	if b, err := os.ReadFile(filepath.Join(h.etcdDir(), "name")); err == nil {
+	if b, err := os.ReadFile(filepath.Join(h.dataDir, filepath.FromSlash(api.MemberNamePath))); err == nil {
 		member = strings.TrimSpace(string(b))
 	}
 	return true, tombstone, member

@@ -16,6 +16,8 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // nodeClient is the agent's part of the API: a watch of its own Node (a
@@ -45,7 +47,7 @@ func newNodeClient(client kubernetes.Interface, name string, log *slog.Logger) *
 		factory:  factory,
 		informer: factory.Core().V1().Nodes().Informer(),
 		events:   events,
-		recorder: events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "fleet-role-agent", Host: name}),
+		recorder: events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.EventSourceAgent, Host: name}),
 		// Note: a Node's Events name it by its name as UID, as the kubelet's do.
 		ref: &corev1.ObjectReference{Kind: "Node", Name: name, UID: types.UID(name)},
 	}

@@ -12,10 +12,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
 	"github.com/fleet-role/fleet-role/platform"
-	"github.com/fleet-role/fleet-role/swapplan"
 )
 
 // prober samples the host's health: small writes each followed by
@@ -88,8 +88,8 @@ func (p *prober) p99() float64 {
 }
 
 // sample takes one sample at now; server says a server runs here.
-func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool) (swapplan.Probe, []etcdclient.Member) {
-	s := swapplan.Probe{At: now.UTC(), Period: swapplan.Duration(p.period), Staged: staged}
+func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool) (api.Probe, []etcdclient.Member) {
+	s := api.Probe{At: now.UTC(), Period: api.Duration(p.period), Staged: staged}
 	var problems []string
 	if err := p.disk(); err != nil {
 		problems = append(problems, "disk: "+err.Error())
@@ -106,7 +106,7 @@ func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool)
 		names := map[uint64]string{}
 		for _, m := range members {
 			names[m.ID] = m.Name
-			s.Members = append(s.Members, swapplan.Member{Name: m.Name, Learner: m.Learner, ID: strconv.FormatUint(m.ID, 16)})
+			s.Members = append(s.Members, api.Member{Name: m.Name, Learner: m.Learner, ID: strconv.FormatUint(m.ID, 16)})
 		}
 		if st, err := p.etcd.Status(ctx); err != nil {
 			problems = append(problems, err.Error())
@@ -167,7 +167,7 @@ func (a *Agent) probeOnce(ctx context.Context, p *prober) {
 	if err != nil {
 		return
 	}
-	if err := a.node.annotate(ctx, swapplan.AnnotationProbe, string(b)); err != nil && !errors.Is(err, context.Canceled) {
+	if err := a.node.annotate(ctx, api.AnnotationProbe, string(b)); err != nil && !errors.Is(err, context.Canceled) {
 		a.log.Warn("probe sample not written", "err", err)
 	}
 }
@@ -185,7 +185,7 @@ func (a *Agent) keepVoters(members []etcdclient.Member) {
 	if slices.Equal(voters, a.st.get().Voters) {
 		return
 	}
-	if err := a.st.update(func(s *state) { s.Voters = voters }); err != nil {
+	if err := a.st.update(func(s *api.AgentState) { s.Voters = voters }); err != nil {
 		a.log.Warn("voters not kept", "err", err)
 	}
 }

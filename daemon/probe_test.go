@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
 	"github.com/fleet-role/fleet-role/swapplan"
@@ -35,7 +36,7 @@ func TestTheProbeOfAnAgentSamplesTheDiskOnly(t *testing.T) {
 	assert.True(t, s.Staged)
 	assert.Positive(t, s.FsyncP99Ms)
 	assert.Empty(t, s.Members)
-	assert.Equal(t, swapplan.Duration(time.Minute), s.Period)
+	assert.Equal(t, api.Duration(time.Minute), s.Period)
 	assert.NoError(t, s.Validate())
 	assert.Len(t, p.fsyncs, 5)
 	for range 30 {
@@ -53,7 +54,7 @@ func TestTheProbeOfAServerReadsItsEtcd(t *testing.T) {
 	assert.Equal(t, "h2-0a1b2c3d", s.Member)
 	assert.Equal(t, "h1-0a1b2c3d", s.Leader)
 	assert.Equal(t, 1.0, s.RTTMs)
-	assert.Equal(t, []swapplan.Member{{Name: "h1-0a1b2c3d", ID: "1"}, {Name: "h2-0a1b2c3d", ID: "2"}, {Name: "s1-0a1b2c3d", Learner: true, ID: "8e9e05c52164694d"}}, s.Members, "IDs in hex, as etcdctl prints them")
+	assert.Equal(t, []api.Member{{Name: "h1-0a1b2c3d", ID: "1"}, {Name: "h2-0a1b2c3d", ID: "2"}, {Name: "s1-0a1b2c3d", Learner: true, ID: "8e9e05c52164694d"}}, s.Members, "IDs in hex, as etcdctl prints them")
 	assert.Len(t, members, 3)
 }
 
@@ -98,8 +99,8 @@ func TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindow(t *testing.
 	slow, closeB := probe(ms[2])
 	defer closeB()
 	judge.FsyncLimit = time.Hour
-	sample := func(p *prober, n int) []swapplan.Probe {
-		var out []swapplan.Probe
+	sample := func(p *prober, n int) []api.Probe {
+		var out []api.Probe
 		for range n {
 			start := time.Now()
 			s, _ := p.sample(context.Background(), start, true, false)
@@ -109,19 +110,19 @@ func TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindow(t *testing.
 		return out
 	}
 	before := sample(slow, judge.Window)
-	assert.Equal(t, swapplan.VerdictFit, swapplan.Judge(before, time.Now(), judge).State)
+	assert.Equal(t, api.VerdictFit, swapplan.Judge(before, time.Now(), judge).State)
 
 	require.NoError(t, ms[2].Pause())
 	defer ms[2].Resume()
 	start := time.Now()
 	window := sample(slow, judge.Window)
 	v := swapplan.Judge(append(before, window...), time.Now(), judge)
-	assert.Equal(t, swapplan.VerdictUnfit, v.State, v.Reason)
+	assert.Equal(t, api.VerdictUnfit, v.State, v.Reason)
 	assert.Contains(t, v.Reason, "an error in 10")
 	assert.Equal(t, 10, v.Bad)
 	t.Logf("the paused member's host: %s after %s (one window of %d samples at %s)", v.Reason, time.Since(start).Round(time.Millisecond), judge.Window, judge.Period)
 
 	fit := swapplan.Judge(sample(healthy, judge.Window), time.Now(), judge)
-	assert.Equal(t, swapplan.VerdictFit, fit.State, fit.Reason)
+	assert.Equal(t, api.VerdictFit, fit.State, fit.Reason)
 	assert.Positive(t, fit.RTTMs)
 }

@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // reporter writes the pending report on the Node, retrying with backoff
@@ -57,10 +57,10 @@ func (r *reporter) run(ctx context.Context) {
 		data, err := json.Marshal(p)
 		if err != nil {
 			r.log.Error("a pending report cannot be encoded; dropping it", "err", err)
-			_ = r.st.update(func(s *state) { s.Pending = nil })
+			_ = r.st.update(func(s *api.AgentState) { s.Pending = nil })
 			continue
 		}
-		if err := r.annotate(ctx, swapplan.AnnotationReport, string(data)); err != nil {
+		if err := r.annotate(ctx, api.AnnotationReport, string(data)); err != nil {
 			wait := b.Step()
 			r.log.Warn("report not written; retrying", "swap", p.Swap, "action", p.Action, "state", p.State, "retry_in", wait.Round(time.Millisecond), "err", err)
 			select {
@@ -72,7 +72,7 @@ func (r *reporter) run(ctx context.Context) {
 		}
 		b = r.backoff
 		r.log.Info("report written", "swap", p.Swap, "action", p.Action, "state", p.State)
-		if err := r.st.update(func(s *state) {
+		if err := r.st.update(func(s *api.AgentState) {
 			if s.Pending != nil {
 				if cur, _ := json.Marshal(s.Pending); bytes.Equal(cur, data) {
 					s.Pending = nil

@@ -8,34 +8,23 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/platform"
-	"github.com/fleet-role/fleet-role/swapplan"
 )
 
-// state is what the agent keeps on disk across restarts, in one file
-// written atomically: the last request carried out, the swap whose
-// finished demotion was last reported, the report not yet written on the
-// Node, and the voters last seen.
-type state struct {
-	Handled  *swapplan.Request `json:"handled,omitempty"`
-	Finished string            `json:"finished,omitempty"`
-	Pending  *swapplan.Report  `json:"pending,omitempty"`
-	// Voters are the nodes whose members voted when last seen.
-	Voters []string `json:"voters,omitempty"`
-}
-
-// store guards the state and its file.
+// store guards the agent's state (api.AgentState) and its file, written
+// atomically, so that what it holds survives a restart.
 type store struct {
 	mu   sync.Mutex
 	path string
-	s    state
+	s    api.AgentState
 }
 
 func openStore(dir string) (*store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	st := &store{path: filepath.Join(dir, "agent-state.json")}
+	st := &store{path: filepath.Join(dir, api.AgentStateFile)}
 	b, err := os.ReadFile(st.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -48,12 +37,12 @@ func openStore(dir string) (*store, error) {
 		// stopping the agent; what it held is re-derived from the host,
 		// at the cost of a report that may be made again.
 		_ = os.Rename(st.path, st.path+".corrupt")
-		st.s = state{}
+		st.s = api.AgentState{}
 	}
 	return st, nil
 }
 
-func (st *store) get() state {
+func (st *store) get() api.AgentState {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	s := st.s
@@ -61,7 +50,7 @@ func (st *store) get() state {
 }
 
 // update changes the state and writes it before returning.
-func (st *store) update(change func(*state)) error {
+func (st *store) update(change func(*api.AgentState)) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	next := st.s

@@ -1,9 +1,10 @@
-// Package role is the host agent's pure decisions: what a host's role file
-// says, when its etcd member is gone, what to do from the controller's
-// request, the role file, k3s's tombstone and the units' states, and which
-// server a demoted host's agent joins. It imports the standard library
-// only and does no I/O; the daemon gathers the facts and carries out the
-// steps.
+// Package role is the host agent's pure decisions: when its etcd member is
+// gone, what to do from the controller's request, the role file, k3s's
+// tombstone and the units' states, and which server a demoted host's agent
+// joins. It speaks the wire contract through api (the request kinds, the
+// report states, the role file's words) and otherwise imports the standard
+// library only; it does no I/O: the daemon gathers the facts and carries
+// out the steps.
 package role
 
 import (
@@ -12,36 +13,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fleet-role/fleet-role/api"
 )
-
-// Role is what the role file says the host is to be.
-type Role string
-
-// The roles a role file holds.
-const (
-	Server Role = "server"
-	Agent  Role = "agent"
-)
-
-// ErrCorrupt marks a role file that holds neither role.
-var ErrCorrupt = errors.New("corrupt role file")
-
-// Parse reads a role file's content: one word, server or agent, with
-// surrounding white space allowed.
-func Parse(b []byte) (Role, error) {
-	s := strings.TrimSpace(string(b))
-	switch Role(s) {
-	case Server, Agent:
-		return Role(s), nil
-	}
-	if len(s) > 40 {
-		s = s[:40] + "…"
-	}
-	return "", fmt.Errorf("%w: want %q or %q, found %q", ErrCorrupt, Server, Agent, s)
-}
-
-// Bytes is the role file's content for the role.
-func (r Role) Bytes() []byte { return []byte(string(r) + "\n") }
 
 // MemberGone says this host's etcd member is gone: k3s left its tombstone,
 // or the Node's removed-node-name names this host's member (it may name an
@@ -117,33 +91,8 @@ func url(address string) string {
 	return "https://" + address + ":6443"
 }
 
-// Request is what the controller asked of this host.
-type Request struct {
-	Swap   string
-	Action string
-	At     time.Time
-	// Leader is the node a step-down hands etcd leadership to, if it can.
-	Leader string
-	// Voters are, on a promotion, the live voters the controller saw.
-	Voters []string
-	// Member and MemberID (hex) name the member a remove-member request
-	// removes.
-	Member   string
-	MemberID string
-}
-
-// Requests the controller makes.
-const (
-	RequestPromote  = "promote"
-	RequestStepDown = "step-down"
-	RequestSnapshot = "snapshot"
-	// RequestRemoveMember asks this host, a voter, to remove another
-	// host's member with its etcd client.
-	RequestRemoveMember = "remove-member"
-)
-
-// Same says both are the one request.
-func (r *Request) Same(o *Request) bool {
+// same says both are the one request: the same swap, action and time.
+func same(r, o *api.Request) bool {
 	return r != nil && o != nil && r.Swap == o.Swap && r.Action == o.Action && r.At.Equal(o.At)
 }
 
@@ -160,13 +109,13 @@ type Unit struct {
 type Facts struct {
 	// Role is the role file's; RoleMissing when there is none, RoleErr
 	// when it is corrupt.
-	Role        Role
+	Role        api.HostRole
 	RoleMissing bool
 	RoleErr     error
 	// Request is the controller's latest request, Handled the last one
 	// carried out.
-	Request *Request
-	Handled *Request
+	Request *api.Request
+	Handled *api.Request
 	// Tombstone: k3s's server/db/etcd/tombstone exists. Datastore:
 	// server/db/etcd exists. Member: server/db/etcd/name.
 	Tombstone bool
@@ -196,7 +145,9 @@ func (f Facts) CurrentSwap() string {
 	return ""
 }
 
-// Step is one thing the daemon does on the host, in order.
+// Step is one thing the daemon does on the host, in order. The steps are
+// the agent's own, named in its log and its reports' messages; they are
+// not the swap's steps (api.Step*), which the controller publishes.
 type Step string
 
 // The steps.
@@ -217,40 +168,34 @@ const (
 	RemoveMember Step = "remove-member"
 )
 
-// What a decision carries out.
+// What a decision carries out when it answers no request and finishes no
+// demotion (Decision.Do).
 const (
-	DoNone     = "none"
-	DoPromote  = RequestPromote
-	DoStepDown = RequestStepDown
-	DoSnapshot = RequestSnapshot
-	DoRemove   = RequestRemoveMember
-	DoFinish   = "finish"
-	DoServe    = "serve" // the role file says server
-	DoWait     = "wait"  // the role file says agent, the member is not gone
-	DoAgent    = "agent" // the role file says agent, no datastore
+	DoNone  = "none"
+	DoServe = "serve" // the role file says server
+	DoWait  = "wait"  // the role file says agent, the member is not gone
+	DoAgent = "agent" // the role file says agent, no datastore
 )
 
-// Report states.
-const (
-	StateDone    = "done"
-	StateRefused = "refused"
-	StateFailed  = "failed"
-)
-
-// Report is the report a decision makes once its steps are done (done),
-// or at once (refused, failed). The daemon adds the start of the unit the
-// steps left running, and what a snapshot made.
+// Report is the report a decision makes once its steps are done
+// (api.StateDone), or at once (api.StateRefused, api.StateFailed): the
+// request's action, or api.ReportFinish. The daemon adds the start of the
+// unit the steps left running, and what a snapshot made, and writes it as
+// an api.Report.
 type Report struct {
 	Swap    string
 	Action  string
 	State   string
 	Message string
 	// Answers is the request answered; nil for a finish.
-	Answers *Request
+	Answers *api.Request
 }
 
 // Decision is what to do on the host now.
 type Decision struct {
+	// Do is the request's action (api.RequestPromote, ...) for a decision
+	// that answers one, api.ReportFinish for a demotion's finish, else
+	// DoNone, DoServe, DoWait or DoAgent.
 	Do     string
 	Steps  []Step
 	Report *Report
@@ -262,16 +207,16 @@ type Decision struct {
 func Decide(f Facts) Decision {
 	if f.RoleErr != nil {
 		d := Decision{Do: DoNone, Why: fmt.Sprintf("%v: nothing is done until it is mended", f.RoleErr)}
-		if q := f.Request; q != nil && !q.Same(f.Handled) {
-			state := StateFailed
-			if q.Action == RequestPromote {
-				state = StateRefused
+		if q := f.Request; q != nil && !same(q, f.Handled) {
+			state := api.StateFailed
+			if q.Action == api.RequestPromote {
+				state = api.StateRefused
 			}
 			d.Report = &Report{Swap: q.Swap, Action: q.Action, State: state, Message: f.RoleErr.Error(), Answers: q}
 		}
 		return d
 	}
-	if q := f.Request; q != nil && !q.Same(f.Handled) {
+	if q := f.Request; q != nil && !same(q, f.Handled) {
 		return decideRequest(f, q)
 	}
 	gone := MemberGone(f.Tombstone, f.Member, f.RemovedNodeName, f.MemberGoneSwap, f.CurrentSwap())
@@ -280,29 +225,29 @@ func Decide(f Facts) Decision {
 	// agent missed the step-down (stopped, or its host down, while a
 	// rollback went on without it), and k3s, started again, would fail
 	// against the cluster that removed it, or join it as a new member.
-	case f.Tombstone || f.Role == Agent || gone:
+	case f.Tombstone || f.Role == api.HostAgent || gone:
 		return decideAgent(f, gone)
-	case f.Role == Server:
+	case f.Role == api.HostServer:
 		return decideServer(f)
 	}
 	return Decision{Do: DoNone, Why: "there is no role file: nothing is done until one is written"}
 }
 
-func decideRequest(f Facts, q *Request) Decision {
+func decideRequest(f Facts, q *api.Request) Decision {
 	answer := func(state, msg string) *Report {
 		return &Report{Swap: q.Swap, Action: q.Action, State: state, Message: msg, Answers: q}
 	}
 	switch q.Action {
-	case RequestPromote:
+	case api.RequestPromote:
 		if !f.Staged && !f.Server.Active {
-			return Decision{Do: DoPromote, Report: answer(StateRefused, "this host is not staged as a standby"),
+			return Decision{Do: api.RequestPromote, Report: answer(api.StateRefused, "this host is not staged as a standby"),
 				Why: "refusing the promotion: this host is not staged as a standby; nothing is changed"}
 		}
 		// Note: the role file is written first, so that an agent stopped
 		// midway keeps the server it started, rather than reading "agent"
 		// and stopping it again.
 		steps := []Step{}
-		if f.Role != Server {
+		if f.Role != api.HostServer {
 			steps = append(steps, WriteServerRole)
 		}
 		steps = append(steps, StopAgent)
@@ -310,37 +255,37 @@ func decideRequest(f Facts, q *Request) Decision {
 			steps = append(steps, WriteJoin)
 		}
 		steps = append(steps, StartServer)
-		return Decision{Do: DoPromote, Steps: steps, Report: answer(StateDone, ""),
+		return Decision{Do: api.RequestPromote, Steps: steps, Report: answer(api.StateDone, ""),
 			Why: "promoting: the agent unit stops, the server's join through a live voter is written, the server unit starts"}
-	case RequestStepDown:
+	case api.RequestStepDown:
 		steps := []Step{}
-		if f.Role != Agent {
+		if f.Role != api.HostAgent {
 			steps = append(steps, WriteAgentRole)
 		}
 		if f.Server.Active {
 			steps = append(steps, MoveLeader)
 		}
 		steps = append(steps, StopServer)
-		return Decision{Do: DoStepDown, Steps: steps, Report: answer(StateDone, ""), Why: "stepping down: leadership moved away, the server unit stops"}
-	case RequestSnapshot:
+		return Decision{Do: api.RequestStepDown, Steps: steps, Report: answer(api.StateDone, ""), Why: "stepping down: leadership moved away, the server unit stops"}
+	case api.RequestSnapshot:
 		if !f.Server.Active {
-			return Decision{Do: DoSnapshot, Report: answer(StateFailed, "no server runs on this host"), Why: "no snapshot: no server runs here"}
+			return Decision{Do: api.RequestSnapshot, Report: answer(api.StateFailed, "no server runs on this host"), Why: "no snapshot: no server runs here"}
 		}
-		return Decision{Do: DoSnapshot, Steps: []Step{TakeSnapshot}, Report: answer(StateDone, ""), Why: "taking an etcd snapshot"}
-	case RequestRemoveMember:
+		return Decision{Do: api.RequestSnapshot, Steps: []Step{TakeSnapshot}, Report: answer(api.StateDone, ""), Why: "taking an etcd snapshot"}
+	case api.RequestRemoveMember:
 		member := q.Member
 		if member == "" {
 			member = q.MemberID
 		}
 		switch {
-		case !f.Server.Active || f.Role != Server:
-			return Decision{Do: DoRemove, Report: answer(StateFailed, "no server runs on this host, or it is stepping down: it removes no member"),
+		case !f.Server.Active || f.Role != api.HostServer:
+			return Decision{Do: api.RequestRemoveMember, Report: answer(api.StateFailed, "no server runs on this host, or it is stepping down: it removes no member"),
 				Why: "not removing the member " + member + ": no server runs here"}
 		case q.Member != "" && q.Member == f.Member:
-			return Decision{Do: DoRemove, Report: answer(StateFailed, "the member named is this host's own: a host never removes its own"),
+			return Decision{Do: api.RequestRemoveMember, Report: answer(api.StateFailed, "the member named is this host's own: a host never removes its own"),
 				Why: "not removing the member " + member + ": it is this host's own"}
 		}
-		return Decision{Do: DoRemove, Steps: []Step{RemoveMember}, Report: answer(StateDone, ""),
+		return Decision{Do: api.RequestRemoveMember, Steps: []Step{RemoveMember}, Report: answer(api.StateDone, ""),
 			Why: "removing the member " + member + " with this host's etcd client"}
 	}
 	return Decision{Do: DoNone, Why: fmt.Sprintf("ignoring a request to %q, which this agent does not know", q.Action)}
@@ -352,11 +297,11 @@ func decideAgent(f Facts, gone bool) Decision {
 	switch {
 	case f.Datastore && gone:
 		steps := []Step{}
-		if f.Role != Agent {
+		if f.Role != api.HostAgent {
 			steps = append(steps, WriteAgentRole)
 		}
 		steps = append(steps, StopServer, MoveDatastore, StartAgent)
-		return Decision{Do: DoFinish, Steps: steps, Report: finishReport(f, swap),
+		return Decision{Do: api.ReportFinish, Steps: steps, Report: finishReport(f, swap),
 			Why: "finishing the demotion: the member is gone; the server stops, its datastore is moved aside, the agent starts"}
 	case f.Datastore:
 		if f.Server.Active {
@@ -373,7 +318,7 @@ func decideAgent(f Facts, gone bool) Decision {
 	// stopped again, which keeps it from starting at boot: a demoted host
 	// that reboots must not start its server and join as a new member.
 	var steps []Step
-	if f.Role != Agent {
+	if f.Role != api.HostAgent {
 		steps = append(steps, WriteAgentRole)
 	}
 	if f.Server.Active || f.Server.Enabled {
@@ -394,14 +339,14 @@ func (f Facts) demoted(swap string) bool {
 	if swap == "" || f.Finished == swap {
 		return false
 	}
-	return f.MemberGoneSwap == swap || (f.Handled != nil && f.Handled.Swap == swap && f.Handled.Action == RequestStepDown)
+	return f.MemberGoneSwap == swap || (f.Handled != nil && f.Handled.Swap == swap && f.Handled.Action == api.RequestStepDown)
 }
 
 func finishReport(f Facts, swap string) *Report {
 	if swap == "" || f.Finished == swap {
 		return nil
 	}
-	return &Report{Swap: swap, Action: DoFinish, State: StateDone}
+	return &Report{Swap: swap, Action: api.ReportFinish, State: api.StateDone}
 }
 
 func decideServer(f Facts) Decision {

@@ -1,26 +1,14 @@
 package role
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-func TestParse(t *testing.T) {
-	for in, want := range map[string]Role{"server": Server, "agent\n": Agent, "  server \n": Server} {
-		got, err := Parse([]byte(in))
-		require.NoError(t, err)
-		assert.Equal(t, want, got)
-	}
-	for _, in := range []string{"", "voter", "server agent", "\x00\x01"} {
-		_, err := Parse([]byte(in))
-		assert.True(t, errors.Is(err, ErrCorrupt), "%q", in)
-	}
-	assert.Equal(t, "agent\n", string(Agent.Bytes()))
-}
+	"github.com/fleet-role/fleet-role/api"
+)
 
 func TestMemberGone(t *testing.T) {
 	for _, tc := range []struct {
@@ -83,11 +71,11 @@ func TestServerJoinURL(t *testing.T) {
 
 var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func req(action string) *Request { return &Request{Swap: "s1", Action: action, At: at} }
+func req(action string) *api.Request { return &api.Request{Swap: "s1", Action: action, At: at} }
 
 // removal is a remove-member request naming the member of the candidate c1.
-func removal() *Request {
-	return &Request{Swap: "s1", Action: RequestRemoveMember, At: at, Member: "c1-0a1b2c3d", MemberID: "8e9e05c52164694d"}
+func removal() *api.Request {
+	return &api.Request{Swap: "s1", Action: api.RequestRemoveMember, At: at, Member: "c1-0a1b2c3d", MemberID: "8e9e05c52164694d"}
 }
 
 func TestDecide(t *testing.T) {
@@ -101,119 +89,119 @@ func TestDecide(t *testing.T) {
 		report *Report
 	}{
 		{"a promotion of a staged standby writes the role first, then its join through a live voter, then swaps the units",
-			Facts{Role: Agent, Agent: running, Staged: true, Request: req(RequestPromote)},
-			DoPromote, []Step{WriteServerRole, StopAgent, WriteJoin, StartServer},
-			&Report{Swap: "s1", Action: RequestPromote, State: StateDone, Answers: req(RequestPromote)}},
+			Facts{Role: api.HostAgent, Agent: running, Staged: true, Request: req(api.RequestPromote)},
+			api.RequestPromote, []Step{WriteServerRole, StopAgent, WriteJoin, StartServer},
+			&Report{Swap: "s1", Action: api.RequestPromote, State: api.StateDone, Answers: req(api.RequestPromote)}},
 		{"a promotion of a host that is not staged is refused and changes nothing",
-			Facts{Role: Agent, Agent: running, Request: req(RequestPromote)},
-			DoPromote, nil,
-			&Report{Swap: "s1", Action: RequestPromote, State: StateRefused, Message: "this host is not staged as a standby", Answers: req(RequestPromote)}},
+			Facts{Role: api.HostAgent, Agent: running, Request: req(api.RequestPromote)},
+			api.RequestPromote, nil,
+			&Report{Swap: "s1", Action: api.RequestPromote, State: api.StateRefused, Message: "this host is not staged as a standby", Answers: req(api.RequestPromote)}},
 		{"a promotion asked again of a running server starts nothing new",
-			Facts{Role: Server, Server: running, Request: req(RequestPromote)},
-			DoPromote, []Step{StopAgent, StartServer},
-			&Report{Swap: "s1", Action: RequestPromote, State: StateDone, Answers: req(RequestPromote)}},
+			Facts{Role: api.HostServer, Server: running, Request: req(api.RequestPromote)},
+			api.RequestPromote, []Step{StopAgent, StartServer},
+			&Report{Swap: "s1", Action: api.RequestPromote, State: api.StateDone, Answers: req(api.RequestPromote)}},
 		{"a step-down writes the role, moves leadership away and stops the server",
-			Facts{Role: Server, Server: running, Datastore: true, Request: req(RequestStepDown)},
-			DoStepDown, []Step{WriteAgentRole, MoveLeader, StopServer},
-			&Report{Swap: "s1", Action: RequestStepDown, State: StateDone, Answers: req(RequestStepDown)}},
+			Facts{Role: api.HostServer, Server: running, Datastore: true, Request: req(api.RequestStepDown)},
+			api.RequestStepDown, []Step{WriteAgentRole, MoveLeader, StopServer},
+			&Report{Swap: "s1", Action: api.RequestStepDown, State: api.StateDone, Answers: req(api.RequestStepDown)}},
 		{"a snapshot is taken where a server runs",
-			Facts{Role: Server, Server: running, Request: req(RequestSnapshot)},
-			DoSnapshot, []Step{TakeSnapshot},
-			&Report{Swap: "s1", Action: RequestSnapshot, State: StateDone, Answers: req(RequestSnapshot)}},
+			Facts{Role: api.HostServer, Server: running, Request: req(api.RequestSnapshot)},
+			api.RequestSnapshot, []Step{TakeSnapshot},
+			&Report{Swap: "s1", Action: api.RequestSnapshot, State: api.StateDone, Answers: req(api.RequestSnapshot)}},
 		{"a snapshot fails where no server runs",
-			Facts{Role: Agent, Request: req(RequestSnapshot)},
-			DoSnapshot, nil,
-			&Report{Swap: "s1", Action: RequestSnapshot, State: StateFailed, Message: "no server runs on this host", Answers: req(RequestSnapshot)}},
+			Facts{Role: api.HostAgent, Request: req(api.RequestSnapshot)},
+			api.RequestSnapshot, nil,
+			&Report{Swap: "s1", Action: api.RequestSnapshot, State: api.StateFailed, Message: "no server runs on this host", Answers: req(api.RequestSnapshot)}},
 		{"a voter asked to remove another host's member removes it through its etcd client",
-			Facts{Role: Server, Server: running, Datastore: true, Member: "v2-11111111", Request: removal()},
-			DoRemove, []Step{RemoveMember},
-			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateDone, Answers: removal()}},
+			Facts{Role: api.HostServer, Server: running, Datastore: true, Member: "v2-11111111", Request: removal()},
+			api.RequestRemoveMember, []Step{RemoveMember},
+			&Report{Swap: "s1", Action: api.RequestRemoveMember, State: api.StateDone, Answers: removal()}},
 		{"a host asked to remove its own member fails the request and removes nothing",
-			Facts{Role: Server, Server: running, Datastore: true, Member: "c1-0a1b2c3d", Request: removal()},
-			DoRemove, nil,
-			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateFailed, Message: "the member named is this host's own: a host never removes its own", Answers: removal()}},
+			Facts{Role: api.HostServer, Server: running, Datastore: true, Member: "c1-0a1b2c3d", Request: removal()},
+			api.RequestRemoveMember, nil,
+			&Report{Swap: "s1", Action: api.RequestRemoveMember, State: api.StateFailed, Message: "the member named is this host's own: a host never removes its own", Answers: removal()}},
 		{"a host where no server runs fails a removal",
-			Facts{Role: Agent, Agent: running, Request: removal()},
-			DoRemove, nil,
-			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateFailed, Message: "no server runs on this host, or it is stepping down: it removes no member", Answers: removal()}},
+			Facts{Role: api.HostAgent, Agent: running, Request: removal()},
+			api.RequestRemoveMember, nil,
+			&Report{Swap: "s1", Action: api.RequestRemoveMember, State: api.StateFailed, Message: "no server runs on this host, or it is stepping down: it removes no member", Answers: removal()}},
 		{"a server whose role file says agent fails a removal",
-			Facts{Role: Agent, Server: running, Datastore: true, Request: removal()},
-			DoRemove, nil,
-			&Report{Swap: "s1", Action: RequestRemoveMember, State: StateFailed, Message: "no server runs on this host, or it is stepping down: it removes no member", Answers: removal()}},
+			Facts{Role: api.HostAgent, Server: running, Datastore: true, Request: removal()},
+			api.RequestRemoveMember, nil,
+			&Report{Swap: "s1", Action: api.RequestRemoveMember, State: api.StateFailed, Message: "no server runs on this host, or it is stepping down: it removes no member", Answers: removal()}},
 		{"a removal handled is not carried out again",
-			Facts{Role: Server, Server: running, Datastore: true, Request: removal(), Handled: removal()},
+			Facts{Role: api.HostServer, Server: running, Datastore: true, Request: removal(), Handled: removal()},
 			DoServe, nil, nil},
 		{"a handled request is not carried out again",
-			Facts{Role: Server, Server: running, Request: req(RequestSnapshot), Handled: req(RequestSnapshot)},
+			Facts{Role: api.HostServer, Server: running, Request: req(api.RequestSnapshot), Handled: req(api.RequestSnapshot)},
 			DoServe, nil, nil},
 		{"a corrupt role file is not acted on, and a promotion is refused",
-			Facts{RoleErr: ErrCorrupt, Agent: running, Staged: true, Request: req(RequestPromote)},
+			Facts{RoleErr: api.ErrCorruptRoleFile, Agent: running, Staged: true, Request: req(api.RequestPromote)},
 			DoNone, nil,
-			&Report{Swap: "s1", Action: RequestPromote, State: StateRefused, Message: ErrCorrupt.Error(), Answers: req(RequestPromote)}},
+			&Report{Swap: "s1", Action: api.RequestPromote, State: api.StateRefused, Message: api.ErrCorruptRoleFile.Error(), Answers: req(api.RequestPromote)}},
 		{"a corrupt role file is not acted on, tombstone or not",
-			Facts{RoleErr: ErrCorrupt, Tombstone: true, Datastore: true, Server: running},
+			Facts{RoleErr: api.ErrCorruptRoleFile, Tombstone: true, Datastore: true, Server: running},
 			DoNone, nil, nil},
 		{"the tombstone finishes a server whose role file still says server",
-			Facts{Role: Server, Tombstone: true, Datastore: true, Server: running, Handled: req(RequestStepDown)},
-			DoFinish, []Step{WriteAgentRole, StopServer, MoveDatastore, StartAgent},
-			&Report{Swap: "s1", Action: DoFinish, State: StateDone}},
+			Facts{Role: api.HostServer, Tombstone: true, Datastore: true, Server: running, Handled: req(api.RequestStepDown)},
+			api.ReportFinish, []Step{WriteAgentRole, StopServer, MoveDatastore, StartAgent},
+			&Report{Swap: "s1", Action: api.ReportFinish, State: api.StateDone}},
 		{"member-gone naming the swap finishes a demotion whose removed-node-name names another member",
-			Facts{Role: Agent, Datastore: true, Member: "h-0a1b2c3d", RemovedNodeName: "h-99999999", MemberGoneSwap: "s1", Handled: req(RequestStepDown)},
-			DoFinish, []Step{StopServer, MoveDatastore, StartAgent},
-			&Report{Swap: "s1", Action: DoFinish, State: StateDone}},
+			Facts{Role: api.HostAgent, Datastore: true, Member: "h-0a1b2c3d", RemovedNodeName: "h-99999999", MemberGoneSwap: "s1", Handled: req(api.RequestStepDown)},
+			api.ReportFinish, []Step{StopServer, MoveDatastore, StartAgent},
+			&Report{Swap: "s1", Action: api.ReportFinish, State: api.StateDone}},
 		{"a candidate that missed its rollback's step-down finishes the demotion once told its member is gone",
-			Facts{Role: Server, Datastore: true, Member: "c1-0a1b2c3d", Server: enabled, MemberGoneSwap: "s1", Handled: req(RequestPromote)},
-			DoFinish, []Step{WriteAgentRole, StopServer, MoveDatastore, StartAgent},
-			&Report{Swap: "s1", Action: DoFinish, State: StateDone}},
+			Facts{Role: api.HostServer, Datastore: true, Member: "c1-0a1b2c3d", Server: enabled, MemberGoneSwap: "s1", Handled: req(api.RequestPromote)},
+			api.ReportFinish, []Step{WriteAgentRole, StopServer, MoveDatastore, StartAgent},
+			&Report{Swap: "s1", Action: api.ReportFinish, State: api.StateDone}},
 		{"a server whose member k3s was asked to remove, and that missed its step-down, finishes the demotion",
-			Facts{Role: Server, Datastore: true, Member: "h-0a1b2c3d", RemovedNodeName: "h-0a1b2c3d", Server: running},
-			DoFinish, []Step{WriteAgentRole, StopServer, MoveDatastore, StartAgent}, nil},
+			Facts{Role: api.HostServer, Datastore: true, Member: "h-0a1b2c3d", RemovedNodeName: "h-0a1b2c3d", Server: running},
+			api.ReportFinish, []Step{WriteAgentRole, StopServer, MoveDatastore, StartAgent}, nil},
 		{"a candidate told its member is gone before its server made a datastore runs the agent",
-			Facts{Role: Server, MemberGoneSwap: "s1", Handled: req(RequestPromote), Server: enabled},
+			Facts{Role: api.HostServer, MemberGoneSwap: "s1", Handled: req(api.RequestPromote), Server: enabled},
 			DoAgent, []Step{WriteAgentRole, StopServer, StartAgent},
-			&Report{Swap: "s1", Action: DoFinish, State: StateDone}},
+			&Report{Swap: "s1", Action: api.ReportFinish, State: api.StateDone}},
 		{"a member-gone of an earlier swap does not demote a server",
-			Facts{Role: Server, Datastore: true, Member: "h-0a1b2c3d", Server: running, MemberGoneSwap: "s0", Handled: req(RequestPromote)},
+			Facts{Role: api.HostServer, Datastore: true, Member: "h-0a1b2c3d", Server: running, MemberGoneSwap: "s0", Handled: req(api.RequestPromote)},
 			DoServe, nil, nil},
 		{"a stepped-down host waits while its member is not gone",
-			Facts{Role: Agent, Datastore: true, Member: "h-0a1b2c3d", Handled: req(RequestStepDown)},
+			Facts{Role: api.HostAgent, Datastore: true, Member: "h-0a1b2c3d", Handled: req(api.RequestStepDown)},
 			DoWait, nil, nil},
 		{"a server the role file says is an agent is stepped down",
-			Facts{Role: Agent, Datastore: true, Member: "h-0a1b2c3d", Server: running},
+			Facts{Role: api.HostAgent, Datastore: true, Member: "h-0a1b2c3d", Server: running},
 			DoWait, []Step{MoveLeader, StopServer}, nil},
 		{"an agent restarted after the datastore moved starts the agent and reports the finish once",
-			Facts{Role: Agent, Handled: req(RequestStepDown)},
+			Facts{Role: api.HostAgent, Handled: req(api.RequestStepDown)},
 			DoAgent, []Step{StartAgent},
-			&Report{Swap: "s1", Action: DoFinish, State: StateDone}},
+			&Report{Swap: "s1", Action: api.ReportFinish, State: api.StateDone}},
 		{"a finish already reported is not reported again",
-			Facts{Role: Agent, Agent: running, Handled: req(RequestStepDown), Finished: "s1"},
+			Facts{Role: api.HostAgent, Agent: running, Handled: req(api.RequestStepDown), Finished: "s1"},
 			DoAgent, nil, nil},
 		{"a stepped-down host whose server is stopped but enabled keeps it from starting at boot while it waits",
-			Facts{Role: Agent, Datastore: true, Member: "h-0a1b2c3d", Server: enabled, Handled: req(RequestStepDown)},
+			Facts{Role: api.HostAgent, Datastore: true, Member: "h-0a1b2c3d", Server: enabled, Handled: req(api.RequestStepDown)},
 			DoWait, []Step{StopServer}, nil},
 		{"an agent host whose server the installer left enabled keeps it from starting at boot",
-			Facts{Role: Agent, Agent: running, Server: enabled},
+			Facts{Role: api.HostAgent, Agent: running, Server: enabled},
 			DoAgent, []Step{StopServer}, nil},
 		{"an agent running but not enabled is started, which makes it start at boot",
-			Facts{Role: Agent, Agent: Unit{Active: true, StartedAt: at}},
+			Facts{Role: api.HostAgent, Agent: Unit{Active: true, StartedAt: at}},
 			DoAgent, []Step{StartAgent}, nil},
 		{"a server running but not enabled is started, which makes it start at boot",
-			Facts{Role: Server, Server: Unit{Active: true, StartedAt: at}, Datastore: true},
+			Facts{Role: api.HostServer, Server: Unit{Active: true, StartedAt: at}, Datastore: true},
 			DoServe, []Step{StartServer}, nil},
 		{"a plain agent host keeps its agent running and reports nothing",
-			Facts{Role: Agent, Agent: running},
+			Facts{Role: api.HostAgent, Agent: running},
 			DoAgent, nil, nil},
 		{"a role file edited to server swaps the units on a staged host",
-			Facts{Role: Server, Agent: running, Staged: true},
+			Facts{Role: api.HostServer, Agent: running, Staged: true},
 			DoServe, []Step{StopAgent, StartServer}, nil},
 		{"a host rebooted mid-promotion writes its join anew from the voters it knows before its server starts",
-			Facts{Role: Server, Staged: true, KnowsVoters: true},
+			Facts{Role: api.HostServer, Staged: true, KnowsVoters: true},
 			DoServe, []Step{WriteJoin, StartServer}, nil},
 		{"a server with a datastore restarts its member without a new join",
-			Facts{Role: Server, Staged: true, Datastore: true, KnowsVoters: true},
+			Facts{Role: api.HostServer, Staged: true, Datastore: true, KnowsVoters: true},
 			DoServe, []Step{StartServer}, nil},
 		{"a role file edited to server does nothing on a host that is not staged",
-			Facts{Role: Server, Agent: running},
+			Facts{Role: api.HostServer, Agent: running},
 			DoNone, nil, nil},
 		{"without a role file nothing is done",
 			Facts{RoleMissing: true, Agent: running},

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -18,61 +19,61 @@ import (
 func TestTheGatesAreHeldWithFourVotersAndTheOutgoingVoterIsNotTouchedWhileOneFails(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	w.runUntil(50, acting(swapplan.ActionPromote, "s1"))
+	w.runUntil(50, acting(api.ActionPromote, "s1"))
 	w.hosts["v2"].unhealthyUntil = w.now.Add(10 * time.Minute)
-	plan := w.runUntil(50, atStep(swapplan.StepGates))
-	assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+	plan := w.runUntil(50, atStep(api.StepGates))
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
 	assert.Equal(t, []string{"s1", "v1", "v2", "v3"}, plan.Voters)
 	assert.Contains(t, plan.Reason, "v2's probe says unhealthy")
 	for range 20 {
 		plan = w.pass()
 		assert.NotEqual(t, "v1", plan.Action.Node, plan.Reason)
-		assert.Equal(t, swapplan.StepGates, plan.Step)
+		assert.Equal(t, api.StepGates, plan.Step)
 	}
-	plan = w.runUntil(50, func(p swapplan.Plan) bool { return p.Action.Type != swapplan.ActionNone })
-	assert.Equal(t, swapplan.ActionCordonOut, plan.Action.Type)
+	plan = w.runUntil(50, func(p swapplan.Plan) bool { return p.Action.Type != api.ActionNone })
+	assert.Equal(t, api.ActionCordonOut, plan.Action.Type)
 	assert.Equal(t, "v1", plan.Action.Node)
 }
 
 func TestTheRemovalIsHeldWhileARemainingVoterIsUnhealthy(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	w.runUntil(100, acting(swapplan.ActionStepDown, "v1"))
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
 	w.hosts["v3"].unhealthyUntil = w.now.Add(5 * time.Minute)
 	for range 25 {
 		plan := w.pass()
-		assert.NotEqual(t, swapplan.ActionRemoveMember, plan.Action.Type)
-		assert.Equal(t, swapplan.StepRemoveMember, plan.Step)
+		assert.NotEqual(t, api.ActionRemoveMember, plan.Action.Type)
+		assert.Equal(t, api.StepRemoveMember, plan.Step)
 		assert.Contains(t, plan.Reason, "removal held while a remaining voter is unhealthy: v3")
 	}
-	w.runUntil(20, acting(swapplan.ActionRemoveMember, "v1"))
-	assert.Equal(t, swapplan.ResultCompleted, w.run(100).Result)
+	w.runUntil(20, acting(api.ActionRemoveMember, "v1"))
+	assert.Equal(t, api.ResultCompleted, w.run(100).Result)
 }
 
 func TestTheSwapWaitsWhileTheSnapshotIsNotReadyEvenWhenTheAgentSaysDone(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.hosts["v2"].snapshotNotReady = true
 	w.requestSwap("v1", "s1")
-	w.runUntil(10, acting(swapplan.ActionSnapshot, "v2"))
+	w.runUntil(10, acting(api.ActionSnapshot, "v2"))
 	plan := w.pass()
-	require.Equal(t, swapplan.StateDone, w.node("v2").Report.State)
-	assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
-	assert.Equal(t, swapplan.StepSnapshot, plan.Step)
+	require.Equal(t, api.StateDone, w.node("v2").Report.State)
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
+	assert.Equal(t, api.StepSnapshot, plan.Step)
 	assert.Contains(t, plan.Reason, "not ready")
 	res := w.run(100)
-	assert.Equal(t, swapplan.ResultAbandoned, res.Result)
+	assert.Equal(t, api.ResultAbandoned, res.Result)
 	assert.NotContains(t, w.actions(), "cordon-in s1")
 }
 
 func TestEveryPassRenewsTheLeaseTheSwapHoldsAndKeepsItsAnnotations(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	start := w.runUntil(5, acting(swapplan.ActionStart, ""))
+	start := w.runUntil(5, acting(api.ActionStart, ""))
 	rec := *start.Swap
 	for {
 		before := w.now
 		plan := w.pass()
-		if plan.Action.Type == swapplan.ActionEnd {
+		if plan.Action.Type == api.ActionEnd {
 			break
 		}
 		require.True(t, plan.RenewLease, "pass at %s: %s", plan.Step, plan.Reason)
@@ -87,10 +88,10 @@ func TestPastTheRunnerWaitTheSwapIsAbandonedWithTheCandidateUncordonedTheLeaseRe
 	s1 := w.node("s1")
 	s1.Pods = append(s1.Pods, swapplan.Pod{Namespace: "arc-runners", Name: "runner-abc", Runner: true})
 	w.requestSwap("v1", "s1")
-	plan := w.runUntil(20, atStep(swapplan.StepRunnersIn))
+	plan := w.runUntil(20, atStep(api.StepRunnersIn))
 	assert.Contains(t, plan.Reason, "arc-runners/runner-abc")
 	res := w.run(200)
-	assert.Equal(t, swapplan.ResultAbandoned, res.Result)
+	assert.Equal(t, api.ResultAbandoned, res.Result)
 	assert.Contains(t, res.Reason, "runner wait")
 	acts := w.actions()
 	assert.Equal(t, []string{"abandon ", "uncordon s1", "end "}, acts[len(acts)-3:])
@@ -105,18 +106,18 @@ func TestAFinishedRollbackWaitsUntilEveryVoterListsTheTargetMembersAndNoMore(t *
 	w := newWorld(t, 3, 1, 0)
 	w.hosts["s1"].neverJoin = true
 	w.requestSwap("v1", "s1")
-	w.runUntil(100, acting(swapplan.ActionStepDown, "s1"))
+	w.runUntil(100, acting(api.ActionStepDown, "s1"))
 	w.k3sPaused = true
-	w.runUntil(30, acting(swapplan.ActionRemoveMember, "s1"))
+	w.runUntil(30, acting(api.ActionRemoveMember, "s1"))
 	for range 10 {
 		plan := w.pass()
-		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
-		assert.Equal(t, swapplan.StepRemoveCandidate, plan.Step)
+		assert.Equal(t, api.ActionNone, plan.Action.Type)
+		assert.Equal(t, api.StepRemoveCandidate, plan.Step)
 		assert.Contains(t, plan.Reason, "waiting for k3s to remove the member s1-")
 	}
 	w.k3sPaused = false
-	w.runUntil(5, acting(swapplan.ActionMemberGone, "s1"))
-	assert.Equal(t, swapplan.ResultRolledBack, w.run(50).Result)
+	w.runUntil(5, acting(api.ActionMemberGone, "s1"))
+	assert.Equal(t, api.ResultRolledBack, w.run(50).Result)
 }
 
 func TestALearnerEtcdListsWithoutANameHoldsTheStartUntilItIsGone(t *testing.T) {
@@ -129,7 +130,7 @@ func TestALearnerEtcdListsWithoutANameHoldsTheStartUntilItIsGone(t *testing.T) {
 		assert.Contains(t, plan.Reason, "lists a learner: "+swapplan.UnstartedLearner)
 	}
 	w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.name == "" })
-	assert.Equal(t, swapplan.ResultCompleted, w.run(200).Result)
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
 }
 
 func TestACandidateThatIsNotAVoterByTheDeadlineIsRolledBackAskingK3sToRemoveItsLearnerWhenItJoined(t *testing.T) {
@@ -137,19 +138,19 @@ func TestACandidateThatIsNotAVoterByTheDeadlineIsRolledBackAskingK3sToRemoveItsL
 		w := newWorld(t, 3, 1, 0)
 		w.hosts["s1"].neverJoin = true
 		w.requestSwap("v1", "s1")
-		plan := w.runUntil(100, acting(swapplan.ActionRollback, ""))
+		plan := w.runUntil(100, acting(api.ActionRollback, ""))
 		assert.Contains(t, plan.Reason, "is not a voter within 5m0s")
-		assert.Equal(t, swapplan.PhaseRollback, plan.Swap.Phase)
-		assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+		assert.Equal(t, api.PhaseRollback, plan.Swap.Phase)
+		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 		assert.Contains(t, w.actions(), "remove-member s1")
 	})
 	t.Run("never joined", func(t *testing.T) {
 		w := newWorld(t, 3, 1, 0)
 		w.hosts["s1"].ignorePromote = true
 		w.requestSwap("v1", "s1")
-		plan := w.runUntil(100, acting(swapplan.ActionRollback, ""))
+		plan := w.runUntil(100, acting(api.ActionRollback, ""))
 		assert.Contains(t, plan.Reason, "did not answer the promotion")
-		assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 		assert.NotContains(t, w.actions(), "remove-member s1")
 	})
 }
@@ -157,51 +158,51 @@ func TestACandidateThatIsNotAVoterByTheDeadlineIsRolledBackAskingK3sToRemoveItsL
 func TestALeaseThatRegradeTookMidSwapIsNeverActedUnderAndNeverRenewed(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	start := w.runUntil(5, acting(swapplan.ActionStart, ""))
-	w.runUntil(10, acting(swapplan.ActionCordonIn, "s1"))
+	start := w.runUntil(5, acting(api.ActionStart, ""))
+	w.runUntil(10, acting(api.ActionCordonIn, "s1"))
 	w.lease = swapplan.Lease{Holder: "regrade", RenewTime: w.now, Duration: time.Hour}
 	w.regradeUntil = w.now.Add(5 * time.Minute)
 	for w.now.Before(w.regradeUntil.Add(-w.tick)) {
 		plan := w.pass()
-		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+		assert.Equal(t, api.ActionNone, plan.Action.Type)
 		assert.False(t, plan.RenewLease)
 		assert.Contains(t, plan.Reason, `held by "regrade"`)
 		assert.Equal(t, "regrade", w.lease.Holder)
 	}
-	plan := w.runUntil(5, acting(swapplan.ActionStart, ""))
+	plan := w.runUntil(5, acting(api.ActionStart, ""))
 	assert.Equal(t, start.Swap.ID, plan.Swap.ID, "the same swap is resumed")
 	assert.Contains(t, plan.Reason, "resuming")
-	assert.Equal(t, swapplan.ResultCompleted, w.run(200).Result)
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
 }
 
 func TestAManualRequestIsCarriedOutInsideTheCooldownAndWhateverTheVerdictsSay(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	until := w.now.Add(time.Hour)
 	w.status.CooldownUntil = &until
-	w.node("v1").Verdict = swapplan.Verdict{State: swapplan.VerdictFit}
-	w.node("s1").Verdict = swapplan.Verdict{State: swapplan.VerdictUnfit, Score: 99}
+	w.node("v1").Verdict = api.Verdict{State: api.VerdictFit}
+	w.node("s1").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 99}
 	w.requestSwap("v1", "s1")
 	plan := w.pass()
-	assert.Equal(t, swapplan.ActionStart, plan.Action.Type, plan.Reason)
-	assert.Equal(t, swapplan.OriginManual, plan.Swap.Origin)
+	assert.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
+	assert.Equal(t, api.OriginManual, plan.Swap.Origin)
 }
 
 func TestDryRunCarriesOutAManualRequestAndOnlyReportsAnAutomaticDecision(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.cfg.DryRun = true
-	w.node("v2").Verdict = swapplan.Verdict{State: swapplan.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
+	w.node("v2").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
 	for range 5 {
 		plan := w.pass()
-		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+		assert.Equal(t, api.ActionNone, plan.Action.Type)
 		require.NotNil(t, plan.Decision)
-		assert.Equal(t, swapplan.Decision{Out: "v2", In: "s1", Reason: plan.Decision.Reason}, *plan.Decision)
+		assert.Equal(t, api.Decision{Out: "v2", In: "s1", Reason: plan.Decision.Reason}, *plan.Decision)
 		assert.Contains(t, plan.Reason, "dry run: would swap v2 for s1")
 	}
 	w.requestSwap("v3", "s1")
 	plan := w.pass()
-	assert.Equal(t, swapplan.ActionStart, plan.Action.Type)
+	assert.Equal(t, api.ActionStart, plan.Action.Type)
 	assert.Equal(t, "v3", plan.Swap.Out)
-	assert.Equal(t, swapplan.ResultCompleted, w.run(200).Result)
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
 }
 
 func TestTheRemovedMemberIsNoVoterSoTheMembershipPublishedHasThreeVoters(t *testing.T) {
@@ -217,26 +218,26 @@ func TestTheRemovedMemberIsNoVoterSoTheMembershipPublishedHasThreeVoters(t *test
 func TestThePromotionWaitsForAVoterThatIsReadyOnAHeartbeatAfterTheServerStarted(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	w.runUntil(50, acting(swapplan.ActionPromote, "s1"))
+	w.runUntil(50, acting(api.ActionPromote, "s1"))
 	w.hosts["s1"].heartbeatStuck = true
 	for range 10 {
 		plan := w.pass()
-		assert.Equal(t, swapplan.StepJoin, plan.Step)
-		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+		assert.Equal(t, api.StepJoin, plan.Step)
+		assert.Equal(t, api.ActionNone, plan.Action.Type)
 	}
 	assert.Equal(t, "True", w.node("s1").EtcdIsVoter.Status, "s1 votes by its condition already")
 	assert.Contains(t, w.plans[len(w.plans)-1].Reason, "not Ready on a kubelet heartbeat after its server started")
 	w.hosts["s1"].heartbeatStuck = false
-	w.runUntil(3, acting(swapplan.ActionCordonOut, "v1"))
+	w.runUntil(3, acting(api.ActionCordonOut, "v1"))
 }
 
 func TestTheSwapEndsCompletedWithTheAnnotationsClearedAndTheLeaseReleased(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
 	res := w.run(200)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result)
+	assert.Equal(t, api.ResultCompleted, res.Result)
 	end := w.plans[len(w.plans)-1]
-	assert.Equal(t, swapplan.ActionEnd, end.Action.Type)
+	assert.Equal(t, api.ActionEnd, end.Action.Type)
 	assert.ElementsMatch(t, []string{"s1", "v1", "v2"}, end.Action.Clear)
 	for _, n := range w.nodes {
 		assert.Nil(t, n.Request, n.Name)
@@ -252,14 +253,14 @@ func TestAnAgentThatRefusesThePromotionAbandonsTheSwapSinceNothingChangedOnTheHo
 	w.hosts["s1"].refusePromote = true
 	w.requestSwap("v1", "s1")
 	res := w.run(100)
-	assert.Equal(t, swapplan.ResultAbandoned, res.Result)
+	assert.Equal(t, api.ResultAbandoned, res.Result)
 	assert.Contains(t, res.Reason, "refused the promotion")
 	assert.Contains(t, res.Reason, "nothing changed on the host")
 	for _, a := range w.actions() {
 		assert.NotContains(t, []string{"rollback ", "step-down s1", "remove-member s1", "clean-up s1"}, a)
 	}
 	s1 := w.node("s1")
-	assert.Equal(t, swapplan.RoleStandby, s1.Role)
+	assert.Equal(t, api.RoleStandby, s1.Role)
 	assert.False(t, s1.Unschedulable)
 }
 
@@ -267,23 +268,23 @@ func TestTheRemovalWaitsForTheStepDownWhileTheOutgoingVoterIsReadyAndHasNotRepor
 	w := newWorld(t, 3, 1, 0)
 	w.hosts["v1"].ignoreStepDown = true
 	w.requestSwap("v1", "s1")
-	w.runUntil(100, acting(swapplan.ActionStepDown, "v1"))
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
 	for w.now.Before(w.plans[len(w.plans)-1].Since.Add(w.cfg.Bounds.StepDown - w.tick)) {
 		plan := w.pass()
-		assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+		assert.Equal(t, api.ActionNone, plan.Action.Type)
 		assert.Contains(t, plan.Reason, "the removal waits for the step-down while v1 is Ready and has not reported")
 	}
-	w.runUntil(3, acting(swapplan.ActionRemoveMember, "v1"))
+	w.runUntil(3, acting(api.ActionRemoveMember, "v1"))
 }
 
 func TestASwapThatEndedWithTheAnnotationsClearedBeforeTheLeaseWasReleasedIsEndedNotStartedAgain(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	w.runUntil(200, func(p swapplan.Plan) bool { return p.Step == swapplan.StepUncordon && p.Action.Node == "v1" })
+	w.runUntil(200, func(p swapplan.Plan) bool { return p.Step == api.StepUncordon && p.Action.Node == "v1" })
 	// The end, interrupted: the record marked, the annotations cleared,
 	// nothing recorded, the Lease not released.
 	end := swapplan.Next(w.snapshot())
-	require.Equal(t, swapplan.ActionEnd, end.Action.Type)
+	require.Equal(t, api.ActionEnd, end.Action.Type)
 	w.lease.Swap = end.Swap
 	for _, name := range end.Action.Clear {
 		n := w.node(name)
@@ -293,8 +294,8 @@ func TestASwapThatEndedWithTheAnnotationsClearedBeforeTheLeaseWasReleasedIsEnded
 		w.now = w.now.Add(w.tick)
 		w.react()
 		plan := swapplan.Next(w.snapshot())
-		assert.Equal(t, swapplan.ActionEnd, plan.Action.Type)
-		assert.Equal(t, swapplan.ResultCompleted, plan.Action.Result)
+		assert.Equal(t, api.ActionEnd, plan.Action.Type)
+		assert.Equal(t, api.ResultCompleted, plan.Action.Result)
 		assert.Empty(t, plan.Action.Clear)
 		assert.Equal(t, end.Swap.EndedAt, plan.Swap.EndedAt, "ended once, at the same time")
 		assert.Equal(t, *end.Action.CooldownUntil, *plan.Action.CooldownUntil)
@@ -305,19 +306,19 @@ func TestASwapThatEndedWithTheAnnotationsClearedBeforeTheLeaseWasReleasedIsEnded
 	rec.Phase, rec.Result, rec.EndedAt = "", "", nil
 	w.lease.Swap = &rec
 	plan := swapplan.Next(w.snapshot())
-	assert.Equal(t, swapplan.ActionEnd, plan.Action.Type)
+	assert.Equal(t, api.ActionEnd, plan.Action.Type)
 	w.apply(plan)
 	assert.NotNil(t, w.request, "the request is still there")
-	assert.Equal(t, swapplan.ActionNone, w.pass().Action.Type)
+	assert.Equal(t, api.ActionNone, w.pass().Action.Type)
 }
 
 func TestAHostThatDoesNotComeBackWithinItsBoundIsLeftToNodeRecoveryWithTheSwapRecordedPending(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	w.runUntil(200, acting(swapplan.ActionMemberGone, "v1"))
+	w.runUntil(200, acting(api.ActionMemberGone, "v1"))
 	w.hosts["v1"].kubeletDead = true
 	res := w.run(200)
-	assert.Equal(t, swapplan.ResultPending, res.Result)
+	assert.Equal(t, api.ResultPending, res.Result)
 	assert.Equal(t, []string{"v1"}, res.Pending)
 	assert.Contains(t, res.Reason, "did not come back")
 	assert.True(t, w.node("v1").Unschedulable, "left cordoned for node recovery")
@@ -329,46 +330,46 @@ func TestADemotionTheAgentFinishedIsCleanedUpRoleLabelsEtcdAnnotationsLevelLabel
 	v1 := w.node("v1")
 	v1.Level, v1.EtcdTaint = "etcd-only", true
 	w.requestSwap("v1", "s1")
-	plan := w.runUntil(200, acting(swapplan.ActionCleanUp, "v1"))
+	plan := w.runUntil(200, acting(api.ActionCleanUp, "v1"))
 	assert.Contains(t, plan.Reason, "v1 finished its demotion")
-	assert.Equal(t, swapplan.RoleStandby, plan.Action.Role)
-	require.Equal(t, swapplan.ResultCompleted, w.run(20).Result)
+	assert.Equal(t, api.RoleStandby, plan.Action.Role)
+	require.Equal(t, api.ResultCompleted, w.run(20).Result)
 	v1 = w.node("v1")
-	assert.Equal(t, swapplan.RoleStandby, v1.Role)
+	assert.Equal(t, api.RoleStandby, v1.Role)
 	assert.Empty(t, v1.ServerLabels)
 	assert.Empty(t, v1.MemberName)
 	assert.Empty(t, v1.RemovedMember)
 	assert.False(t, v1.RemoveRequested)
 	assert.Empty(t, v1.Level)
 	assert.False(t, v1.EtcdTaint)
-	assert.Equal(t, swapplan.RoleVoter, w.node("s1").Role)
+	assert.Equal(t, api.RoleVoter, w.node("s1").Role)
 }
 
 func TestAnActionThatFailsIsRepeatedAndLeavesTheSwapWhereItWas(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	w.runUntil(100, acting(swapplan.ActionCordonOut, "v1"))
+	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
 	failed := w.plans[len(w.plans)-1]
 	// The same pass again, the action having failed: nothing of it applied.
 	w.failRate = 1
 	for range 3 {
 		plan := w.pass()
-		assert.Equal(t, swapplan.ActionDrainOut, plan.Action.Type, "the cordon above was applied")
-		assert.Equal(t, swapplan.StepDrainOut, plan.Step)
+		assert.Equal(t, api.ActionDrainOut, plan.Action.Type, "the cordon above was applied")
+		assert.Equal(t, api.StepDrainOut, plan.Step)
 	}
 	assert.Equal(t, "injected failure", w.status.LastAction.Error)
 	w.failRate = 0
 	plan := w.pass()
-	assert.Equal(t, swapplan.ActionDrainOut, plan.Action.Type)
+	assert.Equal(t, api.ActionDrainOut, plan.Action.Type)
 	assert.Equal(t, failed.Swap.ID, plan.Swap.ID)
-	assert.Equal(t, swapplan.ActionStepDown, w.pass().Action.Type)
+	assert.Equal(t, api.ActionStepDown, w.pass().Action.Type)
 }
 
 func TestASnapshotIsNeverAskedOfTheOutgoingVoterEvenWhenItSortsFirst(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	plan := w.runUntil(5, atStep(swapplan.StepSnapshot))
-	assert.Equal(t, swapplan.ActionSnapshot, plan.Action.Type)
+	plan := w.runUntil(5, atStep(api.StepSnapshot))
+	assert.Equal(t, api.ActionSnapshot, plan.Action.Type)
 	assert.Equal(t, "v2", plan.Action.Node)
 	// v2 turns unhealthy: v3 is asked, never v1.
 	w.hosts["v2"].unhealthyUntil = w.now.Add(time.Hour)
@@ -378,39 +379,39 @@ func TestASnapshotIsNeverAskedOfTheOutgoingVoterEvenWhenItSortsFirst(t *testing.
 	w.hosts["v3"].unhealthyUntil = w.now.Add(time.Hour)
 	w.node("v3").Request = nil
 	plan = w.pass()
-	assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
 	assert.Contains(t, plan.Reason, "no healthy voter other than the outgoing v1")
 }
 
 func TestASteppedDownMemberWhoseNodeNoLongerSaysItVotesIsStillCountedAsAMemberAndRemoved(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	w.runUntil(100, acting(swapplan.ActionStepDown, "v1"))
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
 	// An etcd-only server runs no kubelet: its Node stops saying it votes.
 	w.hooks = append(w.hooks, func(w *world) {
-		if v1 := w.node("v1"); v1.Role == swapplan.RoleVoter {
+		if v1 := w.node("v1"); v1.Role == api.RoleVoter {
 			v1.EtcdIsVoter = swapplan.Condition{}
-			v1.ServerLabels = slices.DeleteFunc(v1.ServerLabels, func(l string) bool { return l == swapplan.LabelEtcd })
+			v1.ServerLabels = slices.DeleteFunc(v1.ServerLabels, func(l string) bool { return l == api.LabelEtcd })
 		}
 	})
 	w.k3sPaused = true
-	plan := w.runUntil(5, acting(swapplan.ActionRemoveMember, "v1"))
+	plan := w.runUntil(5, acting(api.ActionRemoveMember, "v1"))
 	assert.NotContains(t, plan.Voters, "v1")
 	for range 5 {
 		plan = w.pass()
-		assert.Equal(t, swapplan.StepRemoveMember, plan.Step)
+		assert.Equal(t, api.StepRemoveMember, plan.Step)
 		assert.Contains(t, plan.Reason, "lists 4 member(s), 3 voter(s) remain")
 	}
 	w.k3sPaused = false
-	w.runUntil(3, acting(swapplan.ActionMemberGone, "v1"))
-	assert.Equal(t, swapplan.ResultCompleted, w.run(100).Result)
+	w.runUntil(3, acting(api.ActionMemberGone, "v1"))
+	assert.Equal(t, api.ResultCompleted, w.run(100).Result)
 }
 
 func TestOnlyNodesThisSwapCordonedAreUncordoned(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.node("v1").Unschedulable = true // an operator's cordon
 	w.requestSwap("v1", "s1")
-	require.Equal(t, swapplan.ResultCompleted, w.run(200).Result)
+	require.Equal(t, api.ResultCompleted, w.run(200).Result)
 	assert.True(t, w.node("v1").Unschedulable, "the operator's cordon stays")
 	assert.False(t, w.node("s1").Unschedulable, "the swap's cordon goes")
 	assert.NotContains(t, w.actions(), "cordon-out v1")
@@ -418,9 +419,9 @@ func TestOnlyNodesThisSwapCordonedAreUncordoned(t *testing.T) {
 
 	w = newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	w.runUntil(5, acting(swapplan.ActionStart, ""))
+	w.runUntil(5, acting(api.ActionStart, ""))
 	w.node("s1").Unschedulable = true // cordoned by someone else before the swap's cordon-in
-	require.Equal(t, swapplan.ResultCompleted, w.run(200).Result)
+	require.Equal(t, api.ResultCompleted, w.run(200).Result)
 	assert.True(t, w.node("s1").Unschedulable)
 	assert.False(t, w.node("v1").Unschedulable)
 	assert.NotContains(t, strings.Join(w.actions(), ","), "uncordon s1")
@@ -452,7 +453,7 @@ func TestAManualRequestIsCheckedBeforeItIsWritten(t *testing.T) {
 func TestThePromotionNamesTheVotersButTheOutgoingOneForTheCandidateToJoinThrough(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	plan := w.runUntil(50, acting(swapplan.ActionPromote, "s1"))
+	plan := w.runUntil(50, acting(api.ActionPromote, "s1"))
 	require.NotNil(t, plan.Action.Request)
 	assert.Equal(t, []string{"v2", "v3"}, plan.Action.Request.Voters, "the outgoing v1 is not named: it may be gone by the time s1 restarts")
 }
@@ -463,16 +464,16 @@ func TestARollbackWaitsForTheStepDownOfACandidateWhoseNodeIsNotReadyWhileItsAgen
 		w.hosts["s1"].neverJoin = true
 		w.hosts["s1"].ignoreStepDown = true
 		w.requestSwap("v1", "s1")
-		w.runUntil(100, acting(swapplan.ActionStepDown, "s1"))
+		w.runUntil(100, acting(api.ActionStepDown, "s1"))
 		require.False(t, w.node("s1").Ready, "a joining server's Node is not Ready")
 		for range 10 {
 			plan := w.pass()
-			assert.Equal(t, swapplan.ActionNone, plan.Action.Type, plan.Reason)
+			assert.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
 			assert.Contains(t, plan.Reason, "waiting for the candidate s1 to step down")
 		}
 		w.hosts["s1"].ignoreStepDown = false
 		w.hosts["s1"].handled = time.Time{} // the request is still there to be read
-		assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 		assert.Equal(t, "agent", w.hosts["s1"].roleFile, "the candidate stepped down")
 	})
 	t.Run("its agent is silent: goes on without", func(t *testing.T) {
@@ -480,9 +481,9 @@ func TestARollbackWaitsForTheStepDownOfACandidateWhoseNodeIsNotReadyWhileItsAgen
 		w.hosts["s1"].neverJoin = true
 		w.hosts["s1"].ignoreStepDown = true
 		w.requestSwap("v1", "s1")
-		w.runUntil(100, acting(swapplan.ActionStepDown, "s1"))
+		w.runUntil(100, acting(api.ActionStepDown, "s1"))
 		w.hosts["s1"].silentUntil = w.now.Add(time.Hour)
-		assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 		assert.Equal(t, "server", w.hosts["s1"].roleFile, "the candidate never answered")
 	})
 }
@@ -493,18 +494,18 @@ func TestARollbackEndsOnceTheCandidateFinishedItsDemotionOrLeavesItPending(t *te
 		w.hosts["s1"].neverJoin = true
 		w.hosts["s1"].noFinish = true
 		w.requestSwap("v1", "s1")
-		w.runUntil(300, acting(swapplan.ActionMemberGone, "s1"))
+		w.runUntil(300, acting(api.ActionMemberGone, "s1"))
 		for range 5 {
 			plan := w.pass()
-			if plan.Action.Type != swapplan.ActionNone {
+			if plan.Action.Type != api.ActionNone {
 				continue // the clean-up, the uncordon
 			}
-			assert.Equal(t, swapplan.StepMemberGone, plan.Step)
+			assert.Equal(t, api.StepMemberGone, plan.Step)
 			assert.Contains(t, plan.Reason, "waiting for the candidate s1's agent to finish its demotion")
 		}
 		w.hosts["s1"].noFinish = false
 		res := w.run(100)
-		assert.Equal(t, swapplan.ResultRolledBack, res.Result)
+		assert.Equal(t, api.ResultRolledBack, res.Result)
 		assert.Empty(t, res.Pending)
 	})
 	t.Run("it never does", func(t *testing.T) {
@@ -513,7 +514,7 @@ func TestARollbackEndsOnceTheCandidateFinishedItsDemotionOrLeavesItPending(t *te
 		w.hosts["s1"].noFinish = true
 		w.requestSwap("v1", "s1")
 		res := w.run(500)
-		assert.Equal(t, swapplan.ResultRolledBack, res.Result)
+		assert.Equal(t, api.ResultRolledBack, res.Result)
 		assert.Equal(t, []string{"s1"}, res.Pending)
 		assert.Contains(t, res.Reason, "s1 did not finish its demotion")
 	})

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -15,7 +16,7 @@ func benchSnapshot(n int) swapplan.Snapshot {
 	w := newWorld(&testing.T{}, 3, 2, n-5)
 	w.requestSwap("v1", "s1")
 	for range 200 {
-		if p := w.pass(); p.Step == swapplan.StepGates || p.Action.Type == swapplan.ActionCordonOut {
+		if p := w.pass(); p.Step == api.StepGates || p.Action.Type == api.ActionCordonOut {
 			break
 		}
 	}
@@ -47,7 +48,7 @@ func BenchmarkNext(b *testing.B) {
 
 func BenchmarkNextIdle(b *testing.B) {
 	s := benchSnapshot(5000)
-	s.Lease, s.Status, s.Request = swapplan.Lease{}, swapplan.Status{}, nil
+	s.Lease, s.Status, s.Request = swapplan.Lease{}, api.Status{}, nil
 	s.Now = s.Now.Add(time.Second)
 	b.ReportAllocs()
 	for b.Loop() {

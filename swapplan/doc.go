@@ -13,9 +13,7 @@
 // reports, the Lease and the status the controller published) and never
 // from memory, a restarted controller resumes where the swap is, and an
 // operator replays a cluster offline with `fleet-role plan` to ask why a
-// swap waits. The package imports the standard library only, reads no
-// clock, and never depends on map order.
-//
-// This package also holds the wire contract: the names on the cluster
-// (names.go) and the JSON the controller and the agents exchange (wire.go).
+// swap waits. The package imports the standard library and api (the wire
+// contract: the names on the cluster, the steps and the JSON it reads and
+// writes) only, reads no clock, and never depends on map order.
 package swapplan

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // idle: no swap under way. A manual request first, else the automatic
@@ -16,13 +18,13 @@ func (p *planner) idle() Plan {
 }
 
 // consumed says the request already started a swap.
-func (p *planner) consumed(q *ManualRequest) bool {
+func (p *planner) consumed(q *api.ManualRequest) bool {
 	last := p.s.Status.Last
 	return last != nil && last.RequestAt != nil && last.RequestAt.Equal(q.At)
 }
 
 // manual honours every gate but the cooldown and the verdicts.
-func (p *planner) manual(q *ManualRequest) Plan {
+func (p *planner) manual(q *api.ManualRequest) Plan {
 	out, in := p.node(q.Out), p.node(q.In)
 	if why := p.refusal(q.Out, q.In, out, in, false); why != "" {
 		return p.wait("", "the manual request to swap %s for %s is refused: %s", q.Out, q.In, why)
@@ -31,7 +33,7 @@ func (p *planner) manual(q *ManualRequest) Plan {
 		return p.wait("", "the manual request to swap %s for %s waits: %s", q.Out, q.In, why)
 	}
 	at := q.At
-	return p.start(out, in, OriginManual, &at, fmt.Sprintf("carrying out the manual request of %s to swap %s for %s", q.By, q.Out, q.In))
+	return p.start(out, in, api.OriginManual, &at, fmt.Sprintf("carrying out the manual request of %s to swap %s for %s", q.By, q.Out, q.In))
 }
 
 // refusal says why OUT cannot be swapped for IN; empty when it can.
@@ -53,8 +55,8 @@ func (p *planner) refusal(outName, inName string, out, in *Node, needFit bool) s
 // schedulable and (when needFit) fit. Empty when it is.
 func (p *planner) ineligible(n *Node, needFit bool) string {
 	switch {
-	case n.Role != RoleStandby:
-		return fmt.Sprintf("%s's role is %q, not %q", n.Name, n.Role, RoleStandby)
+	case n.Role != api.RoleStandby:
+		return fmt.Sprintf("%s's role is %q, not %q", n.Name, n.Role, api.RoleStandby)
 	case n.Probe == nil || !p.fresh(n):
 		return fmt.Sprintf("%s has no fresh probe sample", n.Name)
 	case !n.Probe.Staged:
@@ -63,8 +65,8 @@ func (p *planner) ineligible(n *Node, needFit bool) string {
 		return fmt.Sprintf("%s is not Ready", n.Name)
 	case n.Unschedulable:
 		return fmt.Sprintf("%s is cordoned", n.Name)
-	case needFit && n.Verdict.State != VerdictFit:
-		return fmt.Sprintf("%s's verdict is %q, not %q", n.Name, n.Verdict.State, VerdictFit)
+	case needFit && n.Verdict.State != api.VerdictFit:
+		return fmt.Sprintf("%s's verdict is %q, not %q", n.Name, n.Verdict.State, api.VerdictFit)
 	}
 	return ""
 }
@@ -97,7 +99,7 @@ func (p *planner) automatic() Plan {
 	if out == nil {
 		return p.wait("", "%s", why)
 	}
-	d := &Decision{Out: out.Name, In: in.Name, Reason: why}
+	d := &api.Decision{Out: out.Name, In: in.Name, Reason: why}
 	plan := func(format string, args ...any) Plan {
 		pl := p.wait("", format, args...)
 		pl.Decision = d
@@ -112,7 +114,7 @@ func (p *planner) automatic() Plan {
 	if gate := p.startGates(out); gate != "" {
 		return plan("the automatic decision to swap %s for %s waits: %s", out.Name, in.Name, gate)
 	}
-	pl := p.start(out, in, OriginAutomatic, nil, fmt.Sprintf("swapping %s for %s: %s", out.Name, in.Name, why))
+	pl := p.start(out, in, api.OriginAutomatic, nil, fmt.Sprintf("swapping %s for %s: %s", out.Name, in.Name, why))
 	pl.Decision = d
 	return pl
 }
@@ -121,7 +123,7 @@ func (p *planner) automatic() Plan {
 // break on the name.
 func (p *planner) decide() (out, in *Node, why string) {
 	for _, v := range p.voters {
-		if v.Verdict.State == VerdictUnfit && (out == nil || v.Verdict.Score > out.Verdict.Score) {
+		if v.Verdict.State == api.VerdictUnfit && (out == nil || v.Verdict.Score > out.Verdict.Score) {
 			out = v
 		}
 	}
@@ -130,7 +132,7 @@ func (p *planner) decide() (out, in *Node, why string) {
 	}
 	for i := range p.nodes {
 		n := &p.nodes[i]
-		if n.Role != RoleStandby || n.Voter() || p.ineligible(n, true) != "" {
+		if n.Role != api.RoleStandby || n.Voter() || p.ineligible(n, true) != "" {
 			continue
 		}
 		if in == nil || n.Verdict.Score < in.Verdict.Score {
@@ -145,7 +147,7 @@ func (p *planner) decide() (out, in *Node, why string) {
 
 func (p *planner) start(out, in *Node, origin string, requestAt *time.Time, why string) Plan {
 	now := p.s.Now
-	rec := &SwapRecord{
+	rec := &api.SwapRecord{
 		ID:        SwapID(now, out.Name),
 		Out:       out.Name,
 		In:        in.Name,
@@ -153,7 +155,7 @@ func (p *planner) start(out, in *Node, origin string, requestAt *time.Time, why 
 		StartedAt: now,
 		RequestAt: requestAt,
 	}
-	return Plan{Action: Action{Type: ActionStart}, Step: StepStart, Swap: rec, Reason: why}
+	return Plan{Action: Action{Type: api.ActionStart}, Step: api.StepStart, Swap: rec, Reason: why}
 }
 
 // SwapID names a swap by its start and its outgoing voter.
@@ -171,9 +173,9 @@ func CheckRequest(s Snapshot, out, in string) error {
 		return fmt.Errorf("OUT and IN are the same node %q", out)
 	}
 	if p.leaseHeldByOther() {
-		return fmt.Errorf("the Lease %s/%s is held by %q: a regrade is under way", Namespace, LeaseName, s.Lease.Holder)
+		return fmt.Errorf("the Lease %s/%s is held by %q: a regrade is under way", api.Namespace, api.LeaseName, s.Lease.Holder)
 	}
-	if l := s.Lease; l.Holder == ControllerHolder && l.Swap != nil {
+	if l := s.Lease; l.Holder == api.ControllerHolder && l.Swap != nil {
 		return fmt.Errorf("swap %s (%s out, %s in) is under way", l.Swap.ID, l.Swap.Out, l.Swap.In)
 	}
 	if rec := s.Status.Swap; rec != nil && (s.Status.Last == nil || s.Status.Last.ID != rec.ID) {

@@ -6,82 +6,18 @@ import (
 	"slices"
 	"strings"
 	"time"
-)
 
-// Steps of a swap, in the order a swap goes forward (docs/swap.md), then the
-// phases a swap can leave the forward path by. They are also the names of
-// the actions that carry the steps out.
-const (
-	StepStart        = "start"
-	StepSnapshot     = "snapshot"
-	StepCordonIn     = "cordon-in"
-	StepRunnersIn    = "runners-in"
-	StepDrainIn      = "drain-in"
-	StepPromote      = "promote"
-	StepJoin         = "join"
-	StepGates        = "gates"
-	StepCordonOut    = "cordon-out"
-	StepRunnersOut   = "runners-out"
-	StepDrainOut     = "drain-out"
-	StepStepDown     = "step-down"
-	StepRemoveMember = "remove-member"
-	StepMemberGone   = "member-gone"
-	StepCleanUp      = "clean-up"
-	StepUncordon     = "uncordon"
-	StepEnd          = "end"
-	StepRollback     = "rollback"
-	// StepRemoveCandidate: in a rollback, k3s was asked to remove the
-	// candidate's member and a voter still lists it.
-	StepRemoveCandidate = "remove-candidate"
-	// StepRemoveByVoter: past remove_fallback, a voter's agent was asked
-	// to remove it with its etcd client.
-	StepRemoveByVoter = "remove-by-voter"
-	// StepStuck: neither could; the swap waits, the Lease held, for an
-	// operator to remove it (PhaseStuck).
-	StepStuck   = "stuck"
-	StepAbandon = "abandon"
-)
-
-// Steps lists every step, forward ones first in their order.
-var Steps = []string{
-	StepStart, StepSnapshot, StepCordonIn, StepRunnersIn, StepDrainIn, StepPromote, StepJoin,
-	StepGates, StepCordonOut, StepRunnersOut, StepDrainOut, StepStepDown, StepRemoveMember,
-	StepMemberGone, StepCleanUp, StepUncordon, StepEnd, StepRollback, StepRemoveCandidate,
-	StepRemoveByVoter, StepStuck, StepAbandon,
-}
-
-// Action types. Each names the step it carries out; ActionNone waits.
-const (
-	ActionNone         = "none"
-	ActionStart        = StepStart        // acquire the Lease with Plan.Swap
-	ActionSnapshot     = StepSnapshot     // write Action.Request on Action.Node
-	ActionCordonIn     = StepCordonIn     // cordon Action.Node, annotate cordoned-by
-	ActionDrainIn      = StepDrainIn      // evict Action.Node's pods
-	ActionPromote      = StepPromote      // write Action.Request on Action.Node
-	ActionCordonOut    = StepCordonOut    // as ActionCordonIn
-	ActionDrainOut     = StepDrainOut     // as ActionDrainIn
-	ActionStepDown     = StepStepDown     // write Action.Request on Action.Node
-	ActionRemoveMember = StepRemoveMember // annotate Action.Node etcd.k3s.cattle.io/remove=true
-	ActionMemberGone   = StepMemberGone   // annotate Action.Node member-gone=<swap>
-	ActionCleanUp      = StepCleanUp      // set Action.Role; for RoleStandby drop all server state
-	ActionUncordon     = StepUncordon     // uncordon Action.Node, drop cordoned-by
-	ActionEnd          = StepEnd          // write Plan.Swap, clear Action.Clear, record, release
-	ActionRollback     = StepRollback     // write Plan.Swap (phase rollback) to the Lease
-	ActionAbandon      = StepAbandon      // write Plan.Swap (phase abandon) to the Lease
-	// ActionRemoveByVoter writes Action.Request (remove-member) on
-	// Action.Node, a voter.
-	ActionRemoveByVoter = StepRemoveByVoter
-	// ActionStuck writes Plan.Swap (phase stuck) to the Lease; its Event,
-	// a warning on Action.Node (the candidate), says what an operator does.
-	ActionStuck = StepStuck
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // Action is the one thing the controller does this pass.
 type Action struct {
+	// Type is one of api's Action* types, which names the step it
+	// carries out.
 	Type string `json:"type"`
 	Node string `json:"node,omitempty"`
 	// Request to write on Node (snapshot, promote, step-down, remove-member).
-	Request *Request `json:"request,omitempty"`
+	Request *api.Request `json:"request,omitempty"`
 	// Role to label Node with (clean-up).
 	Role string `json:"role,omitempty"`
 	// End: the result, the Nodes whose swap annotations to clear, the
@@ -98,17 +34,17 @@ type Plan struct {
 	Action Action `json:"action"`
 	Reason string `json:"reason"`
 	// Step the swap is at, empty when none is under way. Since is when the
-	// step began (read back from Status), Bound its own bound.
-	Step  string     `json:"step"`
-	Since *time.Time `json:"since,omitempty"`
-	Bound Duration   `json:"bound,omitempty"`
+	// step began (read back from api.Status), Bound its own bound.
+	Step  string       `json:"step"`
+	Since *time.Time   `json:"since,omitempty"`
+	Bound api.Duration `json:"bound,omitempty"`
 	// Swap is the swap under way (or started by this action), as the Lease
 	// should hold it after this pass.
-	Swap *SwapRecord `json:"swap"`
+	Swap *api.SwapRecord `json:"swap"`
 	// RenewLease: renew the Lease, with Swap as its record, before acting.
 	RenewLease bool `json:"renewLease"`
 	// Decision is the automatic decision, also when only reported.
-	Decision *Decision `json:"decision,omitempty"`
+	Decision *api.Decision `json:"decision,omitempty"`
 	// Voters are the Nodes whose members vote, by name.
 	Voters []string `json:"voters"`
 }
@@ -120,7 +56,7 @@ func Next(s Snapshot) Plan {
 	plan := p.next()
 	plan.Voters = p.voterNames()
 	if plan.Action.Type == "" {
-		plan.Action.Type = ActionNone
+		plan.Action.Type = api.ActionNone
 	}
 	if plan.Step != "" {
 		st := s.Status
@@ -131,7 +67,7 @@ func Next(s Snapshot) Plan {
 			now := s.Now
 			plan.Since = &now
 		}
-		plan.Bound = Duration(p.bound(plan.Step))
+		plan.Bound = api.Duration(p.bound(plan.Step))
 	}
 	return plan
 }
@@ -144,7 +80,7 @@ type planner struct {
 	// owner maps an etcd member name to its Node.
 	owner map[string]string
 	// rec is the swap under way, nil when idle.
-	rec *SwapRecord
+	rec *api.SwapRecord
 }
 
 func newPlanner(s Snapshot) *planner {
@@ -190,14 +126,14 @@ func (p *planner) next() Plan {
 	l := p.s.Lease
 	if p.leaseHeldByOther() {
 		plan := Plan{Reason: fmt.Sprintf("the Lease %s/%s is held by %q (renewed %s): nothing is done under it, and it is not renewed",
-			Namespace, LeaseName, l.Holder, stamp(l.RenewTime))}
+			api.Namespace, api.LeaseName, l.Holder, stamp(l.RenewTime))}
 		if rec := p.s.Status.Swap; rec != nil {
 			r := *rec
 			plan.Swap, plan.Step = &r, p.s.Status.Step
 		}
 		return plan
 	}
-	if l.Holder == ControllerHolder && l.Swap != nil {
+	if l.Holder == api.ControllerHolder && l.Swap != nil {
 		rec := *l.Swap
 		p.rec = &rec
 		plan := p.holdWhileSilent(p.swap())
@@ -211,8 +147,8 @@ func (p *planner) next() Plan {
 		r := *rec
 		p.rec = &r
 		return p.holdWhileSilent(Plan{
-			Action: Action{Type: ActionStart},
-			Step:   StepStart,
+			Action: Action{Type: api.ActionStart},
+			Step:   api.StepStart,
 			Swap:   p.rec,
 			Reason: fmt.Sprintf("resuming swap %s (%s out, %s in): its Lease was released or expired before it ended", r.ID, r.Out, r.In),
 		})
@@ -224,7 +160,7 @@ func (p *planner) next() Plan {
 // no duration is taken as held.
 func (p *planner) leaseHeldByOther() bool {
 	l := p.s.Lease
-	if l.Holder == "" || l.Holder == ControllerHolder {
+	if l.Holder == "" || l.Holder == api.ControllerHolder {
 		return false
 	}
 	return l.Duration <= 0 || l.RenewTime.Add(l.Duration).After(p.s.Now)
@@ -233,12 +169,12 @@ func (p *planner) leaseHeldByOther() bool {
 // holdWhileSilent holds any action while a voter's probe (other than the
 // outgoing voter's) has been silent for 3 periods.
 func (p *planner) holdWhileSilent(plan Plan) Plan {
-	if plan.Action.Type == ActionNone || plan.Action.Type == "" {
+	if plan.Action.Type == api.ActionNone || plan.Action.Type == "" {
 		return plan
 	}
 	if why := p.silentVoter(p.rec.Out); why != "" {
 		plan.Reason = fmt.Sprintf("every step holds: %s (next: %s %s)", why, plan.Action.Type, plan.Action.Node)
-		plan.Action = Action{Type: ActionNone}
+		plan.Action = Action{Type: api.ActionNone}
 		plan.Swap = p.rec
 	}
 	return plan
@@ -260,29 +196,29 @@ func (p *planner) silentVoter(except string) string {
 func (p *planner) bound(step string) time.Duration {
 	b := p.s.Config.Bounds
 	switch step {
-	case StepSnapshot:
+	case api.StepSnapshot:
 		return b.Snapshot
-	case StepRunnersIn, StepRunnersOut:
+	case api.StepRunnersIn, api.StepRunnersOut:
 		return b.Runners
-	case StepDrainIn, StepDrainOut:
+	case api.StepDrainIn, api.StepDrainOut:
 		return b.Drain
-	case StepPromote:
+	case api.StepPromote:
 		return b.Promote
-	case StepJoin:
+	case api.StepJoin:
 		return b.Join
-	case StepGates:
+	case api.StepGates:
 		return b.Gates
-	case StepStepDown:
+	case api.StepStepDown:
 		return b.StepDown
-	case StepMemberGone:
+	case api.StepMemberGone:
 		return b.MemberGone
-	case StepUncordon:
+	case api.StepUncordon:
 		return b.Uncordon
-	case StepRollback:
+	case api.StepRollback:
 		return b.Rollback
-	case StepRemoveCandidate:
+	case api.StepRemoveCandidate:
 		return b.RemoveFallback
-	case StepRemoveByVoter:
+	case api.StepRemoveByVoter:
 		return b.RemoveByVoter
 	}
 	return 0
@@ -315,8 +251,8 @@ func (p *planner) passed(step string) bool {
 	if p.rec == nil || st.Swap == nil || st.Swap.ID != p.rec.ID {
 		return false
 	}
-	at, here := slices.Index(Steps, st.Step), slices.Index(Steps, step)
-	return at > here && at <= slices.Index(Steps, StepEnd)
+	at, here := slices.Index(api.Steps, st.Step), slices.Index(api.Steps, step)
+	return at > here && at <= slices.Index(api.Steps, api.StepEnd)
 }
 
 func (p *planner) period(n *Node) time.Duration {
@@ -452,7 +388,7 @@ func (p *planner) lists(n *Node, name string, learnerToo bool) bool {
 }
 
 func (p *planner) wait(step, format string, args ...any) Plan {
-	return Plan{Action: Action{Type: ActionNone}, Step: step, Reason: fmt.Sprintf(format, args...)}
+	return Plan{Action: Action{Type: api.ActionNone}, Step: step, Reason: fmt.Sprintf(format, args...)}
 }
 
 func (p *planner) act(step string, a Action, format string, args ...any) Plan {
@@ -460,7 +396,7 @@ func (p *planner) act(step string, a Action, format string, args ...any) Plan {
 }
 
 func (p *planner) request(node *Node, step, action string) Action {
-	return Action{Type: step, Node: node.Name, Request: &Request{Swap: p.rec.ID, Action: action, At: p.s.Now}}
+	return Action{Type: step, Node: node.Name, Request: &api.Request{Swap: p.rec.ID, Action: action, At: p.s.Now}}
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

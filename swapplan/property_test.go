@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -27,7 +28,7 @@ func TestPropertyRandomClustersAndEvents(t *testing.T) {
 		results[res]++
 	}
 	t.Logf("results over %d random swaps: %v", seeds, results)
-	for _, r := range []string{swapplan.ResultCompleted, swapplan.ResultRolledBack, swapplan.ResultAbandoned} {
+	for _, r := range []string{api.ResultCompleted, api.ResultRolledBack, api.ResultAbandoned} {
 		if results[r] == 0 {
 			t.Errorf("no random swap ended %s: the generator does not reach every end", r)
 		}
@@ -57,9 +58,9 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 	var voters, standbys []string
 	for _, n := range w.nodes {
 		switch n.Role {
-		case swapplan.RoleVoter:
+		case api.RoleVoter:
 			voters = append(voters, n.Name)
-		case swapplan.RoleStandby:
+		case api.RoleStandby:
 			standbys = append(standbys, n.Name)
 		}
 	}
@@ -72,8 +73,8 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 
 	var events []event
 	var faultTime time.Duration
-	steps := []string{swapplan.StepSnapshot, swapplan.StepDrainIn, swapplan.StepPromote, swapplan.StepJoin,
-		swapplan.StepStepDown, swapplan.StepRemoveMember, swapplan.StepMemberGone, swapplan.StepUncordon, swapplan.StepRollback}
+	steps := []string{api.StepSnapshot, api.StepDrainIn, api.StepPromote, api.StepJoin,
+		api.StepStepDown, api.StepRemoveMember, api.StepMemberGone, api.StepUncordon, api.StepRollback}
 	// transient faults start at a random time or at a random step, and heal.
 	transient := func(max int, do func(w *world, until time.Time)) {
 		d := minute(max)
@@ -101,7 +102,7 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 			transient(3, func(w *world, until time.Time) { w.hosts[v].silentUntil = until })
 		case 2:
 			transient(5, func(w *world, until time.Time) {
-				if w.lease.Holder == "" || w.lease.Holder == swapplan.ControllerHolder {
+				if w.lease.Holder == "" || w.lease.Holder == api.ControllerHolder {
 					w.lease = swapplan.Lease{Holder: "regrade", RenewTime: w.now, Duration: time.Hour}
 					w.regradeUntil = until
 				}
@@ -164,16 +165,16 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 		}
 		d := minute(10)
 		faultTime += d
-		events = append(events, event{step: swapplan.StepStuck, do: func(w *world) {
+		events = append(events, event{step: api.StepStuck, do: func(w *world) {
 			w.faults = append(w.faults, operatorRemoves(w.now.Add(d), in))
 		}})
 	}
 	if rng.IntN(2) == 0 {
 		w.requestSwap(out, in)
 	} else {
-		w.node(out).Verdict = swapplan.Verdict{State: swapplan.VerdictUnfit, Score: 10}
+		w.node(out).Verdict = api.Verdict{State: api.VerdictUnfit, Score: 10}
 		for _, s := range standbys {
-			w.node(s).Verdict = swapplan.Verdict{State: swapplan.VerdictFit, Score: 5}
+			w.node(s).Verdict = api.Verdict{State: api.VerdictFit, Score: 5}
 		}
 		w.node(in).Verdict.Score = 1
 	}
@@ -194,12 +195,12 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 	w.checks = append(w.checks, func(w *world, p swapplan.Plan) {
 		desc := fmt.Sprintf("seed %d at %s: %s %s (%s)", seed, w.now.Sub(epoch), p.Action.Type, p.Action.Node, p.Reason)
 		l := w.lease
-		if l.Holder != "" && l.Holder != swapplan.ControllerHolder && l.RenewTime.Add(l.Duration).After(w.now) {
-			if p.Action.Type != swapplan.ActionNone || p.RenewLease {
+		if l.Holder != "" && l.Holder != api.ControllerHolder && l.RenewTime.Add(l.Duration).After(w.now) {
+			if p.Action.Type != api.ActionNone || p.RenewLease {
 				t.Fatalf("acted under a Lease held by %s: %s", l.Holder, desc)
 			}
 		}
-		if p.Action.Type == swapplan.ActionStart {
+		if p.Action.Type == api.ActionStart {
 			if swapID != "" && p.Swap.ID != swapID {
 				t.Fatalf("started a second swap %s while %s is under way: %s", p.Swap.ID, swapID, desc)
 			}
@@ -207,9 +208,9 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 				swapID, startedAt = p.Swap.ID, w.now
 			}
 		}
-		if p.Action.Type == swapplan.ActionRemoveMember || p.Action.Type == swapplan.ActionRemoveByVoter {
+		if p.Action.Type == api.ActionRemoveMember || p.Action.Type == api.ActionRemoveByVoter {
 			gone := p.Action.Node
-			if p.Action.Type == swapplan.ActionRemoveByVoter {
+			if p.Action.Type == api.ActionRemoveByVoter {
 				gone = in
 				if p.Action.Node == in || p.Action.Node == out {
 					t.Fatalf("asked %s's agent to remove the candidate's member: %s", p.Action.Node, desc)
@@ -240,7 +241,7 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 	})
 	for range 2000 {
 		w.pass()
-		if swapID != "" && w.status.Last != nil && w.status.Last.ID == swapID && w.lease.Holder != swapplan.ControllerHolder {
+		if swapID != "" && w.status.Last != nil && w.status.Last.ID == swapID && w.lease.Holder != api.ControllerHolder {
 			return w.status.Last.Result
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -23,7 +24,7 @@ func rollbackOfANeverReadyCandidate(t *testing.T) *world {
 	w := newWorld(t, 3, 1, 0)
 	w.hosts["s1"].neverReady = true
 	w.requestSwap("v1", "s1")
-	w.runUntil(200, acting(swapplan.ActionRemoveMember, "s1"))
+	w.runUntil(200, acting(api.ActionRemoveMember, "s1"))
 	require.Empty(t, w.node("s1").MemberName, "k3s never named the member of a server whose apiserver never came up")
 	return w
 }
@@ -47,17 +48,17 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 			var plan swapplan.Plan
 			for {
 				plan = w.pass()
-				if plan.Action.Type != swapplan.ActionNone {
+				if plan.Action.Type != api.ActionNone {
 					break
 				}
-				assert.Equal(t, swapplan.StepRemoveCandidate, plan.Step, plan.Reason)
+				assert.Equal(t, api.StepRemoveCandidate, plan.Step, plan.Reason)
 				assert.Contains(t, plan.Reason, "waiting for k3s to remove the member "+name)
 			}
-			require.Equal(t, swapplan.ActionRemoveByVoter, plan.Action.Type, plan.Reason)
+			require.Equal(t, api.ActionRemoveByVoter, plan.Action.Type, plan.Reason)
 			assert.Equal(t, "v2", plan.Action.Node, "the first voter by name that is not the outgoing v1")
-			assert.Equal(t, swapplan.StepRemoveByVoter, plan.Step)
+			assert.Equal(t, api.StepRemoveByVoter, plan.Step)
 			require.NotNil(t, plan.Action.Request)
-			assert.Equal(t, swapplan.RequestRemoveMember, plan.Action.Request.Action)
+			assert.Equal(t, api.RequestRemoveMember, plan.Action.Request.Action)
 			assert.Equal(t, name, plan.Action.Request.Member)
 			assert.Equal(t, memberID(name), plan.Action.Request.MemberID)
 			assert.NoError(t, plan.Action.Request.Validate())
@@ -66,10 +67,10 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 			assert.GreaterOrEqual(t, w.now.Sub(*since), w.cfg.Bounds.RemoveFallback, "not asked before the bound")
 
 			res := w.run(100)
-			assert.Equal(t, swapplan.ResultRolledBack, res.Result)
+			assert.Equal(t, api.ResultRolledBack, res.Result)
 			assert.Empty(t, s1Member(w))
 			assert.Len(t, w.members, 3)
-			assert.Equal(t, swapplan.RoleStandby, w.node("s1").Role)
+			assert.Equal(t, api.RoleStandby, w.node("s1").Role)
 			assert.Nil(t, w.node("v2").Request, "the request is cleared at the end")
 		}},
 		{"the voter's removal is held while a remaining voter is unhealthy", func(t *testing.T, w *world) {
@@ -77,27 +78,27 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 			held := 0
 			for w.now.Before(w.hosts["v3"].unhealthyUntil.Add(-w.tick)) {
 				plan := w.pass()
-				assert.NotEqual(t, swapplan.ActionRemoveByVoter, plan.Action.Type, plan.Reason)
-				if plan.Step == swapplan.StepRemoveCandidate && containsAll(plan.Reason, "held while a voter is unhealthy", "v3") {
+				assert.NotEqual(t, api.ActionRemoveByVoter, plan.Action.Type, plan.Reason)
+				if plan.Step == api.StepRemoveCandidate && containsAll(plan.Reason, "held while a voter is unhealthy", "v3") {
 					held++
 				}
 			}
 			assert.Greater(t, held, 10, "held past the bound while v3 is unhealthy")
-			w.runUntil(5, acting(swapplan.ActionRemoveByVoter, "v2"))
-			assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+			w.runUntil(5, acting(api.ActionRemoveByVoter, "v2"))
+			assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 			assert.Len(t, w.members, 3)
 		}},
 		{"past remove_by_voter without an answer the swap stops stuck, holds the Lease, says the command, and goes on once an operator removed the member", func(t *testing.T, w *world) {
 			w.hosts["v2"].removeIgnored = true
 			name := s1Member(w)
-			asked := w.runUntil(50, acting(swapplan.ActionRemoveByVoter, "v2"))
-			plan := w.runUntil(50, func(p swapplan.Plan) bool { return p.Action.Type != swapplan.ActionNone })
-			require.Equal(t, swapplan.ActionStuck, plan.Action.Type, plan.Reason)
+			asked := w.runUntil(50, acting(api.ActionRemoveByVoter, "v2"))
+			plan := w.runUntil(50, func(p swapplan.Plan) bool { return p.Action.Type != api.ActionNone })
+			require.Equal(t, api.ActionStuck, plan.Action.Type, plan.Reason)
 			assert.Equal(t, "s1", plan.Action.Node, "its Event goes on the candidate's Node")
 			assert.GreaterOrEqual(t, w.now.Sub(asked.Action.Request.At), w.cfg.Bounds.RemoveByVoter)
-			assert.Equal(t, swapplan.PhaseStuck, plan.Swap.Phase)
+			assert.Equal(t, api.PhaseStuck, plan.Swap.Phase)
 			require.NotNil(t, plan.Swap.Stuck)
-			assert.Equal(t, swapplan.Stuck{Node: "s1", Member: name, MemberID: memberID(name), Voter: "v2",
+			assert.Equal(t, api.Stuck{Node: "s1", Member: name, MemberID: memberID(name), Voter: "v2",
 				Why: "the agent of v2 did not remove it within 3m0s"}, *plan.Swap.Stuck)
 			assert.NoError(t, plan.Swap.Validate())
 			command := "member remove " + memberID(name)
@@ -106,39 +107,39 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 			for range 100 {
 				before := w.now
 				plan = w.pass()
-				assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
-				assert.Equal(t, swapplan.StepStuck, plan.Step)
+				assert.Equal(t, api.ActionNone, plan.Action.Type)
+				assert.Equal(t, api.StepStuck, plan.Step)
 				assert.Contains(t, plan.Reason, command)
 				assert.Contains(t, plan.Reason, "Lease stays held")
 				assert.True(t, plan.RenewLease)
-				assert.Equal(t, swapplan.ControllerHolder, w.lease.Holder)
+				assert.Equal(t, api.ControllerHolder, w.lease.Holder)
 				assert.True(t, w.lease.RenewTime.After(before), "renewed")
-				assert.Equal(t, swapplan.PhaseStuck, w.lease.Swap.Phase)
+				assert.Equal(t, api.PhaseStuck, w.lease.Swap.Phase)
 			}
 			// An operator runs the command.
 			w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.name == name })
-			plan = w.runUntil(5, acting(swapplan.ActionMemberGone, "s1"))
-			assert.Equal(t, swapplan.PhaseRollback, plan.Swap.Phase, "the rollback goes on")
+			plan = w.runUntil(5, acting(api.ActionMemberGone, "s1"))
+			assert.Equal(t, api.PhaseRollback, plan.Swap.Phase, "the rollback goes on")
 			assert.Nil(t, plan.Swap.Stuck)
-			assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+			assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 			assert.Len(t, w.members, 3)
 		}},
 		{"a voter's agent that fails the removal stops the swap stuck at once, naming its failure", func(t *testing.T, w *world) {
 			w.hosts["v2"].removeFails = true
-			w.runUntil(50, acting(swapplan.ActionRemoveByVoter, "v2"))
+			w.runUntil(50, acting(api.ActionRemoveByVoter, "v2"))
 			plan := w.pass()
-			require.Equal(t, swapplan.ActionStuck, plan.Action.Type, plan.Reason)
+			require.Equal(t, api.ActionStuck, plan.Action.Type, plan.Reason)
 			assert.Contains(t, plan.Swap.Stuck.Why, "the agent of v2 failed the removal: etcd member remove: injected failure")
-			assert.Contains(t, plan.Reason, "as root on v2: etcdctl --endpoints=https://127.0.0.1:2379 --cacert="+swapplan.K3sEtcdCA)
+			assert.Contains(t, plan.Reason, "as root on v2: etcdctl --endpoints=https://127.0.0.1:2379 --cacert="+api.K3sEtcdCA)
 		}},
 		{"a controller that restarts while stuck, with the status lost, is still stuck", func(t *testing.T, w *world) {
 			w.hosts["v2"].removeFails = true
-			w.runUntil(60, acting(swapplan.ActionStuck, "s1"))
-			w.status = swapplan.Status{}
+			w.runUntil(60, acting(api.ActionStuck, "s1"))
+			w.status = api.Status{}
 			for range 5 {
 				plan := w.pass()
-				assert.Equal(t, swapplan.StepStuck, plan.Step, plan.Reason)
-				assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+				assert.Equal(t, api.StepStuck, plan.Step, plan.Reason)
+				assert.Equal(t, api.ActionNone, plan.Action.Type)
 			}
 		}},
 	} {
@@ -151,31 +152,31 @@ func TestACandidateWhoseMemberK3sRemovesWithinTheBoundIsNeverRemovedByAVoter(t *
 	w.requestSwap("v1", "s1")
 	// Its member votes and its apiserver runs, so k3s writes the Node's
 	// etcd annotations and can remove it; its kubelet's heartbeat stops.
-	w.runUntil(100, acting(swapplan.ActionPromote, "s1"))
+	w.runUntil(100, acting(api.ActionPromote, "s1"))
 	w.hosts["s1"].heartbeatStuck = true
-	w.runUntil(200, acting(swapplan.ActionRemoveMember, "s1"))
-	assert.Equal(t, swapplan.ResultRolledBack, w.run(100).Result)
+	w.runUntil(200, acting(api.ActionRemoveMember, "s1"))
+	assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 	assert.NotContains(t, w.actions(), "remove-by-voter v2")
 	assert.NotContains(t, w.actions(), "stuck s1")
 }
 
 func TestStuckSaysTheCommandByNameWhenTheVotersDoNotSayTheMemberID(t *testing.T) {
-	st := swapplan.Stuck{Node: "s1", Member: "s1-0a1b2c3d", Voter: "v2"}
+	st := api.Stuck{Node: "s1", Member: "s1-0a1b2c3d", Voter: "v2"}
 	assert.Contains(t, st.Command(), `member list | awk -F', ' '$3 == "s1-0a1b2c3d" {print $1}'`)
 	st.MemberID = "8e9e05c52164694d"
-	assert.Contains(t, st.Command(), "--cert="+swapplan.K3sEtcdCert+" --key="+swapplan.K3sEtcdKey+" member remove 8e9e05c52164694d")
+	assert.Contains(t, st.Command(), "--cert="+api.K3sEtcdCert+" --key="+api.K3sEtcdKey+" member remove 8e9e05c52164694d")
 }
 
 func TestARemoveMemberRequestNamesItsMember(t *testing.T) {
 	at := epoch
 	for _, tc := range []struct {
 		name string
-		req  swapplan.Request
+		req  api.Request
 		err  string
 	}{
-		{"one naming the member by name and ID is valid", swapplan.Request{Swap: "x", Action: swapplan.RequestRemoveMember, At: at, Member: "s1-0a1b2c3d", MemberID: "8e9e05c52164694d"}, ""},
-		{"one naming no member is refused", swapplan.Request{Swap: "x", Action: swapplan.RequestRemoveMember, At: at}, "names the member"},
-		{"one whose ID is not hex is refused", swapplan.Request{Swap: "x", Action: swapplan.RequestRemoveMember, At: at, MemberID: "xyz"}, "not a member ID in hex"},
+		{"one naming the member by name and ID is valid", api.Request{Swap: "x", Action: api.RequestRemoveMember, At: at, Member: "s1-0a1b2c3d", MemberID: "8e9e05c52164694d"}, ""},
+		{"one naming no member is refused", api.Request{Swap: "x", Action: api.RequestRemoveMember, At: at}, "names the member"},
+		{"one whose ID is not hex is refused", api.Request{Swap: "x", Action: api.RequestRemoveMember, At: at, MemberID: "xyz"}, "not a member ID in hex"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.req.Validate()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -18,7 +19,7 @@ func TestSequenceAManualSwapRunsToCompleted(t *testing.T) {
 	w := newWorld(t, 3, 1, 1)
 	w.requestSwap("v1", "s1")
 	res := w.run(200)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Empty(t, res.Pending)
 	assert.Equal(t, []string{
 		"start ", "snapshot v2", "cordon-in s1", "drain-in s1", "promote s1", "cordon-out v1", "drain-out v1",
@@ -26,8 +27,8 @@ func TestSequenceAManualSwapRunsToCompleted(t *testing.T) {
 	}, w.actions())
 
 	v1, s1 := w.node("v1"), w.node("s1")
-	assert.Equal(t, swapplan.RoleStandby, v1.Role)
-	assert.Equal(t, swapplan.RoleVoter, s1.Role)
+	assert.Equal(t, api.RoleStandby, v1.Role)
+	assert.Equal(t, api.RoleVoter, s1.Role)
 	assert.Empty(t, v1.ServerLabels)
 	assert.False(t, v1.Unschedulable)
 	assert.False(t, s1.Unschedulable)
@@ -39,7 +40,7 @@ func TestSequenceAManualSwapRunsToCompleted(t *testing.T) {
 	assert.Equal(t, swapplan.Lease{}, w.lease, "the Lease is released")
 	plan := w.pass()
 	assert.Equal(t, []string{"s1", "v2", "v3"}, plan.Voters)
-	assert.Equal(t, swapplan.ActionNone, plan.Action.Type, "the request is not carried out twice")
+	assert.Equal(t, api.ActionNone, plan.Action.Type, "the request is not carried out twice")
 }
 
 func TestSequenceACandidateThatNeverVotesIsRolledBack(t *testing.T) {
@@ -47,7 +48,7 @@ func TestSequenceACandidateThatNeverVotesIsRolledBack(t *testing.T) {
 	w.hosts["s1"].neverJoin = true
 	w.requestSwap("v1", "s1")
 	res := w.run(300)
-	assert.Equal(t, swapplan.ResultRolledBack, res.Result)
+	assert.Equal(t, api.ResultRolledBack, res.Result)
 	assert.Contains(t, res.Reason, "not a voter")
 	acts := strings.Join(w.actions(), ",")
 	// Note: a learner's apiserver never runs, so k3s never writes its
@@ -55,7 +56,7 @@ func TestSequenceACandidateThatNeverVotesIsRolledBack(t *testing.T) {
 	assert.Contains(t, acts, "rollback ,step-down s1,remove-member s1,remove-by-voter v2,member-gone s1,clean-up s1,uncordon s1,end ")
 	assert.NotContains(t, acts, "v1", "the outgoing voter is never touched")
 	s1 := w.node("s1")
-	assert.Equal(t, swapplan.RoleStandby, s1.Role)
+	assert.Equal(t, api.RoleStandby, s1.Role)
 	assert.Empty(t, s1.ServerLabels)
 	assert.False(t, s1.Unschedulable)
 	assert.Len(t, w.members, 3)
@@ -67,7 +68,7 @@ func TestSequenceARefusedPromotionIsAbandoned(t *testing.T) {
 	w.hosts["s1"].refusePromote = true
 	w.requestSwap("v1", "s1")
 	res := w.run(200)
-	assert.Equal(t, swapplan.ResultAbandoned, res.Result)
+	assert.Equal(t, api.ResultAbandoned, res.Result)
 	assert.Nil(t, w.status.CooldownUntil, "no cooldown after an abandon")
 	assert.False(t, w.node("s1").Unschedulable)
 }
@@ -75,10 +76,10 @@ func TestSequenceARefusedPromotionIsAbandoned(t *testing.T) {
 func TestSequenceAPausedOutgoingVoterIsSwappedAndLeftPending(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
-	w.runUntil(100, atStep(swapplan.StepCordonOut))
+	w.runUntil(100, atStep(api.StepCordonOut))
 	w.hosts["v1"].paused = true
 	res := w.run(300)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Equal(t, []string{"v1"}, res.Pending)
 	assert.Len(t, w.members, 3)
 }
@@ -88,27 +89,27 @@ func TestSequenceFailingActionsAreRepeatedAndTheSwapStillCompletes(t *testing.T)
 	w.failRate = 0.4
 	w.requestSwap("v2", "s2")
 	res := w.run(400)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 }
 
 func TestSequenceTheAutomaticDecisionSwapsTheWorstUnfitVoter(t *testing.T) {
 	w := newWorld(t, 3, 2, 0)
-	w.node("v2").Verdict = swapplan.Verdict{State: swapplan.VerdictUnfit, Score: 30, Reason: "fsync p99 30 ms"}
-	w.node("v3").Verdict = swapplan.Verdict{State: swapplan.VerdictUnfit, Score: 20, Reason: "fsync p99 20 ms"}
-	w.node("s1").Verdict = swapplan.Verdict{State: swapplan.VerdictFit, Score: 3}
-	w.node("s2").Verdict = swapplan.Verdict{State: swapplan.VerdictFit, Score: 2}
+	w.node("v2").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 30, Reason: "fsync p99 30 ms"}
+	w.node("v3").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 20, Reason: "fsync p99 20 ms"}
+	w.node("s1").Verdict = api.Verdict{State: api.VerdictFit, Score: 3}
+	w.node("s2").Verdict = api.Verdict{State: api.VerdictFit, Score: 2}
 	plan := w.pass()
-	require.Equal(t, swapplan.ActionStart, plan.Action.Type, plan.Reason)
+	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
 	assert.Equal(t, "v2", plan.Swap.Out)
 	assert.Equal(t, "s2", plan.Swap.In)
-	assert.Equal(t, swapplan.OriginAutomatic, plan.Swap.Origin)
+	assert.Equal(t, api.OriginAutomatic, plan.Swap.Origin)
 	// The verdicts are the controller's; once v2 is out it is no voter.
-	w.node("v2").Verdict = swapplan.Verdict{State: swapplan.VerdictFit}
+	w.node("v2").Verdict = api.Verdict{State: api.VerdictFit}
 	res := w.run(300)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	require.NotNil(t, w.status.CooldownUntil)
 	assert.Equal(t, res.EndedAt.Add(time.Hour), *w.status.CooldownUntil)
 	plan = w.pass()
-	assert.Equal(t, swapplan.ActionNone, plan.Action.Type)
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
 	assert.Contains(t, plan.Reason, "cooldown")
 }

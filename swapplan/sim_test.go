@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -24,8 +25,8 @@ type world struct {
 	cfg     swapplan.Config
 	nodes   []swapplan.Node
 	lease   swapplan.Lease
-	status  swapplan.Status
-	request *swapplan.ManualRequest
+	status  api.Status
+	request *api.ManualRequest
 	members []member
 	hosts   map[string]*host
 	// failRate is the chance an action fails (and is not carried out).
@@ -119,21 +120,21 @@ func newWorld(t testing.TB, voters, standbys, agents int) *world {
 		w.hosts[name] = h
 		w.members = append(w.members, member{name: h.member, node: name})
 		w.nodes = append(w.nodes, swapplan.Node{
-			Name: name, Role: swapplan.RoleVoter, Level: "full",
-			ServerLabels: slices.Clone(swapplan.ServerLabels),
+			Name: name, Role: api.RoleVoter, Level: "full",
+			ServerLabels: slices.Clone(api.ServerLabels),
 			MemberName:   h.member,
-			EtcdIsVoter:  swapplan.Condition{Status: "True", Reason: swapplan.ReasonMemberNotLearner},
+			EtcdIsVoter:  swapplan.Condition{Status: "True", Reason: api.ReasonMemberNotLearner},
 		})
 	}
 	for i := 1; i <= standbys; i++ {
 		name := fmt.Sprintf("s%d", i)
 		w.hosts[name] = &host{staged: true, agent: true, roleFile: "agent", agentStart: epoch.Add(-24 * time.Hour)}
-		w.nodes = append(w.nodes, swapplan.Node{Name: name, Role: swapplan.RoleStandby})
+		w.nodes = append(w.nodes, swapplan.Node{Name: name, Role: api.RoleStandby})
 	}
 	for i := 1; i <= agents; i++ {
 		name := fmt.Sprintf("a%d", i)
 		w.hosts[name] = &host{agent: true, roleFile: "agent", agentStart: epoch.Add(-24 * time.Hour)}
-		w.nodes = append(w.nodes, swapplan.Node{Name: name, Role: swapplan.RoleAgent})
+		w.nodes = append(w.nodes, swapplan.Node{Name: name, Role: api.RoleAgent})
 	}
 	slices.SortFunc(w.nodes, func(a, b swapplan.Node) int { return strings.Compare(a.Name, b.Name) })
 	for i := range w.nodes {
@@ -142,7 +143,7 @@ func newWorld(t testing.TB, voters, standbys, agents int) *world {
 			{Namespace: "kube-system", Name: "svclb-" + n.Name, DaemonSet: true},
 			{Namespace: "apps", Name: "web-" + n.Name},
 		}
-		n.Verdict = swapplan.Verdict{State: swapplan.VerdictFit, Score: 1}
+		n.Verdict = api.Verdict{State: api.VerdictFit, Score: 1}
 	}
 	w.react()
 	return w
@@ -178,7 +179,7 @@ func (w *world) snapshot() swapplan.Snapshot {
 		nodes[i].ServerLabels = slices.Clone(n.ServerLabels)
 		nodes[i].Pods = slices.Clone(n.Pods)
 	}
-	var req *swapplan.ManualRequest
+	var req *api.ManualRequest
 	if w.request != nil {
 		r := *w.request
 		req = &r
@@ -212,7 +213,7 @@ func (w *world) react() {
 	}
 }
 
-func (w *world) report(n *swapplan.Node, r swapplan.Report) {
+func (w *world) report(n *swapplan.Node, r api.Report) {
 	r.At = w.now
 	n.Report = &r
 }
@@ -226,11 +227,11 @@ func (w *world) agent(n *swapplan.Node) {
 		h.handled = q.At
 		at := q.At
 		switch q.Action {
-		case swapplan.RequestPromote:
+		case api.RequestPromote:
 			switch {
 			case h.ignorePromote:
 			case !h.staged || h.refusePromote:
-				w.report(n, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateRefused, RequestAt: &at, Message: "not staged"})
+				w.report(n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateRefused, RequestAt: &at, Message: "not staged"})
 			default:
 				if !h.server {
 					h.agent, h.server, h.serverStart = false, true, w.now
@@ -241,26 +242,26 @@ func (w *world) agent(n *swapplan.Node) {
 				}
 				h.roleFile = "server"
 				start := h.serverStart
-				w.report(n, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, StartedAt: &start, RequestAt: &at})
+				w.report(n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, StartedAt: &start, RequestAt: &at})
 			}
-		case swapplan.RequestStepDown:
+		case api.RequestStepDown:
 			if h.ignoreStepDown {
 				break
 			}
 			h.roleFile, h.server, h.swap = "agent", false, q.Swap
-			w.report(n, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at})
-		case swapplan.RequestSnapshot:
-			r := swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at}
+			w.report(n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at})
+		case api.RequestSnapshot:
+			r := api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at}
 			if !h.snapshotNotReady {
-				r.Snapshot = &swapplan.SnapshotFile{Path: "/var/lib/rancher/k3s/server/db/snapshots/s.db", Size: 4096,
+				r.Snapshot = &api.SnapshotFile{Path: "/var/lib/rancher/k3s/server/db/snapshots/s.db", Size: 4096,
 					SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
 			}
 			w.report(n, r)
-		case swapplan.RequestRemoveMember:
+		case api.RequestRemoveMember:
 			switch {
 			case h.removeIgnored:
 			case h.removeFails || !h.server:
-				w.report(n, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateFailed, RequestAt: &at, Message: "etcd member remove: injected failure"})
+				w.report(n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateFailed, RequestAt: &at, Message: "etcd member remove: injected failure"})
 			default:
 				w.report(n, w.removeByVoter(h, q))
 			}
@@ -275,7 +276,7 @@ func (w *world) agent(n *swapplan.Node) {
 		if gone {
 			h.agent, h.agentStart, h.member = true, w.now, ""
 			start := h.agentStart
-			w.report(n, swapplan.Report{Swap: h.swap, Action: swapplan.ReportFinish, State: swapplan.StateDone, StartedAt: &start})
+			w.report(n, api.Report{Swap: h.swap, Action: api.ReportFinish, State: api.StateDone, StartedAt: &start})
 		}
 	}
 	// A step-down of a host that never started its server (a rollback of a
@@ -283,22 +284,22 @@ func (w *world) agent(n *swapplan.Node) {
 	if h.roleFile == "agent" && !h.agent && !h.server && h.member == "" && n.MemberGone != "" {
 		h.agent, h.agentStart = true, w.now
 		start := h.agentStart
-		w.report(n, swapplan.Report{Swap: n.MemberGone, Action: swapplan.ReportFinish, State: swapplan.StateDone, StartedAt: &start})
+		w.report(n, api.Report{Swap: n.MemberGone, Action: api.ReportFinish, State: api.StateDone, StartedAt: &start})
 	}
 }
 
 // removeByVoter removes the member a remove-member request names, as the
 // agent does with its etcd client: never its own, never when the voters
 // left that run would not be a quorum; one already gone is done.
-func (w *world) removeByVoter(h *host, q *swapplan.Request) swapplan.Report {
+func (w *world) removeByVoter(h *host, q *api.Request) api.Report {
 	at := q.At
-	r := swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at}
+	r := api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at}
 	i := slices.IndexFunc(w.members, func(m member) bool { return m.name == q.Member && memberID(m.name) == q.MemberID })
 	if i < 0 {
 		return r
 	}
 	if w.members[i].name == h.member {
-		r.State, r.Message = swapplan.StateFailed, "the member is this host's own"
+		r.State, r.Message = api.StateFailed, "the member is this host's own"
 		return r
 	}
 	var voters, up int
@@ -312,7 +313,7 @@ func (w *world) removeByVoter(h *host, q *swapplan.Request) swapplan.Report {
 		}
 	}
 	if !w.members[i].learner && up < swapplan.Quorum(voters) {
-		r.State, r.Message = swapplan.StateFailed, "the voters left would not be a quorum"
+		r.State, r.Message = api.StateFailed, "the voters left would not be a quorum"
 		return r
 	}
 	w.members = slices.Delete(w.members, i, i+1)
@@ -342,7 +343,7 @@ func (w *world) k3s() {
 		// Note: k3s writes a server's labels and annotations once its
 		// apiserver and controllers run, which needs its member to vote.
 		if w.serving(h) && !h.paused {
-			for _, l := range swapplan.ServerLabels {
+			for _, l := range api.ServerLabels {
 				if !slices.Contains(n.ServerLabels, l) {
 					n.ServerLabels = append(n.ServerLabels, l)
 				}
@@ -353,14 +354,14 @@ func (w *world) k3s() {
 		case h.neverReady && len(n.ServerLabels) == 0:
 			// k3s's leader writes the condition on etcd Nodes only.
 		case idx < 0 && len(n.ServerLabels) > 0:
-			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: swapplan.ReasonNotAMember}
+			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: api.ReasonNotAMember}
 		case idx < 0:
 		case w.members[idx].learner:
-			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: swapplan.ReasonMemberIsLearner}
+			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: api.ReasonMemberIsLearner}
 		case !h.server || h.paused:
-			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: swapplan.ReasonUnhealthy}
+			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: api.ReasonUnhealthy}
 		default:
-			n.EtcdIsVoter = swapplan.Condition{Status: "True", Reason: swapplan.ReasonMemberNotLearner}
+			n.EtcdIsVoter = swapplan.Condition{Status: "True", Reason: api.ReasonMemberNotLearner}
 		}
 	}
 }
@@ -381,12 +382,12 @@ func (w *world) kubelet(n *swapplan.Node) {
 		n.Heartbeat = w.now
 	}
 	if !h.paused && !w.now.Before(h.silentUntil) {
-		p := &swapplan.Probe{At: w.now, Period: swapplan.Duration(w.cfg.ProbePeriod), Healthy: !w.now.Before(h.unhealthyUntil),
+		p := &api.Probe{At: w.now, Period: api.Duration(w.cfg.ProbePeriod), Healthy: !w.now.Before(h.unhealthyUntil),
 			Staged: h.staged && !h.server, FsyncP99Ms: 2}
 		if h.server {
 			p.Member = h.member
 			for _, m := range w.members {
-				p.Members = append(p.Members, swapplan.Member{Name: m.name, Learner: m.learner, ID: memberID(m.name)})
+				p.Members = append(p.Members, api.Member{Name: m.name, Learner: m.learner, ID: memberID(m.name)})
 			}
 		}
 		n.Probe = p
@@ -422,7 +423,7 @@ func (w *world) apply(plan swapplan.Plan) {
 		w.lease.RenewTime, w.lease.Swap = now, &rec
 	}
 	a := plan.Action
-	failed := a.Type != swapplan.ActionNone && w.rng.Float64() < w.failRate
+	failed := a.Type != api.ActionNone && w.rng.Float64() < w.failRate
 	w.status.Step, w.status.Reason, w.status.Bound, w.status.Decision = plan.Step, plan.Reason, plan.Bound, plan.Decision
 	if plan.Since != nil {
 		since := *plan.Since
@@ -430,12 +431,12 @@ func (w *world) apply(plan swapplan.Plan) {
 	} else {
 		w.status.Since = nil
 	}
-	if plan.Swap != nil && plan.Swap.Phase != swapplan.PhaseEnd || plan.Action.Type == swapplan.ActionEnd {
+	if plan.Swap != nil && plan.Swap.Phase != api.PhaseEnd || plan.Action.Type == api.ActionEnd {
 		rec := *plan.Swap
 		w.status.Swap = &rec
 	}
-	if a.Type != swapplan.ActionNone {
-		la := &swapplan.LastAction{Type: a.Type, Node: a.Node, At: now}
+	if a.Type != api.ActionNone {
+		la := &api.LastAction{Type: a.Type, Node: a.Node, At: now}
 		if failed {
 			la.Error = "injected failure"
 		}
@@ -449,39 +450,39 @@ func (w *world) apply(plan swapplan.Plan) {
 		n = w.node(a.Node)
 	}
 	switch a.Type {
-	case swapplan.ActionStart:
+	case api.ActionStart:
 		rec := *plan.Swap
-		w.lease = swapplan.Lease{Holder: swapplan.ControllerHolder, RenewTime: now, Duration: time.Minute, Swap: &rec}
+		w.lease = swapplan.Lease{Holder: api.ControllerHolder, RenewTime: now, Duration: time.Minute, Swap: &rec}
 		w.status.Swap = &rec
-	case swapplan.ActionSnapshot, swapplan.ActionPromote, swapplan.ActionStepDown, swapplan.ActionRemoveByVoter:
+	case api.ActionSnapshot, api.ActionPromote, api.ActionStepDown, api.ActionRemoveByVoter:
 		q := *a.Request
 		n.Request = &q
-	case swapplan.ActionCordonIn, swapplan.ActionCordonOut:
+	case api.ActionCordonIn, api.ActionCordonOut:
 		n.Unschedulable, n.CordonedBy = true, plan.Swap.ID
-	case swapplan.ActionDrainIn, swapplan.ActionDrainOut:
+	case api.ActionDrainIn, api.ActionDrainOut:
 		for i := range n.Pods {
 			if p := &n.Pods[i]; !p.DaemonSet && !p.Mirror {
 				p.Terminating = true
 			}
 		}
-	case swapplan.ActionRemoveMember:
+	case api.ActionRemoveMember:
 		n.RemoveRequested = true
-	case swapplan.ActionMemberGone:
+	case api.ActionMemberGone:
 		n.MemberGone = plan.Swap.ID
-	case swapplan.ActionCleanUp:
+	case api.ActionCleanUp:
 		n.Role = a.Role
-		if a.Role == swapplan.RoleStandby {
+		if a.Role == api.RoleStandby {
 			n.ServerLabels, n.MemberName, n.RemovedMember, n.RemoveRequested, n.Level, n.EtcdTaint = nil, "", "", false, "", false
 		}
-	case swapplan.ActionUncordon:
+	case api.ActionUncordon:
 		n.Unschedulable, n.CordonedBy = false, ""
-	case swapplan.ActionEnd:
+	case api.ActionEnd:
 		for _, name := range a.Clear {
 			c := w.node(name)
 			c.Request, c.MemberGone, c.CordonedBy = nil, "", ""
 		}
 		rec := plan.Swap
-		w.status.Last = &swapplan.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
+		w.status.Last = &api.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
 			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending}
 		w.status.CooldownUntil = a.CooldownUntil
 		w.status.Swap = nil
@@ -491,7 +492,7 @@ func (w *world) apply(plan swapplan.Plan) {
 
 // run passes until the swap under way has ended or max passes went by,
 // and returns the result.
-func (w *world) run(max int) *swapplan.SwapResult {
+func (w *world) run(max int) *api.SwapResult {
 	w.t.Helper()
 	started := false
 	for range max {
@@ -529,14 +530,14 @@ func acting(typ, node string) func(swapplan.Plan) bool {
 
 // requestSwap writes a manual request as `fleet-role swap OUT IN` does.
 func (w *world) requestSwap(out, in string) {
-	w.request = &swapplan.ManualRequest{Out: out, In: in, At: w.now, By: "test"}
+	w.request = &api.ManualRequest{Out: out, In: in, At: w.now, By: "test"}
 }
 
 // actions lists the actions of the plans so far, as "type node".
 func (w *world) actions() []string {
 	var out []string
 	for _, p := range w.plans {
-		if p.Action.Type != swapplan.ActionNone {
+		if p.Action.Type != api.ActionNone {
 			out = append(out, p.Action.Type+" "+p.Action.Node)
 		}
 	}

@@ -1,6 +1,10 @@
 package swapplan
 
-import "time"
+import (
+	"time"
+
+	"github.com/fleet-role/fleet-role/api"
+)
 
 // Snapshot is everything the planner reads: the cluster as the controller
 // saw it in one pass, and Now, the one time every rule of that pass uses.
@@ -10,12 +14,13 @@ type Snapshot struct {
 	Config Config
 	// Nodes, in any order; the planner works on them sorted by name.
 	Nodes []Node
-	// Lease is the regrade Lease (Namespace/LeaseName); the zero Lease is free.
+	// Lease is the regrade Lease (api.Namespace/api.LeaseName); the zero
+	// Lease is free.
 	Lease Lease
-	// Status is the status the controller last published (StatusKey).
-	Status Status
-	// Request is the manual request (RequestKey), if any.
-	Request *ManualRequest
+	// Status is the status the controller last published (api.StatusKey).
+	Status api.Status
+	// Request is the manual request (api.RequestKey), if any.
+	Request *api.ManualRequest
 }
 
 // Config is what the planner needs of the controller's configuration.
@@ -64,8 +69,8 @@ type Lease struct {
 	Holder    string
 	RenewTime time.Time
 	Duration  time.Duration
-	// Swap is the record in AnnotationSwap, if any.
-	Swap *SwapRecord
+	// Swap is the record in api.AnnotationSwap, if any.
+	Swap *api.SwapRecord
 }
 
 // Condition is a Node condition; the zero Condition is absent.
@@ -77,15 +82,16 @@ type Condition struct {
 // Node is what the planner knows of one Node.
 type Node struct {
 	Name string
-	// Role is LabelRole, Level LabelLevel.
+	// Role is api.LabelRole, Level api.LabelLevel.
 	Role  string
 	Level string
 	// ServerLabels are the k3s server role labels the Node carries.
 	ServerLabels []string
-	// EtcdTaint says the Node carries TaintEtcdOnly.
+	// EtcdTaint says the Node carries api.TaintEtcdOnly.
 	EtcdTaint bool
-	// MemberName is AnnotationEtcdNodeName, RemovedMember
-	// AnnotationEtcdRemovedNodeName, RemoveRequested AnnotationEtcdRemove.
+	// MemberName is api.AnnotationEtcdNodeName, RemovedMember
+	// api.AnnotationEtcdRemovedNodeName, RemoveRequested
+	// api.AnnotationEtcdRemove.
 	MemberName      string
 	RemovedMember   string
 	RemoveRequested bool
@@ -96,10 +102,10 @@ type Node struct {
 	Unschedulable bool
 	CordonedBy    string
 	MemberGone    string
-	Request       *Request
-	Report        *Report
-	Probe         *Probe
-	Verdict       Verdict
+	Request       *api.Request
+	Report        *api.Report
+	Probe         *api.Probe
+	Verdict       api.Verdict
 	Pods          []Pod
 }
 
@@ -117,10 +123,10 @@ type Pod struct {
 	Terminating bool
 }
 
-// EtcdServer says k3s runs an etcd server on the Node (LabelEtcd).
+// EtcdServer says k3s runs an etcd server on the Node (api.LabelEtcd).
 func (n *Node) EtcdServer() bool {
 	for _, l := range n.ServerLabels {
-		if l == LabelEtcd {
+		if l == api.LabelEtcd {
 			return true
 		}
 	}
@@ -142,7 +148,7 @@ func (n *Node) Voter() bool {
 		return false
 	}
 	if n.EtcdIsVoter.Status == "False" &&
-		(n.EtcdIsVoter.Reason == ReasonMemberIsLearner || n.EtcdIsVoter.Reason == ReasonNotAMember) {
+		(n.EtcdIsVoter.Reason == api.ReasonMemberIsLearner || n.EtcdIsVoter.Reason == api.ReasonNotAMember) {
 		return false
 	}
 	return true
@@ -156,7 +162,7 @@ func (n *Node) clean() bool {
 }
 
 // requested returns the Node's request of the swap for the action, if any.
-func (n *Node) requested(swap, action string) *Request {
+func (n *Node) requested(swap, action string) *api.Request {
 	if n.Request != nil && n.Request.Swap == swap && n.Request.Action == action {
 		return n.Request
 	}
@@ -165,7 +171,7 @@ func (n *Node) requested(swap, action string) *Request {
 
 // answer returns the report answering the Node's request of the swap for
 // the action, if both are there.
-func (n *Node) answer(swap, action string) *Report {
+func (n *Node) answer(swap, action string) *api.Report {
 	if q := n.requested(swap, action); q != nil && n.Report.Answers(q) {
 		return n.Report
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // The swap under way. The step is read from the Nodes, the reports and the
@@ -12,11 +14,11 @@ import (
 // cordon lifted at the end, a request overwritten).
 func (p *planner) swap() Plan {
 	switch p.rec.Phase {
-	case PhaseEnd:
+	case api.PhaseEnd:
 		return p.end(p.rec.Result, p.rec.Pending, p.rec.Reason)
-	case PhaseAbandon:
+	case api.PhaseAbandon:
 		return p.abandoning()
-	case PhaseRollback, PhaseStuck:
+	case api.PhaseRollback, api.PhaseStuck:
 		return p.rollingBack()
 	}
 	return p.forward()
@@ -26,29 +28,29 @@ func (p *planner) forward() Plan {
 	id := p.rec.ID
 	in, out := p.node(p.rec.In), p.node(p.rec.Out)
 	if out == nil {
-		return p.wait(StepGates, "the outgoing voter's Node %s is gone: waiting for it, nothing is done", p.rec.Out)
+		return p.wait(api.StepGates, "the outgoing voter's Node %s is gone: waiting for it, nothing is done", p.rec.Out)
 	}
 	if in == nil {
-		if out.CordonedBy == id || out.requested(id, RequestStepDown) != nil {
-			return p.wait(StepGates, "the candidate's Node %s is gone after the outgoing voter was touched: waiting for it", p.rec.In)
+		if out.CordonedBy == id || out.requested(id, api.RequestStepDown) != nil {
+			return p.wait(api.StepGates, "the candidate's Node %s is gone after the outgoing voter was touched: waiting for it", p.rec.In)
 		}
 		return p.abandon(fmt.Sprintf("the candidate's Node %s is gone", p.rec.In))
 	}
 	switch {
-	case in.Role == RoleVoter && out.Role == RoleStandby:
+	case in.Role == api.RoleVoter && out.Role == api.RoleStandby:
 		return p.tail(in, out)
-	case out.Role == RoleStandby:
-		return p.act(StepCleanUp, Action{Type: ActionCleanUp, Node: in.Name, Role: RoleVoter},
+	case out.Role == api.RoleStandby:
+		return p.act(api.StepCleanUp, Action{Type: api.ActionCleanUp, Node: in.Name, Role: api.RoleVoter},
 			"the outgoing voter %s is cleaned up: labelling the candidate %s a voter", out.Name, in.Name)
 	case out.MemberGone == id:
 		return p.memberGoneWait(out)
 	case out.RemoveRequested || out.MemberRemoved():
 		return p.removeWait(in, out)
-	case out.requested(id, RequestStepDown) != nil:
+	case out.requested(id, api.RequestStepDown) != nil:
 		return p.stepDownWait(in, out)
 	case out.CordonedBy == id:
 		return p.prepareOut(in, out)
-	case in.requested(id, RequestPromote) != nil:
+	case in.requested(id, api.RequestPromote) != nil:
 		return p.promoteWait(in, out)
 	}
 	return p.prepareIn(in, out)
@@ -60,27 +62,27 @@ func (p *planner) prepareIn(in, out *Node) Plan {
 		return plan
 	}
 	if !in.Unschedulable {
-		return p.act(StepCordonIn, Action{Type: ActionCordonIn, Node: in.Name}, "cordoning the candidate %s", in.Name)
+		return p.act(api.StepCordonIn, Action{Type: api.ActionCordonIn, Node: in.Name}, "cordoning the candidate %s", in.Name)
 	}
 	if runners := unfinishedRunners(in); len(runners) > 0 {
-		if p.pastBound(StepRunnersIn) {
+		if p.pastBound(api.StepRunnersIn) {
 			return p.abandon(fmt.Sprintf("the runner pods on the candidate %s did not finish within the runner wait %s: %s",
-				in.Name, p.bound(StepRunnersIn), short(runners)))
+				in.Name, p.bound(api.StepRunnersIn), short(runners)))
 		}
-		return p.wait(StepRunnersIn, "waiting for %d runner pod(s) on the candidate %s to finish: %s", len(runners), in.Name, short(runners))
+		return p.wait(api.StepRunnersIn, "waiting for %d runner pod(s) on the candidate %s to finish: %s", len(runners), in.Name, short(runners))
 	}
 	if pods, toEvict := evictable(in); len(pods) > 0 {
-		if p.pastBound(StepDrainIn) {
-			return p.abandon(fmt.Sprintf("the candidate %s was not drained within %s: %s", in.Name, p.bound(StepDrainIn), short(pods)))
+		if p.pastBound(api.StepDrainIn) {
+			return p.abandon(fmt.Sprintf("the candidate %s was not drained within %s: %s", in.Name, p.bound(api.StepDrainIn), short(pods)))
 		}
 		if toEvict {
-			return p.act(StepDrainIn, Action{Type: ActionDrainIn, Node: in.Name}, "draining the candidate %s: %d pod(s) to evict", in.Name, len(pods))
+			return p.act(api.StepDrainIn, Action{Type: api.ActionDrainIn, Node: in.Name}, "draining the candidate %s: %d pod(s) to evict", in.Name, len(pods))
 		}
-		return p.wait(StepDrainIn, "waiting for %d evicted pod(s) on the candidate %s to go: %s", len(pods), in.Name, short(pods))
+		return p.wait(api.StepDrainIn, "waiting for %d evicted pod(s) on the candidate %s to go: %s", len(pods), in.Name, short(pods))
 	}
-	a := p.request(in, ActionPromote, RequestPromote)
+	a := p.request(in, api.ActionPromote, api.RequestPromote)
 	a.Request.Voters = p.joinThrough(in, out)
-	return p.act(StepPromote, a, "the candidate %s is cordoned and drained: asking its agent to promote it", in.Name)
+	return p.act(api.StepPromote, a, "the candidate %s is cordoned and drained: asking its agent to promote it", in.Name)
 }
 
 // joinThrough are the voters a candidate's server may join through: the
@@ -108,16 +110,16 @@ func (p *planner) snapshotStep(out *Node) (Plan, bool) {
 	id := p.rec.ID
 	for i := range p.nodes {
 		n := &p.nodes[i]
-		if rep := n.answer(id, RequestSnapshot); rep != nil && rep.State == StateDone && rep.Snapshot.Ready() {
+		if rep := n.answer(id, api.RequestSnapshot); rep != nil && rep.State == api.StateDone && rep.Snapshot.Ready() {
 			return Plan{}, true
 		}
 	}
-	if p.pastBound(StepSnapshot) {
-		return p.abandon(fmt.Sprintf("no snapshot was ready within %s", p.bound(StepSnapshot))), false
+	if p.pastBound(api.StepSnapshot) {
+		return p.abandon(fmt.Sprintf("no snapshot was ready within %s", p.bound(api.StepSnapshot))), false
 	}
 	var target *Node
 	for _, v := range p.voters {
-		if v.Name != out.Name && v.requested(id, RequestSnapshot) != nil && p.unhealthy(v) == "" {
+		if v.Name != out.Name && v.requested(id, api.RequestSnapshot) != nil && p.unhealthy(v) == "" {
 			target = v
 			break
 		}
@@ -131,43 +133,43 @@ func (p *planner) snapshotStep(out *Node) (Plan, bool) {
 		}
 	}
 	if target == nil {
-		return p.wait(StepSnapshot, "no healthy voter other than the outgoing %s to take the snapshot", out.Name), false
+		return p.wait(api.StepSnapshot, "no healthy voter other than the outgoing %s to take the snapshot", out.Name), false
 	}
 	ask := func(why string) Plan {
-		return p.act(StepSnapshot, p.request(target, ActionSnapshot, RequestSnapshot), "%s", why)
+		return p.act(api.StepSnapshot, p.request(target, api.ActionSnapshot, api.RequestSnapshot), "%s", why)
 	}
-	if target.requested(id, RequestSnapshot) == nil {
+	if target.requested(id, api.RequestSnapshot) == nil {
 		return ask(fmt.Sprintf("asking the voter %s for an etcd snapshot before the swap", target.Name)), false
 	}
-	rep := target.answer(id, RequestSnapshot)
+	rep := target.answer(id, api.RequestSnapshot)
 	switch {
 	case rep == nil:
-		return p.wait(StepSnapshot, "waiting for the snapshot from %s", target.Name), false
-	case rep.State == StateDone:
-		return p.wait(StepSnapshot, "%s says the snapshot is done but it is not ready (no verified file, size and sha256 yet)", target.Name), false
+		return p.wait(api.StepSnapshot, "waiting for the snapshot from %s", target.Name), false
+	case rep.State == api.StateDone:
+		return p.wait(api.StepSnapshot, "%s says the snapshot is done but it is not ready (no verified file, size and sha256 yet)", target.Name), false
 	}
 	return ask(fmt.Sprintf("the snapshot on %s %s (%s): asking again", target.Name, rep.State, rep.Message)), false
 }
 
 func (p *planner) promoteWait(in, out *Node) Plan {
-	rep := in.answer(p.rec.ID, RequestPromote)
+	rep := in.answer(p.rec.ID, api.RequestPromote)
 	if rep == nil {
-		if p.pastBound(StepPromote) {
-			return p.rollback(fmt.Sprintf("the candidate %s did not answer the promotion within %s", in.Name, p.bound(StepPromote)))
+		if p.pastBound(api.StepPromote) {
+			return p.rollback(fmt.Sprintf("the candidate %s did not answer the promotion within %s", in.Name, p.bound(api.StepPromote)))
 		}
-		return p.wait(StepPromote, "waiting for the candidate %s to report its promotion", in.Name)
+		return p.wait(api.StepPromote, "waiting for the candidate %s to report its promotion", in.Name)
 	}
 	switch rep.State {
-	case StateRefused:
+	case api.StateRefused:
 		return p.abandon(fmt.Sprintf("the candidate %s refused the promotion (%s): nothing changed on the host", in.Name, rep.Message))
-	case StateFailed:
+	case api.StateFailed:
 		return p.rollback(fmt.Sprintf("the promotion failed on the candidate %s (%s)", in.Name, rep.Message))
 	}
 	if why := p.notVoting(in, out, rep); why != "" {
-		if p.pastBound(StepJoin) {
-			return p.rollback(fmt.Sprintf("the candidate %s is not a voter within %s: %s", in.Name, p.bound(StepJoin), why))
+		if p.pastBound(api.StepJoin) {
+			return p.rollback(fmt.Sprintf("the candidate %s is not a voter within %s: %s", in.Name, p.bound(api.StepJoin), why))
 		}
-		return p.wait(StepJoin, "waiting for the candidate to vote: %s", why)
+		return p.wait(api.StepJoin, "waiting for the candidate to vote: %s", why)
 	}
 	return p.prepareOut(in, out)
 }
@@ -175,12 +177,12 @@ func (p *planner) promoteWait(in, out *Node) Plan {
 // notVoting says why IN does not vote yet: EtcdIsVoter True, every voter
 // but OUT lists it as a voter, and it is Ready on a kubelet heartbeat later
 // than the server start it reported.
-func (p *planner) notVoting(in, out *Node, rep *Report) string {
+func (p *planner) notVoting(in, out *Node, rep *api.Report) string {
 	if in.EtcdIsVoter.Status != "True" {
 		return fmt.Sprintf("%s's EtcdIsVoter is %q/%q", in.Name, in.EtcdIsVoter.Status, in.EtcdIsVoter.Reason)
 	}
 	if !in.Voter() {
-		return fmt.Sprintf("%s carries no %s label", in.Name, LabelEtcd)
+		return fmt.Sprintf("%s carries no %s label", in.Name, api.LabelEtcd)
 	}
 	for _, v := range p.voters {
 		if v.Name == out.Name {
@@ -230,38 +232,38 @@ func (p *planner) gates(in, out *Node) string {
 // down.
 func (p *planner) prepareOut(in, out *Node) Plan {
 	if why := p.gates(in, out); why != "" {
-		if p.pastBound(StepGates) {
-			return p.wait(StepGates, "gates held past their bound %s, the outgoing voter %s is not touched: %s", p.bound(StepGates), out.Name, why)
+		if p.pastBound(api.StepGates) {
+			return p.wait(api.StepGates, "gates held past their bound %s, the outgoing voter %s is not touched: %s", p.bound(api.StepGates), out.Name, why)
 		}
-		return p.wait(StepGates, "gates held, the outgoing voter %s is not touched: %s", out.Name, why)
+		return p.wait(api.StepGates, "gates held, the outgoing voter %s is not touched: %s", out.Name, why)
 	}
 	if !out.Unschedulable {
-		return p.act(StepCordonOut, Action{Type: ActionCordonOut, Node: out.Name}, "the gates hold: cordoning the outgoing voter %s", out.Name)
+		return p.act(api.StepCordonOut, Action{Type: api.ActionCordonOut, Node: out.Name}, "the gates hold: cordoning the outgoing voter %s", out.Name)
 	}
-	if runners := unfinishedRunners(out); len(runners) > 0 && !p.passed(StepRunnersOut) {
-		return p.wait(StepRunnersOut, "waiting for %d runner pod(s) on the outgoing voter %s to finish: %s", len(runners), out.Name, short(runners))
+	if runners := unfinishedRunners(out); len(runners) > 0 && !p.passed(api.StepRunnersOut) {
+		return p.wait(api.StepRunnersOut, "waiting for %d runner pod(s) on the outgoing voter %s to finish: %s", len(runners), out.Name, short(runners))
 	}
-	if pods, toEvict := evictable(out); len(pods) > 0 && !p.passed(StepDrainOut) {
+	if pods, toEvict := evictable(out); len(pods) > 0 && !p.passed(api.StepDrainOut) {
 		if toEvict {
-			return p.act(StepDrainOut, Action{Type: ActionDrainOut, Node: out.Name}, "draining the outgoing voter %s: %d pod(s) to evict", out.Name, len(pods))
+			return p.act(api.StepDrainOut, Action{Type: api.ActionDrainOut, Node: out.Name}, "draining the outgoing voter %s: %d pod(s) to evict", out.Name, len(pods))
 		}
-		return p.wait(StepDrainOut, "waiting for %d evicted pod(s) on the outgoing voter %s to go: %s", len(pods), out.Name, short(pods))
+		return p.wait(api.StepDrainOut, "waiting for %d evicted pod(s) on the outgoing voter %s to go: %s", len(pods), out.Name, short(pods))
 	}
-	a := p.request(out, ActionStepDown, RequestStepDown)
+	a := p.request(out, api.ActionStepDown, api.RequestStepDown)
 	a.Request.Leader = in.Name
-	return p.act(StepStepDown, a, "asking the outgoing voter %s to step down (leadership moved to %s, server stopped)", out.Name, in.Name)
+	return p.act(api.StepStepDown, a, "asking the outgoing voter %s to step down (leadership moved to %s, server stopped)", out.Name, in.Name)
 }
 
 func (p *planner) stepDownWait(in, out *Node) Plan {
-	rep := out.answer(p.rec.ID, RequestStepDown)
-	gone := p.passed(StepStepDown)
+	rep := out.answer(p.rec.ID, api.RequestStepDown)
+	gone := p.passed(api.StepStepDown)
 	switch {
-	case rep != nil && rep.State == StateFailed && out.Ready && !gone:
-		a := p.request(out, ActionStepDown, RequestStepDown)
+	case rep != nil && rep.State == api.StateFailed && out.Ready && !gone:
+		a := p.request(out, api.ActionStepDown, api.RequestStepDown)
 		a.Request.Leader = in.Name
-		return p.act(StepStepDown, a, "the step-down failed on %s (%s): asking again", out.Name, rep.Message)
+		return p.act(api.StepStepDown, a, "the step-down failed on %s (%s): asking again", out.Name, rep.Message)
 	case rep == nil && out.Ready && !gone:
-		return p.wait(StepStepDown, "the removal waits for the step-down while %s is Ready and has not reported", out.Name)
+		return p.wait(api.StepStepDown, "the removal waits for the step-down while %s is Ready and has not reported", out.Name)
 	}
 	return p.removeMember(in, out)
 }
@@ -285,17 +287,17 @@ func (p *planner) removeMember(in, out *Node) Plan {
 	for _, name := range remaining {
 		v := p.node(name)
 		if v == nil {
-			return p.wait(StepRemoveMember, "removal held: the remaining voter %s has no Node", name)
+			return p.wait(api.StepRemoveMember, "removal held: the remaining voter %s has no Node", name)
 		}
 		if why := p.unhealthy(v); why != "" {
-			return p.wait(StepRemoveMember, "removal held while a remaining voter is unhealthy: %s", why)
+			return p.wait(api.StepRemoveMember, "removal held while a remaining voter is unhealthy: %s", why)
 		}
 		healthy++
 	}
 	if healthy < Quorum(len(remaining)) {
-		return p.wait(StepRemoveMember, "removal held: %d healthy remaining voter(s) are not a quorum of %d", healthy, len(remaining))
+		return p.wait(api.StepRemoveMember, "removal held: %d healthy remaining voter(s) are not a quorum of %d", healthy, len(remaining))
 	}
-	return p.act(StepRemoveMember, Action{Type: ActionRemoveMember, Node: out.Name},
+	return p.act(api.StepRemoveMember, Action{Type: api.ActionRemoveMember, Node: out.Name},
 		"asking k3s to remove the member of %s; %d remaining voter(s) are healthy", out.Name, healthy)
 }
 
@@ -311,35 +313,35 @@ func (p *planner) removeWait(in, out *Node) Plan {
 	for _, name := range remaining {
 		v := p.node(name)
 		if v == nil || !p.fresh(v) {
-			return p.wait(StepRemoveMember, "waiting for the remaining voter %s to report a fresh member list", name)
+			return p.wait(api.StepRemoveMember, "waiting for the remaining voter %s to report a fresh member list", name)
 		}
 		members, _ := p.listed(v)
 		if len(members) != len(remaining) || p.lists(v, out.Name, true) {
-			return p.wait(StepRemoveMember, "waiting for the member of %s to go: %s lists %d member(s), %d voter(s) remain",
+			return p.wait(api.StepRemoveMember, "waiting for the member of %s to go: %s lists %d member(s), %d voter(s) remain",
 				out.Name, name, len(members), len(remaining))
 		}
 	}
-	return p.act(StepMemberGone, Action{Type: ActionMemberGone, Node: out.Name},
+	return p.act(api.StepMemberGone, Action{Type: api.ActionMemberGone, Node: out.Name},
 		"every remaining voter lists %d member(s): telling %s its member is gone", len(remaining), out.Name)
 }
 
-func (p *planner) finished(out *Node) *Report {
-	if r := out.Report; r != nil && r.Swap == p.rec.ID && r.Action == ReportFinish && r.State == StateDone {
+func (p *planner) finished(out *Node) *api.Report {
+	if r := out.Report; r != nil && r.Swap == p.rec.ID && r.Action == api.ReportFinish && r.State == api.StateDone {
 		return r
 	}
 	return nil
 }
 
 func (p *planner) memberGoneWait(out *Node) Plan {
-	cleanUp := Action{Type: ActionCleanUp, Node: out.Name, Role: RoleStandby}
+	cleanUp := Action{Type: api.ActionCleanUp, Node: out.Name, Role: api.RoleStandby}
 	if p.finished(out) != nil {
-		return p.act(StepCleanUp, cleanUp, "%s finished its demotion: cleaning up its server state", out.Name)
+		return p.act(api.StepCleanUp, cleanUp, "%s finished its demotion: cleaning up its server state", out.Name)
 	}
-	if p.pastBound(StepMemberGone) {
-		return p.act(StepCleanUp, cleanUp, "%s did not finish its demotion within %s: cleaning up anyway, the host is left to node recovery",
-			out.Name, p.bound(StepMemberGone))
+	if p.pastBound(api.StepMemberGone) {
+		return p.act(api.StepCleanUp, cleanUp, "%s did not finish its demotion within %s: cleaning up anyway, the host is left to node recovery",
+			out.Name, p.bound(api.StepMemberGone))
 	}
-	return p.wait(StepMemberGone, "waiting for %s's agent to finish its demotion", out.Name)
+	return p.wait(api.StepMemberGone, "waiting for %s's agent to finish its demotion", out.Name)
 }
 
 // tail: after the clean-up, uncordon what this swap cordoned, OUT once it
@@ -347,49 +349,49 @@ func (p *planner) memberGoneWait(out *Node) Plan {
 func (p *planner) tail(in, out *Node) Plan {
 	id := p.rec.ID
 	if in.CordonedBy == id && in.Unschedulable {
-		return p.act(StepUncordon, Action{Type: ActionUncordon, Node: in.Name}, "uncordoning the new voter %s", in.Name)
+		return p.act(api.StepUncordon, Action{Type: api.ActionUncordon, Node: in.Name}, "uncordoning the new voter %s", in.Name)
 	}
 	rep := p.finished(out)
 	if rep == nil {
-		return p.end(ResultCompleted, []string{out.Name}, fmt.Sprintf("%s did not finish its demotion: it is left to node recovery", out.Name))
+		return p.end(api.ResultCompleted, []string{out.Name}, fmt.Sprintf("%s did not finish its demotion: it is left to node recovery", out.Name))
 	}
 	if out.CordonedBy == id && out.Unschedulable {
 		if rep.StartedAt != nil && out.Ready && out.Heartbeat.After(*rep.StartedAt) {
-			return p.act(StepUncordon, Action{Type: ActionUncordon, Node: out.Name},
+			return p.act(api.StepUncordon, Action{Type: api.ActionUncordon, Node: out.Name},
 				"%s is Ready on a heartbeat after its agent started: uncordoning it", out.Name)
 		}
-		if p.pastBound(StepUncordon) {
-			return p.end(ResultPending, []string{out.Name}, fmt.Sprintf("%s did not come back within %s: it is left to node recovery", out.Name, p.bound(StepUncordon)))
+		if p.pastBound(api.StepUncordon) {
+			return p.end(api.ResultPending, []string{out.Name}, fmt.Sprintf("%s did not come back within %s: it is left to node recovery", out.Name, p.bound(api.StepUncordon)))
 		}
 		start := "no start"
 		if rep.StartedAt != nil {
 			start = stamp(*rep.StartedAt)
 		}
-		return p.wait(StepUncordon, "waiting for %s to be Ready on a heartbeat after its agent started (%s; Ready %t, heartbeat %s)",
+		return p.wait(api.StepUncordon, "waiting for %s to be Ready on a heartbeat after its agent started (%s; Ready %t, heartbeat %s)",
 			out.Name, start, out.Ready, stamp(out.Heartbeat))
 	}
-	return p.end(ResultCompleted, nil, "")
+	return p.end(api.ResultCompleted, nil, "")
 }
 
 // rollback and abandon mark the swap's phase on the Lease; the next passes
 // carry it out.
 func (p *planner) rollback(reason string) Plan {
 	rec := *p.rec
-	rec.Phase, rec.Reason = PhaseRollback, reason
-	return Plan{Action: Action{Type: ActionRollback}, Step: StepRollback, Swap: &rec, Reason: "rolling back: " + reason}
+	rec.Phase, rec.Reason = api.PhaseRollback, reason
+	return Plan{Action: Action{Type: api.ActionRollback}, Step: api.StepRollback, Swap: &rec, Reason: "rolling back: " + reason}
 }
 
 func (p *planner) abandon(reason string) Plan {
 	rec := *p.rec
-	rec.Phase, rec.Reason = PhaseAbandon, reason
-	return Plan{Action: Action{Type: ActionAbandon}, Step: StepAbandon, Swap: &rec, Reason: "abandoning: " + reason}
+	rec.Phase, rec.Reason = api.PhaseAbandon, reason
+	return Plan{Action: Action{Type: api.ActionAbandon}, Step: api.StepAbandon, Swap: &rec, Reason: "abandoning: " + reason}
 }
 
 func (p *planner) abandoning() Plan {
 	if in := p.node(p.rec.In); in != nil && in.CordonedBy == p.rec.ID && in.Unschedulable {
-		return p.act(StepAbandon, Action{Type: ActionUncordon, Node: in.Name}, "abandoned (%s): uncordoning the candidate %s", p.rec.Reason, in.Name)
+		return p.act(api.StepAbandon, Action{Type: api.ActionUncordon, Node: in.Name}, "abandoned (%s): uncordoning the candidate %s", p.rec.Reason, in.Name)
 	}
-	return p.end(ResultAbandoned, nil, p.rec.Reason)
+	return p.end(api.ResultAbandoned, nil, p.rec.Reason)
 }
 
 // rollingBack: step IN down, ask k3s to remove its member if it joined,
@@ -399,29 +401,29 @@ func (p *planner) rollingBack() Plan {
 	id := p.rec.ID
 	in := p.node(p.rec.In)
 	if in == nil {
-		return p.end(ResultRolledBack, nil, p.rec.Reason)
+		return p.end(api.ResultRolledBack, nil, p.rec.Reason)
 	}
 	if in.MemberGone == id {
-		if !in.clean() || in.Role != RoleStandby {
-			return p.act(StepRollback, Action{Type: ActionCleanUp, Node: in.Name, Role: RoleStandby},
+		if !in.clean() || in.Role != api.RoleStandby {
+			return p.act(api.StepRollback, Action{Type: api.ActionCleanUp, Node: in.Name, Role: api.RoleStandby},
 				"rolling back: cleaning the candidate %s back to a standby", in.Name)
 		}
 		if in.CordonedBy == id && in.Unschedulable {
-			return p.act(StepRollback, Action{Type: ActionUncordon, Node: in.Name}, "rolling back: uncordoning the candidate %s", in.Name)
+			return p.act(api.StepRollback, Action{Type: api.ActionUncordon, Node: in.Name}, "rolling back: uncordoning the candidate %s", in.Name)
 		}
 		// Note: the end clears the member-gone annotation, so the swap
 		// waits for the candidate's agent to read it and report its
 		// finish, as it waits for the outgoing voter's going forward.
 		if p.finished(in) != nil {
-			return p.end(ResultRolledBack, nil, p.rec.Reason)
+			return p.end(api.ResultRolledBack, nil, p.rec.Reason)
 		}
-		if (in.Ready || p.fresh(in)) && !p.pastBound(StepMemberGone) {
-			return p.wait(StepMemberGone, "rolling back: waiting for the candidate %s's agent to finish its demotion", in.Name)
+		if (in.Ready || p.fresh(in)) && !p.pastBound(api.StepMemberGone) {
+			return p.wait(api.StepMemberGone, "rolling back: waiting for the candidate %s's agent to finish its demotion", in.Name)
 		}
-		return p.end(ResultRolledBack, []string{in.Name}, p.rec.Reason+fmt.Sprintf("; %s did not finish its demotion: it is left to node recovery", in.Name))
+		return p.end(api.ResultRolledBack, []string{in.Name}, p.rec.Reason+fmt.Sprintf("; %s did not finish its demotion: it is left to node recovery", in.Name))
 	}
-	if in.requested(id, RequestStepDown) == nil {
-		return p.act(StepRollback, p.request(in, ActionStepDown, RequestStepDown), "rolling back: asking the candidate %s to step down", in.Name)
+	if in.requested(id, api.RequestStepDown) == nil {
+		return p.act(api.StepRollback, p.request(in, api.ActionStepDown, api.RequestStepDown), "rolling back: asking the candidate %s to step down", in.Name)
 	}
 	// Note: a finish report of the swap answers the step-down too: the
 	// agent reports it once the member is gone, over its step-down report.
@@ -429,8 +431,8 @@ func (p *planner) rollingBack() Plan {
 	// Ready: a candidate mid-promotion has no kubelet (k3s runs it once
 	// its member votes), and one that never hears the step-down keeps
 	// starting a server whose member is gone.
-	if in.answer(id, RequestStepDown) == nil && p.finished(in) == nil && (in.Ready || p.fresh(in)) && !p.pastBound(StepRollback) {
-		return p.wait(StepRollback, "rolling back: waiting for the candidate %s to step down", in.Name)
+	if in.answer(id, api.RequestStepDown) == nil && p.finished(in) == nil && (in.Ready || p.fresh(in)) && !p.pastBound(api.StepRollback) {
+		return p.wait(api.StepRollback, "rolling back: waiting for the candidate %s to step down", in.Name)
 	}
 	original := p.voterSet([]string{p.rec.Out}, in.Name)
 	if p.joined(in) && !in.RemoveRequested && !in.MemberRemoved() {
@@ -440,23 +442,23 @@ func (p *planner) rollingBack() Plan {
 			}
 			v := p.node(name)
 			if v == nil {
-				return p.wait(StepRollback, "rolling back: removal of %s's member held: voter %s has no Node", in.Name, name)
+				return p.wait(api.StepRollback, "rolling back: removal of %s's member held: voter %s has no Node", in.Name, name)
 			}
 			if why := p.unhealthy(v); why != "" {
-				return p.wait(StepRollback, "rolling back: removal of %s's member held while a voter is unhealthy: %s", in.Name, why)
+				return p.wait(api.StepRollback, "rolling back: removal of %s's member held while a voter is unhealthy: %s", in.Name, why)
 			}
 		}
-		return p.act(StepRollback, Action{Type: ActionRemoveMember, Node: in.Name}, "rolling back: asking k3s to remove the member %s joined with", in.Name)
+		return p.act(api.StepRollback, Action{Type: api.ActionRemoveMember, Node: in.Name}, "rolling back: asking k3s to remove the member %s joined with", in.Name)
 	}
 	m, lister := p.candidateMember(in)
 	switch {
-	case lister != nil && (in.RemoveRequested || p.rec.Phase == PhaseStuck):
+	case lister != nil && (in.RemoveRequested || p.rec.Phase == api.PhaseStuck):
 		return p.removeCandidate(in, m, lister, original)
-	case p.rec.Phase == PhaseStuck:
+	case p.rec.Phase == api.PhaseStuck:
 		// Note: the member is gone (an operator removed it, or k3s's
 		// leader removed a stalled learner): the rollback goes on.
 		rec := *p.rec
-		rec.Phase, rec.Stuck = PhaseRollback, nil
+		rec.Phase, rec.Stuck = api.PhaseRollback, nil
 		p.rec = &rec
 	}
 	for _, name := range original {
@@ -465,20 +467,20 @@ func (p *planner) rollingBack() Plan {
 		}
 		v := p.node(name)
 		if v == nil {
-			return p.wait(StepRollback, "rolling back: voter %s has no Node", name)
+			return p.wait(api.StepRollback, "rolling back: voter %s has no Node", name)
 		}
 		if why := p.membershipProblem(v, original); why != "" {
-			return p.wait(StepRollback, "rolling back: waiting until every voter lists the original members and no more: %s", why)
+			return p.wait(api.StepRollback, "rolling back: waiting until every voter lists the original members and no more: %s", why)
 		}
 	}
-	return p.act(StepRollback, Action{Type: ActionMemberGone, Node: in.Name},
+	return p.act(api.StepRollback, Action{Type: api.ActionMemberGone, Node: in.Name},
 		"rolling back: every voter lists the original members: telling %s its member is gone", in.Name)
 }
 
 // candidateMember returns IN's member as the first voter with a fresh
 // sample lists it (OUT and IN left out), and that voter; nil when none
 // lists it.
-func (p *planner) candidateMember(in *Node) (Member, *Node) {
+func (p *planner) candidateMember(in *Node) (api.Member, *Node) {
 	for _, v := range p.voters {
 		if v.Name == p.rec.Out || v.Name == in.Name || !p.fresh(v) {
 			continue
@@ -489,7 +491,7 @@ func (p *planner) candidateMember(in *Node) (Member, *Node) {
 			}
 		}
 	}
-	return Member{}, nil
+	return api.Member{}, nil
 }
 
 // removeCandidate: k3s was asked to remove IN's member and a voter still
@@ -504,28 +506,28 @@ func (p *planner) candidateMember(in *Node) (Member, *Node) {
 // voter is unhealthy as the annotation is; and when that agent fails, or
 // does not manage within remove_by_voter, the swap stops stuck: it holds
 // the Lease and says what an operator types, never waiting in silence.
-func (p *planner) removeCandidate(in *Node, m Member, lister *Node, original []string) Plan {
+func (p *planner) removeCandidate(in *Node, m api.Member, lister *Node, original []string) Plan {
 	id := p.rec.ID
-	if p.rec.Phase == PhaseStuck {
+	if p.rec.Phase == api.PhaseStuck {
 		st := p.rec.Stuck
 		if st == nil {
 			return p.stick(in, m, lister, "the swap record says stuck without saying why")
 		}
-		return p.wait(StepStuck, "stuck: the member %s of the candidate %s is still listed by %s and fleet-role cannot remove it (%s); "+
+		return p.wait(api.StepStuck, "stuck: the member %s of the candidate %s is still listed by %s and fleet-role cannot remove it (%s); "+
 			"the Lease stays held until it is gone. Remove it by hand, as root on %s: %s",
 			st.Member, in.Name, lister.Name, st.Why, st.Voter, st.Command())
 	}
 	var asked *Node
 	for _, v := range p.voters {
-		if v.requested(id, RequestRemoveMember) != nil {
+		if v.requested(id, api.RequestRemoveMember) != nil {
 			asked = v
 			break
 		}
 	}
 	if asked == nil {
-		if !p.pastBound(StepRemoveCandidate) {
-			return p.wait(StepRemoveCandidate, "rolling back: waiting for k3s to remove the member %s of %s (%s lists it); past %s a voter's agent is asked to",
-				m.Name, in.Name, lister.Name, p.bound(StepRemoveCandidate))
+		if !p.pastBound(api.StepRemoveCandidate) {
+			return p.wait(api.StepRemoveCandidate, "rolling back: waiting for k3s to remove the member %s of %s (%s lists it); past %s a voter's agent is asked to",
+				m.Name, in.Name, lister.Name, p.bound(api.StepRemoveCandidate))
 		}
 		var target *Node
 		for _, name := range original {
@@ -534,10 +536,10 @@ func (p *planner) removeCandidate(in *Node, m Member, lister *Node, original []s
 			}
 			v := p.node(name)
 			if v == nil {
-				return p.wait(StepRemoveCandidate, "rolling back: removal of %s's member by a voter held: voter %s has no Node", in.Name, name)
+				return p.wait(api.StepRemoveCandidate, "rolling back: removal of %s's member by a voter held: voter %s has no Node", in.Name, name)
 			}
 			if why := p.unhealthy(v); why != "" {
-				return p.wait(StepRemoveCandidate, "rolling back: removal of %s's member by a voter held while a voter is unhealthy: %s", in.Name, why)
+				return p.wait(api.StepRemoveCandidate, "rolling back: removal of %s's member by a voter held while a voter is unhealthy: %s", in.Name, why)
 			}
 			if target == nil && v.Voter() {
 				target = v
@@ -546,29 +548,29 @@ func (p *planner) removeCandidate(in *Node, m Member, lister *Node, original []s
 		if target == nil {
 			return p.stick(in, m, lister, "no voter but the outgoing one is left to ask")
 		}
-		a := p.request(target, ActionRemoveByVoter, RequestRemoveMember)
+		a := p.request(target, api.ActionRemoveByVoter, api.RequestRemoveMember)
 		a.Request.Member, a.Request.MemberID = m.Name, m.ID
-		return p.act(StepRemoveByVoter, a, "rolling back: k3s did not remove the member %s of %s within %s (its server never came up, so k3s cannot): asking the agent of the voter %s to remove it",
-			m.Name, in.Name, p.bound(StepRemoveCandidate), target.Name)
+		return p.act(api.StepRemoveByVoter, a, "rolling back: k3s did not remove the member %s of %s within %s (its server never came up, so k3s cannot): asking the agent of the voter %s to remove it",
+			m.Name, in.Name, p.bound(api.StepRemoveCandidate), target.Name)
 	}
 	q := asked.Request
-	if rep := asked.answer(id, RequestRemoveMember); rep != nil && rep.State != StateDone {
+	if rep := asked.answer(id, api.RequestRemoveMember); rep != nil && rep.State != api.StateDone {
 		return p.stick(in, m, asked, fmt.Sprintf("the agent of %s %s the removal: %s", asked.Name, rep.State, rep.Message))
 	}
-	if p.s.Now.Sub(q.At) > p.bound(StepRemoveByVoter) {
-		return p.stick(in, m, asked, fmt.Sprintf("the agent of %s did not remove it within %s", asked.Name, p.bound(StepRemoveByVoter)))
+	if p.s.Now.Sub(q.At) > p.bound(api.StepRemoveByVoter) {
+		return p.stick(in, m, asked, fmt.Sprintf("the agent of %s did not remove it within %s", asked.Name, p.bound(api.StepRemoveByVoter)))
 	}
-	return p.wait(StepRemoveByVoter, "rolling back: waiting for the agent of %s to remove the member %s of %s (%s lists it)",
+	return p.wait(api.StepRemoveByVoter, "rolling back: waiting for the agent of %s to remove the member %s of %s (%s lists it)",
 		asked.Name, m.Name, in.Name, lister.Name)
 }
 
 // stick stops the swap stuck: the phase on the Lease says so, and what
 // an operator types.
-func (p *planner) stick(in *Node, m Member, voter *Node, why string) Plan {
+func (p *planner) stick(in *Node, m api.Member, voter *Node, why string) Plan {
 	rec := *p.rec
-	rec.Phase = PhaseStuck
-	rec.Stuck = &Stuck{Node: in.Name, Member: m.Name, MemberID: m.ID, Voter: voter.Name, Why: why}
-	return Plan{Action: Action{Type: ActionStuck, Node: in.Name}, Step: StepStuck, Swap: &rec,
+	rec.Phase = api.PhaseStuck
+	rec.Stuck = &api.Stuck{Node: in.Name, Member: m.Name, MemberID: m.ID, Voter: voter.Name, Why: why}
+	return Plan{Action: Action{Type: api.ActionStuck, Node: in.Name}, Step: api.StepStuck, Swap: &rec,
 		Reason: fmt.Sprintf("stuck: the member %s of the candidate %s cannot be removed (%s); the Lease stays held until it is gone. Remove it by hand, as root on %s: %s",
 			m.Name, in.Name, why, voter.Name, rec.Stuck.Command())}
 }
@@ -591,15 +593,15 @@ func (p *planner) joined(in *Node) bool {
 // so an end interrupted midway is ended again, not started again.
 func (p *planner) end(result string, pending []string, reason string) Plan {
 	rec := *p.rec
-	if rec.Phase != PhaseEnd {
+	if rec.Phase != api.PhaseEnd {
 		now := p.s.Now
-		rec.Phase, rec.Result, rec.EndedAt, rec.Pending = PhaseEnd, result, &now, pending
+		rec.Phase, rec.Result, rec.EndedAt, rec.Pending = api.PhaseEnd, result, &now, pending
 		if reason != "" {
 			rec.Reason = reason
 		}
 	}
 	var cooldown *time.Time
-	if rec.Result != ResultAbandoned && p.s.Config.Cooldown > 0 {
+	if rec.Result != api.ResultAbandoned && p.s.Config.Cooldown > 0 {
 		t := rec.EndedAt.Add(p.s.Config.Cooldown)
 		cooldown = &t
 	}
@@ -614,8 +616,8 @@ func (p *planner) end(result string, pending []string, reason string) Plan {
 		why += ": " + rec.Reason
 	}
 	return Plan{
-		Action: Action{Type: ActionEnd, Result: rec.Result, Clear: clear, Pending: slices.Clone(rec.Pending), CooldownUntil: cooldown},
-		Step:   StepEnd,
+		Action: Action{Type: api.ActionEnd, Result: rec.Result, Clear: clear, Pending: slices.Clone(rec.Pending), CooldownUntil: cooldown},
+		Step:   api.StepEnd,
 		Swap:   &rec,
 		Reason: why,
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // VerdictConfig is how the controller judges a host's fitness.
@@ -29,9 +31,9 @@ type VerdictConfig struct {
 // limit), fit otherwise. The figures that led to it go with it. Score
 // orders hosts of one state, higher worse: the bad samples first, then the
 // median fsync p99.
-func Judge(samples []Probe, now time.Time, c VerdictConfig) Verdict {
+func Judge(samples []api.Probe, now time.Time, c VerdictConfig) api.Verdict {
 	if len(samples) == 0 {
-		return Verdict{State: VerdictSilent, Reason: "no probe sample"}
+		return api.Verdict{State: api.VerdictSilent, Reason: "no probe sample"}
 	}
 	last := samples[len(samples)-1]
 	period := time.Duration(last.Period)
@@ -39,10 +41,10 @@ func Judge(samples []Probe, now time.Time, c VerdictConfig) Verdict {
 		period = c.Period
 	}
 	if age := now.Sub(last.At); age > 3*period {
-		return Verdict{State: VerdictSilent, Reason: fmt.Sprintf("no probe sample for %s (3 periods of %s)", age.Round(time.Second), period)}
+		return api.Verdict{State: api.VerdictSilent, Reason: fmt.Sprintf("no probe sample for %s (3 periods of %s)", age.Round(time.Second), period)}
 	}
 	if len(samples) < c.Window {
-		return Verdict{State: VerdictPartial, Samples: len(samples),
+		return api.Verdict{State: api.VerdictPartial, Samples: len(samples),
 			Reason: fmt.Sprintf("%d of %d samples: no verdict on a partial window", len(samples), c.Window)}
 	}
 	window := samples[len(samples)-c.Window:]
@@ -74,7 +76,7 @@ func Judge(samples []Probe, now time.Time, c VerdictConfig) Verdict {
 			bad++
 		}
 	}
-	v := Verdict{State: VerdictFit, Samples: len(window), Bad: bad, FsyncP99Ms: median(fsync), RTTMs: median(reads)}
+	v := api.Verdict{State: api.VerdictFit, Samples: len(window), Bad: bad, FsyncP99Ms: median(fsync), RTTMs: median(reads)}
 	v.Score = float64(bad)*1000 + v.FsyncP99Ms
 	var why []string
 	if slowFsync > 0 {
@@ -94,7 +96,7 @@ func Judge(samples []Probe, now time.Time, c VerdictConfig) Verdict {
 		detail = strings.Join(why, ", ") + fmt.Sprintf(" of %d samples", len(window))
 	}
 	if bad*2 > len(window) {
-		v.State = VerdictUnfit
+		v.State = api.VerdictUnfit
 	}
 	v.Reason = fmt.Sprintf("%s; fsync p99 median %.1f ms", detail, v.FsyncP99Ms)
 	return v

@@ -6,16 +6,17 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
 var vcfg = swapplan.VerdictConfig{Window: 5, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond, Period: time.Minute}
 
 // window makes n samples a minute apart ending at epoch, the i-th made by f.
-func window(n int, f func(i int, p *swapplan.Probe)) []swapplan.Probe {
-	out := make([]swapplan.Probe, n)
+func window(n int, f func(i int, p *api.Probe)) []api.Probe {
+	out := make([]api.Probe, n)
 	for i := range out {
-		out[i] = swapplan.Probe{At: epoch.Add(-time.Duration(n-1-i) * time.Minute), Period: swapplan.Duration(time.Minute), Healthy: true, FsyncP99Ms: 2, RTTMs: 1}
+		out[i] = api.Probe{At: epoch.Add(-time.Duration(n-1-i) * time.Minute), Period: api.Duration(time.Minute), Healthy: true, FsyncP99Ms: 2, RTTMs: 1}
 		if f != nil {
 			f(i, &out[i])
 		}
@@ -26,33 +27,33 @@ func window(n int, f func(i int, p *swapplan.Probe)) []swapplan.Probe {
 func TestVerdicts(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		samples []swapplan.Probe
+		samples []api.Probe
 		now     time.Time
 		state   string
 		bad     int
 		reason  string
 	}{
-		{"no samples is silent", nil, epoch, swapplan.VerdictSilent, 0, "no probe sample"},
-		{"a partial window gives no verdict", window(4, nil), epoch, swapplan.VerdictPartial, 0, "4 of 5 samples"},
-		{"a partial window of slow samples gives no verdict either", window(4, func(_ int, p *swapplan.Probe) { p.FsyncP99Ms = 50 }), epoch, swapplan.VerdictPartial, 0, "partial"},
-		{"a full window of good samples is fit", window(5, nil), epoch, swapplan.VerdictFit, 0, "0 of 5 samples bad"},
-		{"most samples over the fsync limit is unfit", window(5, func(i int, p *swapplan.Probe) {
+		{"no samples is silent", nil, epoch, api.VerdictSilent, 0, "no probe sample"},
+		{"a partial window gives no verdict", window(4, nil), epoch, api.VerdictPartial, 0, "4 of 5 samples"},
+		{"a partial window of slow samples gives no verdict either", window(4, func(_ int, p *api.Probe) { p.FsyncP99Ms = 50 }), epoch, api.VerdictPartial, 0, "partial"},
+		{"a full window of good samples is fit", window(5, nil), epoch, api.VerdictFit, 0, "0 of 5 samples bad"},
+		{"most samples over the fsync limit is unfit", window(5, func(i int, p *api.Probe) {
 			if i < 3 {
 				p.FsyncP99Ms = 31
 			}
-		}), epoch, swapplan.VerdictUnfit, 3, "fsync p99 over 10ms in 3 of 5 samples"},
-		{"half or fewer over the limit is fit: one slow second is no swap", window(6, func(i int, p *swapplan.Probe) {
+		}), epoch, api.VerdictUnfit, 3, "fsync p99 over 10ms in 3 of 5 samples"},
+		{"half or fewer over the limit is fit: one slow second is no swap", window(6, func(i int, p *api.Probe) {
 			if i == 0 || i > 3 {
 				p.FsyncP99Ms = 31
 			}
-		}), epoch, swapplan.VerdictFit, 2, "fsync p99 over 10ms in 2 of 5"},
-		{"a sample at the limit is not over it", window(5, func(_ int, p *swapplan.Probe) { p.FsyncP99Ms = 10 }), epoch, swapplan.VerdictFit, 0, ""},
-		{"a sample just over the limit is", window(5, func(_ int, p *swapplan.Probe) { p.FsyncP99Ms = 10.01 }), epoch, swapplan.VerdictUnfit, 5, ""},
-		{"slow reads are bad", window(5, func(_ int, p *swapplan.Probe) { p.RTTMs = 250 }), epoch, swapplan.VerdictUnfit, 5, "reads over 100ms in 5"},
-		{"unhealthy samples are bad", window(5, func(i int, p *swapplan.Probe) { p.Healthy = i < 2 }), epoch, swapplan.VerdictUnfit, 3, "unhealthy in 3"},
-		{"samples that could not reach etcd are bad", window(5, func(_ int, p *swapplan.Probe) { p.Error = "etcd: context deadline exceeded" }), epoch, swapplan.VerdictUnfit, 5, "an error in 5"},
-		{"a probe silent for 3 periods is silent, whatever its window said", window(5, nil), epoch.Add(3*time.Minute + time.Second), swapplan.VerdictSilent, 0, "3 periods"},
-		{"a probe late by less than 3 periods still has its verdict", window(5, nil), epoch.Add(3 * time.Minute), swapplan.VerdictFit, 0, ""},
+		}), epoch, api.VerdictFit, 2, "fsync p99 over 10ms in 2 of 5"},
+		{"a sample at the limit is not over it", window(5, func(_ int, p *api.Probe) { p.FsyncP99Ms = 10 }), epoch, api.VerdictFit, 0, ""},
+		{"a sample just over the limit is", window(5, func(_ int, p *api.Probe) { p.FsyncP99Ms = 10.01 }), epoch, api.VerdictUnfit, 5, ""},
+		{"slow reads are bad", window(5, func(_ int, p *api.Probe) { p.RTTMs = 250 }), epoch, api.VerdictUnfit, 5, "reads over 100ms in 5"},
+		{"unhealthy samples are bad", window(5, func(i int, p *api.Probe) { p.Healthy = i < 2 }), epoch, api.VerdictUnfit, 3, "unhealthy in 3"},
+		{"samples that could not reach etcd are bad", window(5, func(_ int, p *api.Probe) { p.Error = "etcd: context deadline exceeded" }), epoch, api.VerdictUnfit, 5, "an error in 5"},
+		{"a probe silent for 3 periods is silent, whatever its window said", window(5, nil), epoch.Add(3*time.Minute + time.Second), api.VerdictSilent, 0, "3 periods"},
+		{"a probe late by less than 3 periods still has its verdict", window(5, nil), epoch.Add(3 * time.Minute), api.VerdictFit, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := swapplan.Judge(tc.samples, tc.now, vcfg)
@@ -64,15 +65,15 @@ func TestVerdicts(t *testing.T) {
 }
 
 func TestVerdictFiguresAndTies(t *testing.T) {
-	v := swapplan.Judge(window(5, func(i int, p *swapplan.Probe) { p.FsyncP99Ms = float64(i + 1); p.RTTMs = float64(10 * (i + 1)) }), epoch, vcfg)
+	v := swapplan.Judge(window(5, func(i int, p *api.Probe) { p.FsyncP99Ms = float64(i + 1); p.RTTMs = float64(10 * (i + 1)) }), epoch, vcfg)
 	assert.Equal(t, 3.0, v.FsyncP99Ms, "the median")
 	assert.Equal(t, 30.0, v.RTTMs)
 	assert.Equal(t, 5, v.Samples)
 
 	// More bad samples is worse; with as many, the slower disk.
-	worse := swapplan.Judge(window(5, func(_ int, p *swapplan.Probe) { p.FsyncP99Ms = 20 }), epoch, vcfg)
-	slower := swapplan.Judge(window(5, func(_ int, p *swapplan.Probe) { p.FsyncP99Ms = 40 }), epoch, vcfg)
-	fewer := swapplan.Judge(window(5, func(i int, p *swapplan.Probe) {
+	worse := swapplan.Judge(window(5, func(_ int, p *api.Probe) { p.FsyncP99Ms = 20 }), epoch, vcfg)
+	slower := swapplan.Judge(window(5, func(_ int, p *api.Probe) { p.FsyncP99Ms = 40 }), epoch, vcfg)
+	fewer := swapplan.Judge(window(5, func(i int, p *api.Probe) {
 		if i < 3 {
 			p.FsyncP99Ms = 90
 		}
@@ -84,7 +85,7 @@ func TestVerdictFiguresAndTies(t *testing.T) {
 	w := newWorld(t, 3, 2, 0)
 	w.cfg.DryRun = false
 	for _, n := range []string{"v2", "v3"} {
-		w.node(n).Verdict = swapplan.Judge(window(5, func(_ int, p *swapplan.Probe) { p.FsyncP99Ms = 20 }), epoch, vcfg)
+		w.node(n).Verdict = swapplan.Judge(window(5, func(_ int, p *api.Probe) { p.FsyncP99Ms = 20 }), epoch, vcfg)
 	}
 	for _, n := range []string{"s1", "s2"} {
 		w.node(n).Verdict = swapplan.Judge(window(5, nil), epoch, vcfg)

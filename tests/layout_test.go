@@ -21,6 +21,7 @@ type goPackage struct {
 	Doc        string
 	GoFiles    []string
 	Imports    []string
+	Deps       []string
 	Standard   bool
 }
 
@@ -50,11 +51,13 @@ func TestEveryPackageHasADocComment(t *testing.T) {
 	}
 }
 
-// The planner and the agent's decisions are pure: the standard library
-// only, and none of it that reaches the world.
+// The wire contract, the planner and the agent's decisions are pure: the
+// standard library only (and, for the planner and the decisions, the wire
+// contract, api), and none of it that reaches the world.
 func TestThePurePackagesImportTheStandardLibraryOnlyAndDoNoIO(t *testing.T) {
 	forbidden := []string{"os", "os/exec", "net", "net/http", "syscall", "io/fs", "io/ioutil", "math/rand", "math/rand/v2", "crypto/rand", "unsafe"}
-	for _, dir := range []string{"swapplan", "role"} {
+	const contract = "github.com/fleet-role/fleet-role/api"
+	for _, dir := range []string{"api", "swapplan", "role"} {
 		if files, _ := filepath.Glob(filepath.Join("..", dir, "*.go")); len(files) == 0 {
 			continue // not written yet
 		}
@@ -66,6 +69,9 @@ func TestThePurePackagesImportTheStandardLibraryOnlyAndDoNoIO(t *testing.T) {
 			std[s.ImportPath] = s.Standard
 		}
 		for _, imp := range p.Imports {
+			if imp == contract && dir != "api" {
+				continue
+			}
 			assert.True(t, std[imp], "%s imports %s, which is not in the standard library", dir, imp)
 			assert.NotContains(t, forbidden, imp, "%s imports %s, which reaches the world", dir, imp)
 		}
@@ -79,8 +85,23 @@ func TestThePurePackagesImportTheStandardLibraryOnlyAndDoNoIO(t *testing.T) {
 	}
 }
 
+// The wire contract is a leaf: api imports nothing of the module, so that
+// every part speaks it; the agent and the configuration speak it without
+// the planner.
+func TestTheWireContractIsALeafAndTheAgentDoesNotImportThePlanner(t *testing.T) {
+	const module = "github.com/fleet-role/fleet-role/"
+	for _, p := range listPackages(t, "./api") {
+		for _, d := range p.Deps {
+			assert.False(t, strings.HasPrefix(d, module), "%s depends on %s", p.ImportPath, d)
+		}
+	}
+	for _, p := range listPackages(t, "./daemon/...", "./config/...", "./role/...") {
+		assert.NotContains(t, p.Deps, module+"swapplan", "%s depends on the planner", p.ImportPath)
+	}
+}
+
 func TestTheTopLevelKeepsTheLayout(t *testing.T) {
-	allowed := []string{"cmd", "daemon", "platform", "role", "controller", "swapplan", "config", "packaging", "ansible",
+	allowed := []string{"api", "cmd", "daemon", "platform", "role", "controller", "swapplan", "config", "packaging", "ansible",
 		"tests", "go.mod", "go.sum", "Makefile", "README.md", "LICENSE", ".ci", "docs", ".git", ".gitignore", "bin"}
 	entries, err := os.ReadDir("..")
 	require.NoError(t, err)

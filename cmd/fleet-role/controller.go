@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller"
 	"github.com/fleet-role/fleet-role/controller/adapt"
@@ -129,7 +130,7 @@ too, through every gate but the cooldown and the verdicts.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
 			out, in := args[0], args[1]
-			var req swapplan.ManualRequest
+			var req api.ManualRequest
 			// The status the controller publishes may change between the
 			// read and the write: read, check and write again then.
 			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -140,7 +141,7 @@ too, through every gate but the cooldown and the verdicts.`,
 				if err := swapplan.CheckRequest(snap, out, in); err != nil {
 					return fmt.Errorf("refused: %w", err)
 				}
-				req = swapplan.ManualRequest{Out: out, In: in, At: time.Now().UTC().Truncate(time.Second), By: requester()}
+				req = api.ManualRequest{Out: out, In: in, At: time.Now().UTC().Truncate(time.Second), By: requester()}
 				return writeRequest(ctx, client, cfg.Namespace, cm, req)
 			})
 			if apierrors.IsConflict(err) {
@@ -169,47 +170,47 @@ func readCluster(ctx context.Context, client kubernetes.Interface, cfg config.Co
 	for i := range nodes.Items {
 		in.Nodes = append(in.Nodes, &nodes.Items[i])
 	}
-	beats, err := client.CoordinationV1().Leases(swapplan.NodeLeaseNamespace).List(ctx, metav1.ListOptions{})
+	beats, err := client.CoordinationV1().Leases(api.NodeLeaseNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return swapplan.Snapshot{}, nil, fmt.Errorf("list the kubelets' leases: %w", err)
 	}
 	for i := range beats.Items {
 		in.NodeLeases = append(in.NodeLeases, &beats.Items[i])
 	}
-	lease, err := client.CoordinationV1().Leases(cfg.Namespace).Get(ctx, swapplan.LeaseName, metav1.GetOptions{})
+	lease, err := client.CoordinationV1().Leases(cfg.Namespace).Get(ctx, api.LeaseName, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		in.Lease = lease
 	case !apierrors.IsNotFound(err):
-		return swapplan.Snapshot{}, nil, fmt.Errorf("read the Lease %s/%s: %w", cfg.Namespace, swapplan.LeaseName, err)
+		return swapplan.Snapshot{}, nil, fmt.Errorf("read the Lease %s/%s: %w", cfg.Namespace, api.LeaseName, err)
 	}
-	cm, err := client.CoreV1().ConfigMaps(cfg.Namespace).Get(ctx, swapplan.StatusConfigMap, metav1.GetOptions{})
+	cm, err := client.CoreV1().ConfigMaps(cfg.Namespace).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		in.Status = cm
 	case apierrors.IsNotFound(err):
 		cm = nil
 	default:
-		return swapplan.Snapshot{}, nil, fmt.Errorf("read %s/%s: %w", cfg.Namespace, swapplan.StatusConfigMap, err)
+		return swapplan.Snapshot{}, nil, fmt.Errorf("read %s/%s: %w", cfg.Namespace, api.StatusConfigMap, err)
 	}
-	snap, _ := adapt.Build(in, cfg.Plan(), labels.Nothing(), time.Now())
+	snap, _ := adapt.Build(in, controller.PlanConfig(cfg), labels.Nothing(), time.Now())
 	return snap, cm, nil
 }
 
-func writeRequest(ctx context.Context, client kubernetes.Interface, ns string, cm *corev1.ConfigMap, req swapplan.ManualRequest) error {
+func writeRequest(ctx context.Context, client kubernetes.Interface, ns string, cm *corev1.ConfigMap, req api.ManualRequest) error {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
 	if cm == nil {
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: swapplan.StatusConfigMap},
-			Data: map[string]string{swapplan.RequestKey: string(b)}}
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: api.StatusConfigMap},
+			Data: map[string]string{api.RequestKey: string(b)}}
 		_, err = client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
 	} else {
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
-		cm.Data[swapplan.RequestKey] = string(b)
+		cm.Data[api.RequestKey] = string(b)
 		_, err = client.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
 	}
 	if err != nil {

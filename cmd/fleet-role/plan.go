@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/controller"
 	"github.com/fleet-role/fleet-role/controller/adapt"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
@@ -99,7 +100,7 @@ func planFile(r io.Reader, cfg config.Controller, now time.Time) (swapplan.Plan,
 	if err != nil {
 		return swapplan.Plan{}, fmt.Errorf("runner_selector: %w", err)
 	}
-	snap, err := adapt.Build(in, cfg.Plan(), runners, now)
+	snap, err := adapt.Build(in, controller.PlanConfig(cfg), runners, now)
 	if err != nil {
 		return swapplan.Plan{}, fmt.Errorf("%w: %w", adapt.ErrInput, err)
 	}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -68,24 +69,24 @@ func newStatusCommand() *cobra.Command {
 	return cmd
 }
 
-func readStatus(ctx context.Context, client kubernetes.Interface, ns string) (swapplan.Status, error) {
+func readStatus(ctx context.Context, client kubernetes.Interface, ns string) (api.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, swapplan.StatusConfigMap, metav1.GetOptions{})
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return swapplan.Status{}, fmt.Errorf("no %s/%s: is the controller running?", ns, swapplan.StatusConfigMap)
+		return api.Status{}, fmt.Errorf("no %s/%s: is the controller running?", ns, api.StatusConfigMap)
 	}
 	if err != nil {
-		return swapplan.Status{}, fmt.Errorf("read %s/%s: %w", ns, swapplan.StatusConfigMap, err)
+		return api.Status{}, fmt.Errorf("read %s/%s: %w", ns, api.StatusConfigMap, err)
 	}
-	var st swapplan.Status
-	if v := cm.Data[swapplan.StatusKey]; v != "" {
+	var st api.Status
+	if v := cm.Data[api.StatusKey]; v != "" {
 		if err := json.Unmarshal([]byte(v), &st); err != nil {
-			return st, fmt.Errorf("%s/%s: %s: %w", ns, swapplan.StatusConfigMap, swapplan.StatusKey, err)
+			return st, fmt.Errorf("%s/%s: %s: %w", ns, api.StatusConfigMap, api.StatusKey, err)
 		}
 	}
-	if v := cm.Data[swapplan.RequestKey]; v != "" && st.Request == nil {
-		var q swapplan.ManualRequest
+	if v := cm.Data[api.RequestKey]; v != "" && st.Request == nil {
+		var q api.ManualRequest
 		if json.Unmarshal([]byte(v), &q) == nil {
 			st.Request = &q
 		}
@@ -104,7 +105,7 @@ func ago(now, t time.Time) string {
 func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
 // renderStatus writes the status as a person reads it at a glance.
-func renderStatus(w io.Writer, st swapplan.Status, now time.Time) {
+func renderStatus(w io.Writer, st api.Status, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 	if !st.UpdatedAt.IsZero() {
@@ -184,7 +185,7 @@ func renderStatus(w io.Writer, st swapplan.Status, now time.Time) {
 		if ok {
 			verdict = v.State
 			switch {
-			case v.State == swapplan.VerdictPartial:
+			case v.State == api.VerdictPartial:
 				samples = "filling"
 			case v.Samples > 0:
 				samples = fmt.Sprintf("%d bad of %d", v.Bad, v.Samples)

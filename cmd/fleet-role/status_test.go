@@ -7,18 +7,18 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 )
 
 func TestStatusOfAStuckSwapNamesTheCommandThatRemovesTheMember(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	since := now.Add(-7 * time.Minute)
-	stuck := &swapplan.Stuck{Node: "s1", Member: "s1-0a1b2c3d", MemberID: "8e9e05c52164694d", Voter: "v2",
+	stuck := &api.Stuck{Node: "s1", Member: "s1-0a1b2c3d", MemberID: "8e9e05c52164694d", Voter: "v2",
 		Why: "the agent of v2 failed the removal: etcd member remove: context deadline exceeded"}
-	st := swapplan.Status{
-		Swap: &swapplan.SwapRecord{ID: "x1", Out: "v1", In: "s1", Origin: swapplan.OriginManual, StartedAt: now.Add(-time.Hour),
-			Phase: swapplan.PhaseStuck, Reason: "the candidate s1 is not a voter within 10m0s", Stuck: stuck},
-		Step: swapplan.StepStuck, Since: &since, UpdatedAt: now,
+	st := api.Status{
+		Swap: &api.SwapRecord{ID: "x1", Out: "v1", In: "s1", Origin: api.OriginManual, StartedAt: now.Add(-time.Hour),
+			Phase: api.PhaseStuck, Reason: "the candidate s1 is not a voter within 10m0s", Stuck: stuck},
+		Step: api.StepStuck, Since: &since, UpdatedAt: now,
 	}
 	var b strings.Builder
 	renderStatus(&b, st, now)
@@ -31,7 +31,7 @@ func TestStatusOfAStuckSwapNamesTheCommandThatRemovesTheMember(t *testing.T) {
 		"--cert=/var/lib/rancher/k3s/server/tls/etcd/client.crt --key=/var/lib/rancher/k3s/server/tls/etcd/client.key member remove 8e9e05c52164694d")
 	assert.Contains(t, out, "the Lease stays held until the member is gone")
 
-	st.Swap.Phase, st.Swap.Stuck, st.Step = swapplan.PhaseRollback, nil, swapplan.StepRollback
+	st.Swap.Phase, st.Swap.Stuck, st.Step = api.PhaseRollback, nil, api.StepRollback
 	b.Reset()
 	renderStatus(&b, st, now)
 	assert.NotContains(t, b.String(), "etcdctl", "no command once the swap is no longer stuck")

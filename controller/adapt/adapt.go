@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -77,22 +78,22 @@ func Node(n *corev1.Node) (swapplan.Node, error) {
 	ann := n.Annotations
 	out := swapplan.Node{
 		Name:            n.Name,
-		Role:            n.Labels[swapplan.LabelRole],
-		Level:           n.Labels[swapplan.LabelLevel],
-		MemberName:      ann[swapplan.AnnotationEtcdNodeName],
-		RemovedMember:   ann[swapplan.AnnotationEtcdRemovedNodeName],
-		RemoveRequested: ann[swapplan.AnnotationEtcdRemove] == "true",
+		Role:            n.Labels[api.LabelRole],
+		Level:           n.Labels[api.LabelLevel],
+		MemberName:      ann[api.AnnotationEtcdNodeName],
+		RemovedMember:   ann[api.AnnotationEtcdRemovedNodeName],
+		RemoveRequested: ann[api.AnnotationEtcdRemove] == "true",
 		Unschedulable:   n.Spec.Unschedulable,
-		CordonedBy:      ann[swapplan.AnnotationCordonedBy],
-		MemberGone:      ann[swapplan.AnnotationMemberGone],
+		CordonedBy:      ann[api.AnnotationCordonedBy],
+		MemberGone:      ann[api.AnnotationMemberGone],
 	}
-	for _, l := range swapplan.ServerLabels {
+	for _, l := range api.ServerLabels {
 		if v, ok := n.Labels[l]; ok && v != "false" {
 			out.ServerLabels = append(out.ServerLabels, l)
 		}
 	}
 	for _, t := range n.Spec.Taints {
-		if t.Key == swapplan.TaintEtcdOnly {
+		if t.Key == api.TaintEtcdOnly {
 			out.EtcdTaint = true
 		}
 	}
@@ -101,28 +102,28 @@ func Node(n *corev1.Node) (swapplan.Node, error) {
 		case string(corev1.NodeReady):
 			out.Ready = c.Status == corev1.ConditionTrue
 			out.Heartbeat = c.LastHeartbeatTime.Time
-		case swapplan.ConditionEtcdIsVoter:
+		case api.ConditionEtcdIsVoter:
 			out.EtcdIsVoter = swapplan.Condition{Status: string(c.Status), Reason: c.Reason}
 		}
 	}
 	what := "node/" + n.Name
-	if v, ok := ann[swapplan.AnnotationRequest]; ok {
-		if r, err := decode[swapplan.Request](v); err != nil {
-			errs = append(errs, annotationError(what, swapplan.AnnotationRequest, err))
+	if v, ok := ann[api.AnnotationRequest]; ok {
+		if r, err := decode[api.Request](v); err != nil {
+			errs = append(errs, annotationError(what, api.AnnotationRequest, err))
 		} else {
 			out.Request = r
 		}
 	}
-	if v, ok := ann[swapplan.AnnotationReport]; ok {
-		if r, err := decode[swapplan.Report](v); err != nil {
-			errs = append(errs, annotationError(what, swapplan.AnnotationReport, err))
+	if v, ok := ann[api.AnnotationReport]; ok {
+		if r, err := decode[api.Report](v); err != nil {
+			errs = append(errs, annotationError(what, api.AnnotationReport, err))
 		} else {
 			out.Report = r
 		}
 	}
-	if v, ok := ann[swapplan.AnnotationProbe]; ok {
-		if p, err := decode[swapplan.Probe](v); err != nil {
-			errs = append(errs, annotationError(what, swapplan.AnnotationProbe, err))
+	if v, ok := ann[api.AnnotationProbe]; ok {
+		if p, err := decode[api.Probe](v); err != nil {
+			errs = append(errs, annotationError(what, api.AnnotationProbe, err))
 		} else {
 			out.Probe = p
 		}
@@ -163,10 +164,10 @@ func Lease(l *coordinationv1.Lease) (swapplan.Lease, error) {
 	if l.Spec.LeaseDurationSeconds != nil {
 		out.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 	}
-	if v, ok := l.Annotations[swapplan.AnnotationSwap]; ok && v != "" {
-		r, err := decode[swapplan.SwapRecord](v)
+	if v, ok := l.Annotations[api.AnnotationSwap]; ok && v != "" {
+		r, err := decode[api.SwapRecord](v)
 		if err != nil {
-			return out, annotationError("lease/"+l.Namespace+"/"+l.Name, swapplan.AnnotationSwap, err)
+			return out, annotationError("lease/"+l.Namespace+"/"+l.Name, api.AnnotationSwap, err)
 		}
 		out.Swap = r
 	}
@@ -175,22 +176,22 @@ func Lease(l *coordinationv1.Lease) (swapplan.Lease, error) {
 
 // Status reads the status ConfigMap: the status the controller published
 // and the manual request.
-func Status(cm *corev1.ConfigMap) (swapplan.Status, *swapplan.ManualRequest, error) {
+func Status(cm *corev1.ConfigMap) (api.Status, *api.ManualRequest, error) {
 	var errs []error
-	var st swapplan.Status
+	var st api.Status
 	what := "configmap/" + cm.Namespace + "/" + cm.Name
-	if v, ok := cm.Data[swapplan.StatusKey]; ok && strings.TrimSpace(v) != "" {
-		if s, err := decode[swapplan.Status](v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, swapplan.StatusKey, err))
+	if v, ok := cm.Data[api.StatusKey]; ok && strings.TrimSpace(v) != "" {
+		if s, err := decode[api.Status](v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, api.StatusKey, err))
 		} else {
 			st = *s
 		}
 	}
-	var req *swapplan.ManualRequest
-	if v, ok := cm.Data[swapplan.RequestKey]; ok && strings.TrimSpace(v) != "" {
-		r, err := decode[swapplan.ManualRequest](v)
+	var req *api.ManualRequest
+	if v, ok := cm.Data[api.RequestKey]; ok && strings.TrimSpace(v) != "" {
+		r, err := decode[api.ManualRequest](v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, swapplan.RequestKey, err))
+			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, api.RequestKey, err))
 		}
 		req = r
 	}

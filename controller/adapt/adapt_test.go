@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -26,27 +27,27 @@ func voterNode() *corev1.Node {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "v1",
 			Labels: map[string]string{
-				swapplan.LabelRole: swapplan.RoleVoter, swapplan.LabelLevel: "etcd-only",
-				swapplan.LabelEtcd: "true", swapplan.LabelControlPlane: "true", swapplan.LabelMaster: "false",
+				api.LabelRole: api.RoleVoter, api.LabelLevel: "etcd-only",
+				api.LabelEtcd: "true", api.LabelControlPlane: "true", api.LabelMaster: "false",
 			},
 			Annotations: map[string]string{
-				swapplan.AnnotationEtcdNodeName:        "v1-0a1b2c3d",
-				swapplan.AnnotationEtcdRemovedNodeName: "v1-99999999",
-				swapplan.AnnotationEtcdRemove:          "true",
-				swapplan.AnnotationCordonedBy:          "swap-1",
-				swapplan.AnnotationMemberGone:          "swap-1",
-				swapplan.AnnotationRequest:             `{"swap":"swap-1","action":"step-down","at":"2026-11-30T11:59:00Z"}`,
-				swapplan.AnnotationReport:              `{"swap":"swap-1","action":"finish","state":"done","startedAt":"2026-11-30T11:59:30Z","at":"2026-11-30T11:59:31Z"}`,
-				swapplan.AnnotationProbe:               `{"at":"2026-11-30T11:59:50Z","period":"1m","healthy":true,"member":"v1-0a1b2c3d","members":[{"name":"v1-0a1b2c3d"},{"name":"s1-01234567","learner":true}],"fsyncP99Ms":3.5}`,
+				api.AnnotationEtcdNodeName:        "v1-0a1b2c3d",
+				api.AnnotationEtcdRemovedNodeName: "v1-99999999",
+				api.AnnotationEtcdRemove:          "true",
+				api.AnnotationCordonedBy:          "swap-1",
+				api.AnnotationMemberGone:          "swap-1",
+				api.AnnotationRequest:             `{"swap":"swap-1","action":"step-down","at":"2026-11-30T11:59:00Z"}`,
+				api.AnnotationReport:              `{"swap":"swap-1","action":"finish","state":"done","startedAt":"2026-11-30T11:59:30Z","at":"2026-11-30T11:59:31Z"}`,
+				api.AnnotationProbe:               `{"at":"2026-11-30T11:59:50Z","period":"1m","healthy":true,"member":"v1-0a1b2c3d","members":[{"name":"v1-0a1b2c3d"},{"name":"s1-01234567","learner":true}],"fsyncP99Ms":3.5}`,
 			},
 		},
 		Spec: corev1.NodeSpec{
 			Unschedulable: true,
-			Taints:        []corev1.Taint{{Key: swapplan.TaintEtcdOnly, Effect: corev1.TaintEffectNoSchedule}},
+			Taints:        []corev1.Taint{{Key: api.TaintEtcdOnly, Effect: corev1.TaintEffectNoSchedule}},
 		},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(t0.Add(-time.Minute))},
-			{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: swapplan.ReasonUnhealthy},
+			{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: api.ReasonUnhealthy},
 		}},
 	}
 }
@@ -54,33 +55,33 @@ func voterNode() *corev1.Node {
 func TestNodeReadsEveryNameOfTheContract(t *testing.T) {
 	n, err := Node(voterNode())
 	require.NoError(t, err)
-	assert.Equal(t, swapplan.RoleVoter, n.Role)
+	assert.Equal(t, api.RoleVoter, n.Role)
 	assert.Equal(t, "etcd-only", n.Level)
-	assert.Equal(t, []string{swapplan.LabelEtcd, swapplan.LabelControlPlane}, n.ServerLabels, "a label set to false is not carried")
+	assert.Equal(t, []string{api.LabelEtcd, api.LabelControlPlane}, n.ServerLabels, "a label set to false is not carried")
 	assert.True(t, n.EtcdTaint)
 	assert.Equal(t, "v1-0a1b2c3d", n.MemberName)
 	assert.Equal(t, "v1-99999999", n.RemovedMember)
 	assert.True(t, n.RemoveRequested)
 	assert.False(t, n.MemberRemoved(), "k3s last removed an older member")
-	assert.Equal(t, swapplan.Condition{Status: "False", Reason: swapplan.ReasonUnhealthy}, n.EtcdIsVoter)
+	assert.Equal(t, swapplan.Condition{Status: "False", Reason: api.ReasonUnhealthy}, n.EtcdIsVoter)
 	assert.True(t, n.Ready)
 	assert.Equal(t, t0.Add(-time.Minute), n.Heartbeat)
 	assert.True(t, n.Unschedulable)
 	assert.Equal(t, "swap-1", n.CordonedBy)
 	assert.Equal(t, "swap-1", n.MemberGone)
 	require.NotNil(t, n.Request)
-	assert.Equal(t, swapplan.RequestStepDown, n.Request.Action)
+	assert.Equal(t, api.RequestStepDown, n.Request.Action)
 	require.NotNil(t, n.Report)
 	assert.Equal(t, t0.Add(-30*time.Second), *n.Report.StartedAt)
 	require.NotNil(t, n.Probe)
-	assert.Equal(t, swapplan.Duration(time.Minute), n.Probe.Period)
-	assert.Equal(t, []swapplan.Member{{Name: "v1-0a1b2c3d"}, {Name: "s1-01234567", Learner: true}}, n.Probe.Members)
+	assert.Equal(t, api.Duration(time.Minute), n.Probe.Period)
+	assert.Equal(t, []api.Member{{Name: "v1-0a1b2c3d"}, {Name: "s1-01234567", Learner: true}}, n.Probe.Members)
 }
 
 func TestNodeLeavesOutAMalformedAnnotationAndNamesIt(t *testing.T) {
 	node := voterNode()
-	node.Annotations[swapplan.AnnotationReport] = `{"swap":"swap-1","action":"finish","state":"done","startedAt":"yesterday","at":"2026-11-30T11:59:31Z"}`
-	node.Annotations[swapplan.AnnotationProbe] = `{"at":"2026-11-30T11:59:50Z","period":60}`
+	node.Annotations[api.AnnotationReport] = `{"swap":"swap-1","action":"finish","state":"done","startedAt":"yesterday","at":"2026-11-30T11:59:31Z"}`
+	node.Annotations[api.AnnotationProbe] = `{"at":"2026-11-30T11:59:50Z","period":60}`
 	n, err := Node(node)
 	require.Error(t, err)
 	assert.Nil(t, n.Report)
@@ -108,28 +109,28 @@ func TestPodClassifiesRunnersDaemonSetsMirrorsAndFinishedPods(t *testing.T) {
 func TestLeaseReadsHolderRenewDurationAndRecord(t *testing.T) {
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-role", Name: "regrade", Annotations: map[string]string{
-			swapplan.AnnotationSwap: `{"id":"s","out":"v1","in":"s1","origin":"automatic","startedAt":"2026-11-30T11:00:00Z"}`,
+			api.AnnotationSwap: `{"id":"s","out":"v1","in":"s1","origin":"automatic","startedAt":"2026-11-30T11:00:00Z"}`,
 		}},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(swapplan.ControllerHolder), LeaseDurationSeconds: ptr.To[int32](60),
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(api.ControllerHolder), LeaseDurationSeconds: ptr.To[int32](60),
 			AcquireTime: ptr.To(metav1.NewMicroTime(t0.Add(-time.Hour))), RenewTime: ptr.To(metav1.NewMicroTime(t0))},
 	}
 	got, err := Lease(l)
 	require.NoError(t, err)
-	assert.Equal(t, swapplan.ControllerHolder, got.Holder)
+	assert.Equal(t, api.ControllerHolder, got.Holder)
 	assert.Equal(t, t0, got.RenewTime)
 	assert.Equal(t, time.Minute, got.Duration)
 	require.NotNil(t, got.Swap)
-	assert.Equal(t, swapplan.OriginAutomatic, got.Swap.Origin)
+	assert.Equal(t, api.OriginAutomatic, got.Swap.Origin)
 }
 
 func TestBuildJoinsHeartbeatsPodsAndVerdictsAndGoesOnPastBadAnnotations(t *testing.T) {
 	good := voterNode()
 	bad := voterNode()
 	bad.Name = "v2"
-	bad.Annotations[swapplan.AnnotationRequest] = `[]`
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-role", Name: swapplan.StatusConfigMap}, Data: map[string]string{
-		swapplan.StatusKey:  `{"swap":null,"verdicts":{"v1":{"state":"unfit","score":2}},"updatedAt":"2026-11-30T11:59:00Z"}`,
-		swapplan.RequestKey: `{"out":"v1","in":"s1","at":"2026-11-30T11:58:00Z","by":"alice"}`,
+	bad.Annotations[api.AnnotationRequest] = `[]`
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet-role", Name: api.StatusConfigMap}, Data: map[string]string{
+		api.StatusKey:  `{"swap":null,"verdicts":{"v1":{"state":"unfit","score":2}},"updatedAt":"2026-11-30T11:59:00Z"}`,
+		api.RequestKey: `{"out":"v1","in":"s1","at":"2026-11-30T11:58:00Z","by":"alice"}`,
 	}}
 	in := Input{
 		Nodes:      []*corev1.Node{bad, good},
@@ -146,7 +147,7 @@ func TestBuildJoinsHeartbeatsPodsAndVerdictsAndGoesOnPastBadAnnotations(t *testi
 	assert.Equal(t, t0.Add(-time.Minute), s.Nodes[1].Heartbeat, "the Ready condition's, without a Lease")
 	assert.Nil(t, s.Nodes[1].Request)
 	assert.Equal(t, []swapplan.Pod{{Namespace: "a", Name: "p", Runner: true}}, s.Nodes[0].Pods)
-	assert.Equal(t, swapplan.VerdictUnfit, s.Nodes[0].Verdict.State)
+	assert.Equal(t, api.VerdictUnfit, s.Nodes[0].Verdict.State)
 	require.NotNil(t, s.Request)
 	assert.Equal(t, "alice", s.Request.By)
 	assert.Equal(t, t0, s.Now)
@@ -156,7 +157,7 @@ func TestBuildJoinsHeartbeatsPodsAndVerdictsAndGoesOnPastBadAnnotations(t *testi
 func TestReadListKeepsWhatThePlannerReads(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "mid-swap.json"))
 	require.NoError(t, err)
-	in, err := ReadList(strings.NewReader(string(data)), swapplan.Namespace)
+	in, err := ReadList(strings.NewReader(string(data)), api.Namespace)
 	require.NoError(t, err)
 	assert.NotEmpty(t, in.Nodes)
 	assert.NotEmpty(t, in.NodeLeases)
@@ -171,20 +172,20 @@ func TestReadListKeepsWhatThePlannerReads(t *testing.T) {
 }
 
 func TestReadListErrorsAreErrInput(t *testing.T) {
-	_, err := ReadList(strings.NewReader("nope"), swapplan.Namespace)
+	_, err := ReadList(strings.NewReader("nope"), api.Namespace)
 	require.True(t, errors.Is(err, ErrInput))
 	assert.Contains(t, err.Error(), "invalid JSON at line 1, column 2")
 }
 
 func TestNodeReadsAProbeListingALearnerThatHasNotStartedWithoutAName(t *testing.T) {
 	node := voterNode()
-	node.Annotations[swapplan.AnnotationProbe] = `{"at":"2026-11-30T11:59:50Z","period":"1m0s","healthy":true,"members":[{"name":"v1-0a1b2c3d"},{"name":"","learner":true}]}`
+	node.Annotations[api.AnnotationProbe] = `{"at":"2026-11-30T11:59:50Z","period":"1m0s","healthy":true,"members":[{"name":"v1-0a1b2c3d"},{"name":"","learner":true}]}`
 	n, err := Node(node)
 	require.NoError(t, err)
 	require.NotNil(t, n.Probe)
-	assert.Equal(t, []swapplan.Member{{Name: "v1-0a1b2c3d"}, {Learner: true}}, n.Probe.Members)
+	assert.Equal(t, []api.Member{{Name: "v1-0a1b2c3d"}, {Learner: true}}, n.Probe.Members)
 
-	node.Annotations[swapplan.AnnotationProbe] = `{"at":"2026-11-30T11:59:50Z","period":"1m0s","members":[{"name":""}]}`
+	node.Annotations[api.AnnotationProbe] = `{"at":"2026-11-30T11:59:50Z","period":"1m0s","members":[{"name":""}]}`
 	_, err = Node(node)
 	assert.ErrorContains(t, err, `field "members[0].name": missing`, "a voter always has a name")
 }

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -31,7 +32,7 @@ func FuzzPlanInput(f *testing.F) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	cfg := swapplan.Config{ProbePeriod: time.Minute, Bounds: swapplan.Bounds{Join: time.Minute}}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		in, err := ReadList(bytes.NewReader(data), swapplan.Namespace)
+		in, err := ReadList(bytes.NewReader(data), api.Namespace)
 		if err != nil {
 			if !errors.Is(err, ErrInput) {
 				t.Fatalf("a refusal that is not ErrInput: %v", err)

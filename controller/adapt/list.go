@@ -11,7 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // ErrInput marks input that cannot be read: bad JSON, a missing field, a
@@ -107,16 +107,16 @@ func (in *Input) add(i int, raw json.RawMessage, namespace string) error {
 			return err
 		}
 		switch {
-		case l.Namespace == swapplan.NodeLeaseNamespace:
+		case l.Namespace == api.NodeLeaseNamespace:
 			in.NodeLeases = append(in.NodeLeases, &l)
-		case l.Namespace == namespace && l.Name == swapplan.LeaseName:
+		case l.Namespace == namespace && l.Name == api.LeaseName:
 			in.Lease = &l
 		}
 	case head.Kind == "ConfigMap" && head.APIVersion == "v1":
 		if err := needNamespace(); err != nil {
 			return err
 		}
-		if head.Metadata.Namespace != namespace || head.Metadata.Name != swapplan.StatusConfigMap {
+		if head.Metadata.Namespace != namespace || head.Metadata.Name != api.StatusConfigMap {
 			return nil
 		}
 		var cm corev1.ConfigMap

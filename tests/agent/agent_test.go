@@ -22,7 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -50,22 +50,22 @@ type host struct {
 	exited chan error
 }
 
-func newHost(tb testing.TB, api *kubeapi.Server) *host {
+func newHost(tb testing.TB, kube *kubeapi.Server) *host {
 	image := testhost.Standin(tb)
 	dir := tb.TempDir()
 	id := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	h := &host{tb: tb, api: api, dir: dir, node: "h2", server: "fleet-role-e2e-server-" + id, agent: "fleet-role-e2e-agent-" + id, volume: "fleet-role-e2e-data-" + id}
+	h := &host{tb: tb, api: kube, dir: dir, node: "h2", server: "fleet-role-e2e-server-" + id, agent: "fleet-role-e2e-agent-" + id, volume: "fleet-role-e2e-data-" + id}
 	tb.Cleanup(func() {
 		_ = exec.Command("docker", "rm", "-f", h.server, h.agent).Run()
 		_ = exec.Command("docker", "volume", "rm", "-f", h.volume).Run()
 	})
 	ctx := context.Background()
-	_, err := api.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.node,
-		Labels: map[string]string{swapplan.LabelRole: swapplan.RoleStandby}}}, metav1.CreateOptions{})
+	_, err := kube.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.node,
+		Labels: map[string]string{api.LabelRole: api.RoleStandby}}}, metav1.CreateOptions{})
 	require.NoError(tb, err)
 	h.grant()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	agentKubeconfig(tb, api, h.node, kubeconfig)
+	agentKubeconfig(tb, kube, h.node, kubeconfig)
 	staged := filepath.Join(dir, "etc", "config.yaml")
 	require.NoError(tb, os.MkdirAll(filepath.Dir(staged), 0o755))
 	require.NoError(tb, os.WriteFile(staged, []byte("token-file: /etc/token\n"), 0o600))
@@ -113,19 +113,19 @@ func (h *host) grant() { grantNode(h.tb, h.api, h.node) }
 
 // grantNode applies the packaged agent RBAC for the node: its own Node,
 // Events, nothing else.
-func grantNode(tb testing.TB, api *kubeapi.Server, node string) {
+func grantNode(tb testing.TB, kube *kubeapi.Server, node string) {
 	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "agent-rbac.yaml.j2"))
 	require.NoError(tb, err)
-	_, err = api.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: swapplan.Namespace}}, metav1.CreateOptions{})
+	_, err = kube.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: api.Namespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		tb.Fatal(err)
 	}
-	kubeapi.Apply(tb, api.Client, []byte(strings.ReplaceAll(string(b), "{{ node_name }}", node)))
+	kubeapi.Apply(tb, kube.Client, []byte(strings.ReplaceAll(string(b), "{{ node_name }}", node)))
 }
 
 // agentKubeconfig writes a kubeconfig acting as the node's agent.
-func agentKubeconfig(tb testing.TB, api *kubeapi.Server, node, path string) {
-	require.NoError(tb, api.WriteImpersonatingKubeconfig(path, "system:serviceaccount:fleet-role:fleet-role-agent-"+node))
+func agentKubeconfig(tb testing.TB, kube *kubeapi.Server, node, path string) {
+	require.NoError(tb, kube.WriteImpersonatingKubeconfig(path, "system:serviceaccount:fleet-role:fleet-role-agent-"+node))
 }
 
 func (h *host) role(r string) {
@@ -177,31 +177,31 @@ func (h *host) annotate(key, value string) {
 	require.NoError(h.tb, err)
 }
 
-func (h *host) report() *swapplan.Report {
+func (h *host) report() *api.Report {
 	n, err := h.api.Client.CoreV1().Nodes().Get(context.Background(), h.node, metav1.GetOptions{})
 	require.NoError(h.tb, err)
-	v, ok := n.Annotations[swapplan.AnnotationReport]
+	v, ok := n.Annotations[api.AnnotationReport]
 	if !ok {
 		return nil
 	}
-	var r swapplan.Report
+	var r api.Report
 	require.NoError(h.tb, json.Unmarshal([]byte(v), &r))
 	return &r
 }
 
 func TestTheAgentBinaryPromotesAStagedDockerStandbyThroughTheRealAPIAndEngine(t *testing.T) {
-	api := kubeapi.Start(t)
-	h := newHost(t, api)
+	kube := kubeapi.Start(t)
+	h := newHost(t, kube)
 	h.role("agent")
 	h.start()
 	h.note("READY=1", 30*time.Second)
 
 	at := time.Now().UTC().Truncate(time.Second)
-	q, _ := json.Marshal(swapplan.Request{Swap: "s1", Action: swapplan.RequestPromote, At: at, Voters: []string{"h1"}})
-	h.annotate(swapplan.AnnotationRequest, string(q))
-	var r *swapplan.Report
+	q, _ := json.Marshal(api.Request{Swap: "s1", Action: api.RequestPromote, At: at, Voters: []string{"h1"}})
+	h.annotate(api.AnnotationRequest, string(q))
+	var r *api.Report
 	require.Eventually(t, func() bool { r = h.report(); return r != nil }, 30*time.Second, 100*time.Millisecond, "agent log:\n%s", h.log)
-	assert.Equal(t, swapplan.StateDone, r.State, r.Message)
+	assert.Equal(t, api.StateDone, r.State, r.Message)
 	require.NotNil(t, r.StartedAt)
 	started := testhost.Docker(t, "inspect", "-f", "{{.State.StartedAt}}", h.server)
 	st, err := time.Parse(time.RFC3339Nano, started)
@@ -226,8 +226,8 @@ func TestTheAgentBinaryPromotesAStagedDockerStandbyThroughTheRealAPIAndEngine(t 
 // and reports its resident memory and the CPU it used.
 func BenchmarkAgentIdle(b *testing.B) {
 	for b.Loop() {
-		api := kubeapi.Start(b)
-		h := newHost(b, api)
+		kube := kubeapi.Start(b)
+		h := newHost(b, kube)
 		h.role("agent")
 		h.start()
 		h.note("READY=1", 30*time.Second)
@@ -252,7 +252,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 		b.ReportMetric(cpu/60*100, "cpu-%") // of one core
 		_ = h.cmd.Process.Signal(syscall.SIGTERM)
 		<-h.exited
-		api.Stop()
+		kube.Stop()
 	}
 }
 

@@ -23,16 +23,16 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 )
 
 // mintToken asks the API server, as its administrator, for a token of the
 // node's agent ServiceAccount, as the Ansible role does.
-func mintToken(tb testing.TB, api *kubeapi.Server, node string, lifetime time.Duration) string {
+func mintToken(tb testing.TB, kube *kubeapi.Server, node string, lifetime time.Duration) string {
 	tb.Helper()
 	secs := int64(lifetime / time.Second)
-	tr, err := api.Client.CoreV1().ServiceAccounts(swapplan.Namespace).CreateToken(context.Background(), "fleet-role-agent-"+node,
+	tr, err := kube.Client.CoreV1().ServiceAccounts(api.Namespace).CreateToken(context.Background(), "fleet-role-agent-"+node,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
 	require.NoError(tb, err)
 	return tr.Status.Token
@@ -40,10 +40,10 @@ func mintToken(tb testing.TB, api *kubeapi.Server, node string, lifetime time.Du
 
 // tokenKubeconfig writes a kubeconfig whose user reads its token from a
 // file, as the Ansible role writes the agent's.
-func tokenKubeconfig(tb testing.TB, api *kubeapi.Server, path, tokenFile string) {
+func tokenKubeconfig(tb testing.TB, kube *kubeapi.Server, path, tokenFile string) {
 	tb.Helper()
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["fleet"] = &clientcmdapi.Cluster{Server: api.URL, CertificateAuthority: api.CAFile}
+	kc.Clusters["fleet"] = &clientcmdapi.Cluster{Server: kube.URL, CertificateAuthority: kube.CAFile}
 	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{TokenFile: tokenFile}
 	kc.Contexts["fleet"] = &clientcmdapi.Context{Cluster: "fleet", AuthInfo: "agent"}
 	kc.CurrentContext = "fleet"
@@ -56,15 +56,15 @@ func annotation(key, value string) []byte {
 }
 
 func TestAnAgentsTokenReachesItsOwnNodeItsEventsAndItsOwnTokenAndNothingElse(t *testing.T) {
-	api := kubeapi.Start(t)
+	kube := kubeapi.Start(t)
 	ctx := context.Background()
 	for _, n := range []string{"host-a", "host-b"} {
-		_, err := api.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		_, err := kube.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
 		require.NoError(t, err)
-		grantNode(t, api, n)
+		grantNode(t, kube, n)
 	}
-	a, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL, BearerToken: mintToken(t, api, "host-a", time.Hour),
-		TLSClientConfig: rest.TLSClientConfig{CAFile: api.CAFile}})
+	a, err := kubernetes.NewForConfig(&rest.Config{Host: kube.URL, BearerToken: mintToken(t, kube, "host-a", time.Hour),
+		TLSClientConfig: rest.TLSClientConfig{CAFile: kube.CAFile}})
 	require.NoError(t, err)
 	nodes := a.CoreV1().Nodes()
 	forbidden := func(err error, what string) {
@@ -83,7 +83,7 @@ func TestAnAgentsTokenReachesItsOwnNodeItsEventsAndItsOwnTokenAndNothingElse(t *
 	w, err := nodes.Watch(ctx, own)
 	require.NoError(t, err, "a watch of its own Node by the field selector")
 	defer w.Stop()
-	_, err = nodes.Patch(ctx, "host-a", types.MergePatchType, annotation(swapplan.AnnotationProbe, `{"healthy":true}`), metav1.PatchOptions{})
+	_, err = nodes.Patch(ctx, "host-a", types.MergePatchType, annotation(api.AnnotationProbe, `{"healthy":true}`), metav1.PatchOptions{})
 	require.NoError(t, err, "host A annotates its own Node")
 	select {
 	case ev := <-w.ResultChan():
@@ -93,7 +93,7 @@ func TestAnAgentsTokenReachesItsOwnNodeItsEventsAndItsOwnTokenAndNothingElse(t *
 	}
 
 	// Another host's Node, or every Node: refused.
-	_, err = nodes.Patch(ctx, "host-b", types.MergePatchType, annotation(swapplan.AnnotationReport, `{}`), metav1.PatchOptions{})
+	_, err = nodes.Patch(ctx, "host-b", types.MergePatchType, annotation(api.AnnotationReport, `{}`), metav1.PatchOptions{})
 	forbidden(err, "host A patches host B's Node")
 	_, err = nodes.Get(ctx, "host-b", metav1.GetOptions{})
 	forbidden(err, "host A reads host B's Node")
@@ -120,31 +120,31 @@ func TestAnAgentsTokenReachesItsOwnNodeItsEventsAndItsOwnTokenAndNothingElse(t *
 	// A new token of its own ServiceAccount, and of no other.
 	secs := int64(600)
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}
-	_, err = a.CoreV1().ServiceAccounts(swapplan.Namespace).CreateToken(ctx, "fleet-role-agent-host-a", req, metav1.CreateOptions{})
+	_, err = a.CoreV1().ServiceAccounts(api.Namespace).CreateToken(ctx, "fleet-role-agent-host-a", req, metav1.CreateOptions{})
 	require.NoError(t, err, "host A renews its own token")
-	_, err = a.CoreV1().ServiceAccounts(swapplan.Namespace).CreateToken(ctx, "fleet-role-agent-host-b", req, metav1.CreateOptions{})
+	_, err = a.CoreV1().ServiceAccounts(api.Namespace).CreateToken(ctx, "fleet-role-agent-host-b", req, metav1.CreateOptions{})
 	forbidden(err, "host A asks for host B's token")
-	_, err = a.CoreV1().ServiceAccounts(swapplan.Namespace).CreateToken(ctx, "fleet-role-controller", req, metav1.CreateOptions{})
+	_, err = a.CoreV1().ServiceAccounts(api.Namespace).CreateToken(ctx, "fleet-role-controller", req, metav1.CreateOptions{})
 	forbidden(err, "host A asks for the controller's token")
 
 	// Nothing else.
-	_, err = a.CoreV1().Secrets(swapplan.Namespace).List(ctx, metav1.ListOptions{})
+	_, err = a.CoreV1().Secrets(api.Namespace).List(ctx, metav1.ListOptions{})
 	forbidden(err, "host A lists Secrets")
 	_, err = a.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	forbidden(err, "host A lists Pods")
-	_, err = a.CoordinationV1().Leases(swapplan.Namespace).Get(ctx, "regrade", metav1.GetOptions{})
+	_, err = a.CoordinationV1().Leases(api.Namespace).Get(ctx, "regrade", metav1.GetOptions{})
 	forbidden(err, "host A reads the regrade Lease")
 }
 
 func TestTheAgentBinaryRunsOnItsServiceAccountTokenFile(t *testing.T) {
-	api := kubeapi.Start(t)
-	h := newHost(t, api)
+	kube := kubeapi.Start(t)
+	h := newHost(t, kube)
 	token := filepath.Join(h.dir, "state", "token")
 	require.NoError(t, os.MkdirAll(filepath.Dir(token), 0o700))
-	first := mintToken(t, api, h.node, time.Hour)
+	first := mintToken(t, kube, h.node, time.Hour)
 	require.NoError(t, os.WriteFile(token, []byte(first), 0o600))
 	kubeconfig := filepath.Join(h.dir, "kubeconfig")
-	tokenKubeconfig(t, api, kubeconfig, token)
+	tokenKubeconfig(t, kube, kubeconfig, token)
 	cfg, err := os.ReadFile(h.config)
 	require.NoError(t, err)
 	line := "kubeconfig = \"" + kubeconfig + "\"\n"
@@ -155,8 +155,8 @@ func TestTheAgentBinaryRunsOnItsServiceAccountTokenFile(t *testing.T) {
 	h.start()
 	h.note("READY=1", 30*time.Second)
 	require.Eventually(t, func() bool {
-		n, err := api.Client.CoreV1().Nodes().Get(context.Background(), h.node, metav1.GetOptions{})
-		return err == nil && n.Annotations[swapplan.AnnotationProbe] != ""
+		n, err := kube.Client.CoreV1().Nodes().Get(context.Background(), h.node, metav1.GetOptions{})
+		return err == nil && n.Annotations[api.AnnotationProbe] != ""
 	}, 30*time.Second, 100*time.Millisecond, "the agent samples its host into its Node; agent log:\n%s", h.log)
 	b, err := os.ReadFile(token)
 	require.NoError(t, err)

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
-	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -28,17 +28,17 @@ import (
 // (Type=notify: active once the agent says READY), and has it promote the
 // host through systemd's D-Bus API and report to the real API server.
 func TestTheAgentRunsAsItsHardenedSystemdServiceAndPromotesANativeStandby(t *testing.T) {
-	api := kubeapi.Start(t)
+	kube := kubeapi.Start(t)
 	h := testhost.StartSystemdHost(t, "--network", "host")
 	ctx := context.Background()
 	node := "native-1"
-	_, err := api.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
+	_, err := kube.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	grantNode(t, api, node)
+	grantNode(t, kube, node)
 
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	agentKubeconfig(t, api, node, kubeconfig)
+	agentKubeconfig(t, kube, node, kubeconfig)
 	kc, err := os.ReadFile(kubeconfig)
 	require.NoError(t, err)
 	cfg := strings.ReplaceAll(string(config.DefaultAgentTOML()), `node_name = "runner-01"`, fmt.Sprintf("node_name = %q", node))
@@ -46,8 +46,8 @@ func TestTheAgentRunsAsItsHardenedSystemdServiceAndPromotesANativeStandby(t *tes
 	cfg = strings.ReplaceAll(cfg, `endpoint = "https://127.0.0.1:2379"`, `endpoint = "http://127.0.0.1:1"`)
 	files := map[string]string{
 		"/etc/fleet-role/agent.toml":   cfg,
-		"/etc/fleet-role/kubeconfig":   strings.ReplaceAll(string(kc), api.CAFile, "/etc/fleet-role/ca.crt"),
-		"/etc/fleet-role/ca.crt":       mustRead(t, api.CAFile),
+		"/etc/fleet-role/kubeconfig":   strings.ReplaceAll(string(kc), kube.CAFile, "/etc/fleet-role/ca.crt"),
+		"/etc/fleet-role/ca.crt":       mustRead(t, kube.CAFile),
 		"/etc/rancher/k3s/config.yaml": "cluster-init: false\n",
 	}
 	for path, content := range files {
@@ -69,21 +69,21 @@ func TestTheAgentRunsAsItsHardenedSystemdServiceAndPromotesANativeStandby(t *tes
 	h.Exec(t, "systemctl", "enable", "--now", "fleet-role-agent.service")
 	assert.Equal(t, "active", h.Exec(t, "systemctl", "is-active", "fleet-role-agent.service"), "Type=notify: active after READY=1")
 
-	q, _ := json.Marshal(swapplan.Request{Swap: "s1", Action: swapplan.RequestPromote, At: time.Now().UTC().Truncate(time.Second),
+	q, _ := json.Marshal(api.Request{Swap: "s1", Action: api.RequestPromote, At: time.Now().UTC().Truncate(time.Second),
 		Voters: []string{"runner-02", "runner-03"}})
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{swapplan.AnnotationRequest: string(q)}}})
-	_, err = api.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationRequest: string(q)}}})
+	_, err = kube.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
 	require.NoError(t, err)
-	var r *swapplan.Report
+	var r *api.Report
 	require.Eventually(t, func() bool {
-		n, err := api.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil || n.Annotations[swapplan.AnnotationReport] == "" {
+		n, err := kube.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil || n.Annotations[api.AnnotationReport] == "" {
 			return false
 		}
-		r = &swapplan.Report{}
-		return json.Unmarshal([]byte(n.Annotations[swapplan.AnnotationReport]), r) == nil
+		r = &api.Report{}
+		return json.Unmarshal([]byte(n.Annotations[api.AnnotationReport]), r) == nil
 	}, 60*time.Second, 200*time.Millisecond, "journal:\n%s", h.Exec(t, "journalctl", "-u", "fleet-role-agent", "--no-pager", "-n", "50"))
-	assert.Equal(t, swapplan.StateDone, r.State, r.Message)
+	assert.Equal(t, api.StateDone, r.State, r.Message)
 	assert.Equal(t, "active", h.Exec(t, "systemctl", "is-active", "k3s.service"))
 	assert.Equal(t, "inactive", h.Exec(t, "sh", "-c", "systemctl is-active k3s-agent.service || true"))
 	enter := h.Exec(t, "systemctl", "show", "-p", "ExecMainStartTimestamp", "--timestamp=unix", "--value", "k3s.service")

@@ -19,10 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/platform/docker"
-	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -229,9 +229,9 @@ func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANo
 
 // agentKubeconfig is a kubeconfig, its CA inline, acting as the node's
 // agent through the administrator's right to impersonate.
-func agentKubeconfig(t *testing.T, api *kubeapi.Server, node string) string {
+func agentKubeconfig(t *testing.T, kube *kubeapi.Server, node string) string {
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, api.WriteImpersonatingKubeconfig(path, "system:serviceaccount:fleet-role:fleet-role-agent-"+node))
+	require.NoError(t, kube.WriteImpersonatingKubeconfig(path, "system:serviceaccount:fleet-role:fleet-role-agent-"+node))
 	kc, err := clientcmd.LoadFromFile(path)
 	require.NoError(t, err)
 	for _, c := range kc.Clusters {
@@ -245,12 +245,12 @@ func agentKubeconfig(t *testing.T, api *kubeapi.Server, node string) string {
 }
 
 func TestTheAgentRoleInstallsAndStartsTheAgentOnASystemdHost(t *testing.T) {
-	api := kubeapi.Start(t)
+	kube := kubeapi.Start(t)
 	h := testhost.StartSystemdHost(t, "--network", "host")
 	ctx := context.Background()
-	_, err := api.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "runner-04"}}, metav1.CreateOptions{})
+	_, err := kube.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "runner-04"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	grant(t, api, "runner-04")
+	grant(t, kube, "runner-04")
 
 	dir := t.TempDir()
 	inv := filepath.Join(dir, "inventory.yml")
@@ -268,7 +268,7 @@ func TestTheAgentRoleInstallsAndStartsTheAgentOnASystemdHost(t *testing.T) {
           ansible_python_interpreter: /usr/bin/python3
 `, h.Name)), 0o644))
 	kc := filepath.Join(dir, "kc.yml")
-	content := agentKubeconfig(t, api, "runner-04")
+	content := agentKubeconfig(t, kube, "runner-04")
 	require.NoError(t, os.WriteFile(kc, []byte("fleet_role_agent_kubeconfig_content: |\n  "+strings.ReplaceAll(strings.TrimSpace(content), "\n", "\n  ")+"\n"), 0o644))
 	play := filepath.Join(dir, "agent.yml")
 	require.NoError(t, os.WriteFile(play, []byte(`- hosts: runner-04
@@ -292,8 +292,8 @@ func TestTheAgentRoleInstallsAndStartsTheAgentOnASystemdHost(t *testing.T) {
 		"and restarts nothing")
 	// The agent it started answers on the Node: its probe.
 	require.Eventually(t, func() bool {
-		n, err := api.Client.CoreV1().Nodes().Get(ctx, "runner-04", metav1.GetOptions{})
-		return err == nil && n.Annotations[swapplan.AnnotationProbe] != ""
+		n, err := kube.Client.CoreV1().Nodes().Get(ctx, "runner-04", metav1.GetOptions{})
+		return err == nil && n.Annotations[api.AnnotationProbe] != ""
 	}, 30*time.Second, 200*time.Millisecond, "journal:\n%s", h.Exec(t, "journalctl", "-u", "fleet-role-agent", "--no-pager", "-n", "30"))
 
 	// A changed variable re-renders the config and restarts the agent.
@@ -303,17 +303,17 @@ func TestTheAgentRoleInstallsAndStartsTheAgentOnASystemdHost(t *testing.T) {
 		"the handler restarted it")
 }
 
-func grant(t *testing.T, api *kubeapi.Server, node string) {
+func grant(t *testing.T, kube *kubeapi.Server, node string) {
 	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "agent-rbac.yaml.j2"))
 	require.NoError(t, err)
 	ns, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "namespace.yaml"))
 	require.NoError(t, err)
-	kubeapi.Apply(t, api.Client, ns)
-	kubeapi.Apply(t, api.Client, []byte(strings.ReplaceAll(string(b), "{{ node_name }}", node)))
+	kubeapi.Apply(t, kube.Client, ns)
+	kubeapi.Apply(t, kube.Client, []byte(strings.ReplaceAll(string(b), "{{ node_name }}", node)))
 }
 
 func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
-	api := kubeapi.Start(t)
+	kube := kubeapi.Start(t)
 	ctx := context.Background()
 	render := t.TempDir()
 	inv := filepath.Join(t.TempDir(), "inventory.yml")
@@ -333,7 +333,7 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
   roles:
     - role: fleet_role_controller
 `), 0o644))
-	args := []string{"-i", inv, play, "-e", "fleet_role_controller_kubeconfig=" + api.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
+	args := []string{"-i", inv, play, "-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
 		"-e", "fleet_role_controller_render_dir=" + render, "-e", "fleet_role_controller_wait=false",
 		"-e", "ansible_python_interpreter=/usr/bin/python3"}
 
@@ -341,22 +341,22 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	out := playbook(t, append(args, "--check")...)
 	assert.Positive(t, changed(t, out))
 	assert.Contains(t, out, "The namespace fleet-role does not exist yet")
-	_, err := api.Client.CoreV1().Namespaces().Get(ctx, swapplan.Namespace, metav1.GetOptions{})
+	_, err := kube.Client.CoreV1().Namespaces().Get(ctx, api.Namespace, metav1.GetOptions{})
 	assert.Error(t, err, "nothing kept by the dry run")
-	_, err = api.Client.RbacV1().ClusterRoles().Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	_, err = kube.Client.RbacV1().ClusterRoles().Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	assert.Error(t, err, "nothing kept by the dry run")
 
 	playbook(t, args...)
-	dep, err := api.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	dep, err := kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "fleet-role:latest", dep.Spec.Template.Spec.Containers[0].Image)
 	assert.Equal(t, "fleet-role-controller-config", dep.Spec.Template.Spec.Volumes[0].ConfigMap.Name, "the Deployment carries the rendered config")
-	cm, err := api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(ctx, "fleet-role-controller-config", metav1.GetOptions{})
+	cm, err := kube.Client.CoreV1().ConfigMaps(api.Namespace).Get(ctx, "fleet-role-controller-config", metav1.GetOptions{})
 	require.NoError(t, err)
 	c, err := config.ParseController([]byte(cm.Data["controller.toml"]))
 	require.NoError(t, err)
 	assert.True(t, c.DryRun, "a dry run unless told otherwise")
-	_, err = api.Client.CoreV1().ServiceAccounts(swapplan.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	_, err = kube.Client.CoreV1().ServiceAccounts(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	assert.NoError(t, err)
 	assert.Zero(t, changed(t, playbook(t, args...)), "a second run changes nothing")
 
@@ -364,7 +364,7 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	// a change reported, nothing kept.
 	out = playbook(t, append(args, "--check", "-e", "fleet_role_controller_image=fleet-role:next")...)
 	assert.Positive(t, changed(t, out))
-	dep, err = api.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	dep, err = kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "fleet-role:latest", dep.Spec.Template.Spec.Containers[0].Image, "the dry run kept nothing")
 
@@ -382,7 +382,7 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	after, err := os.ReadFile(filepath.Join(render, "controller.toml"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"- dry_run = true", "+ dry_run = false"}, lineDiff(string(before), string(after)))
-	cm, err = api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(ctx, "fleet-role-controller-config", metav1.GetOptions{})
+	cm, err = kube.Client.CoreV1().ConfigMaps(api.Namespace).Get(ctx, "fleet-role-controller-config", metav1.GetOptions{})
 	require.NoError(t, err)
 	c, err = config.ParseController([]byte(cm.Data["controller.toml"]))
 	require.NoError(t, err)
@@ -409,12 +409,12 @@ func lineDiff(a, b string) []string {
 }
 
 func TestTheDebInstallsOnASystemdHostAndItsUnitStarts(t *testing.T) {
-	api := kubeapi.Start(t)
+	kube := kubeapi.Start(t)
 	h := testhost.StartSystemdHost(t, "--network", "host")
 	ctx := context.Background()
-	_, err := api.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "runner-09"}}, metav1.CreateOptions{})
+	_, err := kube.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "runner-09"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	grant(t, api, "runner-09")
+	grant(t, kube, "runner-09")
 
 	// make package: the binary and nfpm, from its Go module.
 	make := exec.Command("make", "package", "BIN="+t.TempDir())
@@ -441,7 +441,7 @@ func TestTheDebInstallsOnASystemdHostAndItsUnitStarts(t *testing.T) {
 	require.NoError(t, os.WriteFile(local, []byte(cfg), 0o600))
 	testhost.Docker(t, "cp", local, h.Name+":/etc/fleet-role/agent.toml")
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kc, []byte(agentKubeconfig(t, api, "runner-09")), 0o600))
+	require.NoError(t, os.WriteFile(kc, []byte(agentKubeconfig(t, kube, "runner-09")), 0o600))
 	testhost.Docker(t, "cp", kc, h.Name+":/etc/fleet-role/kubeconfig")
 	h.Exec(t, "sh", "-c", "echo agent > /var/lib/fleet-role/role")
 	h.Exec(t, "systemctl", "enable", "fleet-role-agent.service")

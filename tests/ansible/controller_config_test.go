@@ -13,15 +13,15 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
-	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 )
 
 // controllerArgs are the arguments of a run of the controller role
 // against api, from this machine, not waiting for the Deployment (no
 // controller-manager runs beside the test's API server).
-func controllerArgs(t *testing.T, api *kubeapi.Server) []string {
+func controllerArgs(t *testing.T, kube *kubeapi.Server) []string {
 	t.Helper()
 	dir := t.TempDir()
 	inv := filepath.Join(dir, "inventory.yml")
@@ -38,7 +38,7 @@ func controllerArgs(t *testing.T, api *kubeapi.Server) []string {
   roles:
     - role: fleet_role_controller
 `), 0o644))
-	return []string{"-i", inv, play, "-e", "fleet_role_controller_kubeconfig=" + api.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
+	return []string{"-i", inv, play, "-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
 		"-e", "fleet_role_controller_wait=false", "-e", "ansible_python_interpreter=/usr/bin/python3"}
 }
 
@@ -50,18 +50,18 @@ type deployed struct {
 	checksum string // the pod template's
 }
 
-func readDeployed(t *testing.T, api *kubeapi.Server) deployed {
+func readDeployed(t *testing.T, kube *kubeapi.Server) deployed {
 	t.Helper()
 	ctx := context.Background()
-	dep, err := api.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	dep, err := kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	require.NoError(t, err)
-	cm, err := api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(ctx, "fleet-role-controller-config", metav1.GetOptions{})
+	cm, err := kube.Client.CoreV1().ConfigMaps(api.Namespace).Get(ctx, "fleet-role-controller-config", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"controller.toml"}, keys(cm.Data), "the checksum is of the ConfigMap's one key")
 	c, err := config.ParseController([]byte(cm.Data["controller.toml"]))
 	require.NoError(t, err)
 	return deployed{dep: dep, data: cm.Data["controller.toml"], cfg: c,
-		checksum: dep.Spec.Template.Annotations[swapplan.AnnotationConfigChecksum]}
+		checksum: dep.Spec.Template.Annotations[api.AnnotationConfigChecksum]}
 }
 
 func keys(m map[string]string) []string {
@@ -80,17 +80,17 @@ func sha256Hex(s string) string {
 // templateWithout is the Deployment's pod template without its checksum.
 func templateWithout(d *appsv1.Deployment) any {
 	tpl := d.Spec.Template.DeepCopy()
-	delete(tpl.Annotations, swapplan.AnnotationConfigChecksum)
+	delete(tpl.Annotations, api.AnnotationConfigChecksum)
 	return tpl
 }
 
 func TestAChangedControllerConfigurationRollsTheControllersPodsAndAnUnchangedOneChangesNothing(t *testing.T) {
-	api := kubeapi.Start(t)
-	args := controllerArgs(t, api)
+	kube := kubeapi.Start(t)
+	args := controllerArgs(t, kube)
 
 	// Deployed with the dry run on, as it is by default.
 	assert.Positive(t, changed(t, playbook(t, args...)))
-	first := readDeployed(t, api)
+	first := readDeployed(t, kube)
 	assert.True(t, first.cfg.DryRun)
 	require.NotEmpty(t, first.checksum, "the pod template carries the configuration's checksum")
 	assert.Equal(t, sha256Hex(first.data), first.checksum, "the checksum is the sha256 of what the ConfigMap holds: %q", first.data)
@@ -99,7 +99,7 @@ func TestAChangedControllerConfigurationRollsTheControllersPodsAndAnUnchangedOne
 	// changes with it, so the Deployment rolls its Pods.
 	dryRunOff := append(args[:len(args):len(args)], "-e", "dry_run=false")
 	assert.Positive(t, changed(t, playbook(t, dryRunOff...)))
-	second := readDeployed(t, api)
+	second := readDeployed(t, kube)
 	assert.False(t, second.cfg.DryRun)
 	assert.Equal(t, sha256Hex(second.data), second.checksum)
 	assert.NotEqual(t, first.checksum, second.checksum, "a changed configuration changes the pod template")
@@ -108,12 +108,12 @@ func TestAChangedControllerConfigurationRollsTheControllersPodsAndAnUnchangedOne
 
 	// The same run again changes nothing, and rolls nothing.
 	assert.Zero(t, changed(t, playbook(t, dryRunOff...)), "a third run changes nothing")
-	third := readDeployed(t, api)
+	third := readDeployed(t, kube)
 	assert.Equal(t, second.checksum, third.checksum)
 	assert.Equal(t, second.dep.Generation, third.dep.Generation, "no rollout")
 
 	// The checksum is of the content alone: back to the dry run, back to
 	// the first checksum.
 	assert.Positive(t, changed(t, playbook(t, args...)))
-	assert.Equal(t, first.checksum, readDeployed(t, api).checksum)
+	assert.Equal(t, first.checksum, readDeployed(t, kube).checksum)
 }

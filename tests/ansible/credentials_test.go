@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
-	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 )
 
@@ -35,9 +35,9 @@ type credentialsFleet struct {
 	args   []string
 }
 
-func newCredentialsFleet(t *testing.T, api *kubeapi.Server) *credentialsFleet {
+func newCredentialsFleet(t *testing.T, kube *kubeapi.Server) *credentialsFleet {
 	dir := t.TempDir()
-	f := &credentialsFleet{t: t, api: api, prefix: map[string]string{}}
+	f := &credentialsFleet{t: t, api: kube, prefix: map[string]string{}}
 	var hosts strings.Builder
 	for i, h := range []string{"runner-01", "runner-02", "runner-03"} {
 		f.prefix[h] = filepath.Join(dir, h)
@@ -53,8 +53,8 @@ func newCredentialsFleet(t *testing.T, api *kubeapi.Server) *credentialsFleet {
 `), 0o644))
 	f.args = []string{"-i", inv, play, "-e", "fleet_role_agent_manage_service=false", "-e", "fleet_role_agent_binary=" + binary,
 		"-e", "ansible_python_interpreter=/usr/bin/python3"}
-	if api != nil {
-		f.args = append(f.args, "-e", "fleet_role_agent_admin_kubeconfig="+api.Kubeconfig, "-e", "fleet_role_agent_api_server="+api.URL)
+	if kube != nil {
+		f.args = append(f.args, "-e", "fleet_role_agent_admin_kubeconfig="+kube.Kubeconfig, "-e", "fleet_role_agent_api_server="+kube.URL)
 	}
 	return f
 }
@@ -98,18 +98,18 @@ func claimsOf(t *testing.T, token string) jwt.MapClaims {
 }
 
 func TestTheAgentRoleMakesEachHostsCredentialsOnTheRealAPIServerAndLeavesAFreshTokenAlone(t *testing.T) {
-	api := kubeapi.Start(t)
+	kube := kubeapi.Start(t)
 	ctx := context.Background()
 	for _, n := range []string{"runner-01", "runner-02"} {
-		_, err := api.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		_, err := kube.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	f := newCredentialsFleet(t, api)
+	f := newCredentialsFleet(t, kube)
 
 	// Check mode on a fresh cluster: a server-side dry run, nothing kept.
 	out := f.run("--check")
 	assert.Positive(t, changed(t, out))
-	_, err := api.Client.CoreV1().ServiceAccounts(swapplan.Namespace).Get(ctx, "fleet-role-agent-runner-01", metav1.GetOptions{})
+	_, err := kube.Client.CoreV1().ServiceAccounts(api.Namespace).Get(ctx, "fleet-role-agent-runner-01", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "the dry run kept no ServiceAccount: %v", err)
 	assert.NoFileExists(t, f.path("runner-01", "/var/lib/fleet-role/token"))
 
@@ -132,7 +132,7 @@ func TestTheAgentRoleMakesEachHostsCredentialsOnTheRealAPIServerAndLeavesAFreshT
 		kc, err := clientcmd.LoadFromFile(f.path(h, "/etc/fleet-role/kubeconfig"))
 		require.NoError(t, err)
 		ctxt := kc.Contexts[kc.CurrentContext]
-		assert.Equal(t, api.URL, kc.Clusters[ctxt.Cluster].Server, "the address given, not the host's own k3s")
+		assert.Equal(t, kube.URL, kc.Clusters[ctxt.Cluster].Server, "the address given, not the host's own k3s")
 		assert.NotEmpty(t, kc.Clusters[ctxt.Cluster].CertificateAuthorityData, "the CA of the administrator's kubeconfig")
 		assert.Equal(t, "/var/lib/fleet-role/token", kc.AuthInfos[ctxt.AuthInfo].TokenFile, "the token read from its file")
 		assert.Empty(t, kc.AuthInfos[ctxt.AuthInfo].Token)
@@ -178,7 +178,7 @@ func TestTheAgentRoleMakesEachHostsCredentialsOnTheRealAPIServerAndLeavesAFreshT
 	// Revoked: the ServiceAccount deleted, every token of it is refused; a
 	// run makes it anew and mints host A a token, host B keeping its own.
 	revoked, kept := f.token("runner-01"), f.token("runner-02")
-	require.NoError(t, api.Client.CoreV1().ServiceAccounts(swapplan.Namespace).Delete(ctx, "fleet-role-agent-runner-01", metav1.DeleteOptions{}))
+	require.NoError(t, kube.Client.CoreV1().ServiceAccounts(api.Namespace).Delete(ctx, "fleet-role-agent-runner-01", metav1.DeleteOptions{}))
 	out = f.run()
 	assert.Positive(t, changed(t, out))
 	assert.Contains(t, out, "the host's token is of an earlier ServiceAccount fleet-role/fleet-role-agent-runner-01")
@@ -186,7 +186,7 @@ func TestTheAgentRoleMakesEachHostsCredentialsOnTheRealAPIServerAndLeavesAFreshT
 	assert.Equal(t, kept, f.token("runner-02"))
 	_, err = f.client("runner-01").CoreV1().Nodes().Get(ctx, "runner-01", metav1.GetOptions{})
 	require.NoError(t, err, "host A's new token works")
-	old, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL, BearerToken: revoked, TLSClientConfig: rest.TLSClientConfig{CAFile: api.CAFile}})
+	old, err := kubernetes.NewForConfig(&rest.Config{Host: kube.URL, BearerToken: revoked, TLSClientConfig: rest.TLSClientConfig{CAFile: kube.CAFile}})
 	require.NoError(t, err)
 	assert.Eventually(t, func() bool {
 		_, err = old.CoreV1().Nodes().Get(ctx, "runner-01", metav1.GetOptions{})

@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -39,21 +39,21 @@ import (
 // operator's label, annotation and taint.
 var (
 	foreignLabels = map[string]string{
-		swapplan.LabelEtcd: "true", swapplan.LabelControlPlane: "true", "example.com/team": "ci",
+		api.LabelEtcd: "true", api.LabelControlPlane: "true", "example.com/team": "ci",
 	}
 	foreignAnnotations = map[string]string{
-		swapplan.AnnotationEtcdNodeName: "runner-01-0ac16eda", "example.com/owner": "platform",
+		api.AnnotationEtcdNodeName: "runner-01-0ac16eda", "example.com/owner": "platform",
 	}
 	foreignTaints = []corev1.Taint{{Key: "example.com/dedicated", Value: "ci", Effect: corev1.TaintEffectNoSchedule}}
 )
 
-func createNode(t *testing.T, api *kubeapi.Server, name string) {
+func createNode(t *testing.T, kube *kubeapi.Server, name string) {
 	t.Helper()
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: clone(foreignLabels), Annotations: clone(foreignAnnotations)},
 		Spec:       corev1.NodeSpec{Taints: slices.Clone(foreignTaints)},
 	}
-	_, err := api.Client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
+	_, err := kube.Client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
 	require.NoError(t, err)
 }
 
@@ -68,27 +68,27 @@ func clone(m map[string]string) map[string]string {
 // markNode puts on a Node what a running fleet does: its role and level,
 // the etcd-only taint of a server regraded to etcd-only, the agent's
 // report and probe.
-func markNode(t *testing.T, api *kubeapi.Server, name, role string, etcdOnly bool, extra map[string]string) {
+func markNode(t *testing.T, kube *kubeapi.Server, name, role string, etcdOnly bool, extra map[string]string) {
 	t.Helper()
 	ctx := context.Background()
-	n, err := api.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	n, err := kube.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
-	n.Labels[swapplan.LabelRole] = role
+	n.Labels[api.LabelRole] = role
 	if etcdOnly {
-		n.Labels[swapplan.LabelLevel] = "etcd-only"
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: swapplan.TaintEtcdOnly, Effect: corev1.TaintEffectNoSchedule})
+		n.Labels[api.LabelLevel] = "etcd-only"
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: api.TaintEtcdOnly, Effect: corev1.TaintEffectNoSchedule})
 	}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	report, err := json.Marshal(swapplan.Report{Swap: "20261130-110000-v9", Action: swapplan.ReportFinish, State: swapplan.StateDone, At: at})
+	report, err := json.Marshal(api.Report{Swap: "20261130-110000-v9", Action: api.ReportFinish, State: api.StateDone, At: at})
 	require.NoError(t, err)
-	if _, ok := n.Annotations[swapplan.AnnotationProbe]; !ok {
-		n.Annotations[swapplan.AnnotationProbe] = `{"at":"2026-11-30T12:00:00Z"}`
+	if _, ok := n.Annotations[api.AnnotationProbe]; !ok {
+		n.Annotations[api.AnnotationProbe] = `{"at":"2026-11-30T12:00:00Z"}`
 	}
-	n.Annotations[swapplan.AnnotationReport] = string(report)
+	n.Annotations[api.AnnotationReport] = string(report)
 	for k, v := range extra {
 		n.Annotations[k] = v
 	}
-	_, err = api.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	_, err = kube.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 	require.NoError(t, err)
 }
 
@@ -96,34 +96,34 @@ func markNode(t *testing.T, api *kubeapi.Server, name, role string, etcdOnly boo
 // namespace: the regrade Lease (held with the swap's record while one is
 // under way, released after), its replicas' election Lease, and the
 // status it publishes (with the swap under way, or the last one's end).
-func writeControllerState(t *testing.T, api *kubeapi.Server, underWay *swapplan.SwapRecord, step string) {
+func writeControllerState(t *testing.T, kube *kubeapi.Server, underWay *api.SwapRecord, step string) {
 	t.Helper()
 	ctx := context.Background()
 	started := time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC)
-	status := swapplan.Status{UpdatedAt: started.Add(time.Hour), Voters: []string{"runner-01", "runner-02", "runner-03"}}
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: swapplan.Namespace, Name: swapplan.LeaseName}}
+	status := api.Status{UpdatedAt: started.Add(time.Hour), Voters: []string{"runner-01", "runner-02", "runner-03"}}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: api.Namespace, Name: api.LeaseName}}
 	if underWay != nil {
 		rec, err := json.Marshal(underWay)
 		require.NoError(t, err)
-		lease.Annotations = map[string]string{swapplan.AnnotationSwap: string(rec)}
-		lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(swapplan.ControllerHolder), LeaseDurationSeconds: ptr.To[int32](60),
+		lease.Annotations = map[string]string{api.AnnotationSwap: string(rec)}
+		lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(api.ControllerHolder), LeaseDurationSeconds: ptr.To[int32](60),
 			AcquireTime: &metav1.MicroTime{Time: started}, RenewTime: &metav1.MicroTime{Time: started.Add(time.Hour)}}
 		status.Swap, status.Step, status.Since = underWay, step, &started
-		status.Last = &swapplan.SwapResult{ID: "20261130-090000-runner-02", Out: "runner-02", In: "runner-03", Origin: swapplan.OriginAutomatic,
-			Result: swapplan.ResultCompleted, StartedAt: started.Add(-2 * time.Hour), EndedAt: started.Add(-time.Hour)}
+		status.Last = &api.SwapResult{ID: "20261130-090000-runner-02", Out: "runner-02", In: "runner-03", Origin: api.OriginAutomatic,
+			Result: api.ResultCompleted, StartedAt: started.Add(-2 * time.Hour), EndedAt: started.Add(-time.Hour)}
 	} else {
 		lease.Spec = coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: started.Add(time.Hour)}}
-		status.Last = &swapplan.SwapResult{ID: "20261130-110000-runner-01", Out: "runner-01", In: "runner-04", Origin: swapplan.OriginManual,
-			Result: swapplan.ResultRolledBack, StartedAt: started, EndedAt: started.Add(time.Hour)}
+		status.Last = &api.SwapResult{ID: "20261130-110000-runner-01", Out: "runner-01", In: "runner-04", Origin: api.OriginManual,
+			Result: api.ResultRolledBack, StartedAt: started, EndedAt: started.Add(time.Hour)}
 	}
 	data, err := json.Marshal(status)
 	require.NoError(t, err)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: swapplan.Namespace, Name: swapplan.StatusConfigMap},
-		Data: map[string]string{swapplan.StatusKey: string(data)}}
-	election := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: swapplan.Namespace, Name: "fleet-role-controller"},
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: api.Namespace, Name: api.StatusConfigMap},
+		Data: map[string]string{api.StatusKey: string(data)}}
+	election := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: api.Namespace, Name: "fleet-role-controller"},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("fleet-role-controller-7d9f8-abcde"), LeaseDurationSeconds: ptr.To[int32](15)}}
 
-	leases := api.Client.CoordinationV1().Leases(swapplan.Namespace)
+	leases := kube.Client.CoordinationV1().Leases(api.Namespace)
 	for _, l := range []*coordinationv1.Lease{lease, election} {
 		old, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -134,7 +134,7 @@ func writeControllerState(t *testing.T, api *kubeapi.Server, underWay *swapplan.
 		}
 		require.NoError(t, err)
 	}
-	cms := api.Client.CoreV1().ConfigMaps(swapplan.Namespace)
+	cms := kube.Client.CoreV1().ConfigMaps(api.Namespace)
 	old, err := cms.Get(ctx, cm.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
@@ -148,16 +148,16 @@ func writeControllerState(t *testing.T, api *kubeapi.Server, underWay *swapplan.
 // writeForeign writes objects beside fleet-role's that are not its own:
 // k3s's ConfigMap of its etcd snapshots (which lists one of ours) and a
 // kubelet's heartbeat Lease.
-func writeForeign(t *testing.T, api *kubeapi.Server) {
+func writeForeign(t *testing.T, kube *kubeapi.Server) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := api.Client.CoreV1().ConfigMaps("kube-system").Create(ctx, &corev1.ConfigMap{
+	_, err := kube.Client.CoreV1().ConfigMaps("kube-system").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "k3s-etcd-snapshots"},
 		Data:       map[string]string{"local-fleet-role-20261130-110000-runner-01-1764500400": `{"name":"fleet-role-20261130-110000-runner-01-1764500400"}`},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	_, err = api.Client.CoordinationV1().Leases(swapplan.NodeLeaseNamespace).Create(ctx, &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: swapplan.NodeLeaseNamespace, Name: "runner-04"},
+	_, err = kube.Client.CoordinationV1().Leases(api.NodeLeaseNamespace).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: api.NodeLeaseNamespace, Name: "runner-04"},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("runner-04")},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -165,11 +165,11 @@ func writeForeign(t *testing.T, api *kubeapi.Server) {
 
 // assertForeignSurvive checks the foreign objects and the Nodes' foreign
 // metadata are as they were.
-func assertForeignSurvive(t *testing.T, api *kubeapi.Server, nodes ...string) {
+func assertForeignSurvive(t *testing.T, kube *kubeapi.Server, nodes ...string) {
 	t.Helper()
 	ctx := context.Background()
 	for _, name := range nodes {
-		n, err := api.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		n, err := kube.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, foreignLabels, n.Labels, "%s's labels: k3s's and the operator's, no more", name)
 		for k, v := range foreignAnnotations {
@@ -180,9 +180,9 @@ func assertForeignSurvive(t *testing.T, api *kubeapi.Server, nodes ...string) {
 		notReady := corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}
 		assert.Equal(t, append(slices.Clone(foreignTaints), notReady), n.Spec.Taints, "%s's taints: the operator's and the API server's", name)
 	}
-	_, err := api.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, "k3s-etcd-snapshots", metav1.GetOptions{})
+	_, err := kube.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, "k3s-etcd-snapshots", metav1.GetOptions{})
 	assert.NoError(t, err, "k3s's ConfigMap stays")
-	_, err = api.Client.CoordinationV1().Leases(swapplan.NodeLeaseNamespace).Get(ctx, "runner-04", metav1.GetOptions{})
+	_, err = kube.Client.CoordinationV1().Leases(api.NodeLeaseNamespace).Get(ctx, "runner-04", metav1.GetOptions{})
 	assert.NoError(t, err, "the kubelet's Lease stays")
 }
 
@@ -192,10 +192,10 @@ func assertForeignSurvive(t *testing.T, api *kubeapi.Server, nodes ...string) {
 // are left to expire, as docs/uninstall.md says; the namespace itself may
 // be left terminating, since no namespace controller runs beside the
 // test's API server to finish its deletion.
-func clusterLeftovers(t *testing.T, api *kubeapi.Server) []string {
+func clusterLeftovers(t *testing.T, kube *kubeapi.Server) []string {
 	t.Helper()
 	ctx := context.Background()
-	cfg := rest.CopyConfig(api.Config)
+	cfg := rest.CopyConfig(kube.Config)
 	cfg.WarningHandler = rest.NoWarnings{}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	require.NoError(t, err)
@@ -224,11 +224,11 @@ func clusterLeftovers(t *testing.T, api *kubeapi.Server) []string {
 
 func ours(kind string, o unstructured.Unstructured) []string {
 	id := kind + " " + filepath.Join(o.GetNamespace(), o.GetName())
-	if kind == "Namespace" && o.GetName() == swapplan.Namespace && o.GetDeletionTimestamp() != nil {
+	if kind == "Namespace" && o.GetName() == api.Namespace && o.GetDeletionTimestamp() != nil {
 		return nil
 	}
 	var why []string
-	if strings.Contains(o.GetName(), "fleet-role") || o.GetNamespace() == swapplan.Namespace {
+	if strings.Contains(o.GetName(), "fleet-role") || o.GetNamespace() == api.Namespace {
 		why = append(why, id)
 	}
 	for k := range o.GetLabels() {
@@ -290,15 +290,15 @@ func debPackage(t *testing.T) string {
 }
 
 func TestUndeployRemovesWhatFleetRoleInstalledAndWroteAndLeavesK3sRunning(t *testing.T) {
-	api := kubeapi.Start(t)
+	kube := kubeapi.Start(t)
 	h := testhost.StartSystemdHost(t, "--network", "host")
 	ctx := context.Background()
 	for _, n := range []string{"runner-01", "runner-04"} {
-		createNode(t, api, n)
+		createNode(t, kube, n)
 	}
 	// An agent of a host since gone from the inventory, its RBAC left.
-	grant(t, api, "runner-99")
-	writeForeign(t, api)
+	grant(t, kube, "runner-99")
+	writeForeign(t, kube)
 
 	// runner-04, a standby: a host with systemd as PID 1, fleet-role's
 	// .deb installed on it, as the role does with a package, and the files
@@ -360,9 +360,9 @@ func TestUndeployRemovesWhatFleetRoleInstalledAndWroteAndLeavesK3sRunning(t *tes
           ansible_host: %s
 `, prefix, h.Name)), 0o644))
 	common := []string{"-i", inv,
-		"-e", "fleet_role_agent_binary=" + binary, "-e", "fleet_role_agent_admin_kubeconfig=" + api.Kubeconfig,
-		"-e", "fleet_role_agent_api_server=" + api.URL, "-e", "fleet_role_agent_etcd_endpoint=http://127.0.0.1:1",
-		"-e", "fleet_role_controller_kubeconfig=" + api.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
+		"-e", "fleet_role_agent_binary=" + binary, "-e", "fleet_role_agent_admin_kubeconfig=" + kube.Kubeconfig,
+		"-e", "fleet_role_agent_api_server=" + kube.URL, "-e", "fleet_role_agent_etcd_endpoint=http://127.0.0.1:1",
+		"-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
 		"-e", "fleet_role_controller_wait=false"}
 	deploy := append([]string{"deploy.yml"}, common...)
 	undeploy := append([]string{"undeploy.yml"}, common...)
@@ -370,8 +370,8 @@ func TestUndeployRemovesWhatFleetRoleInstalledAndWroteAndLeavesK3sRunning(t *tes
 	assert.Positive(t, changed(t, playbook(t, deploy...)))
 	require.Equal(t, "active", h.Exec(t, "systemctl", "is-active", "fleet-role-agent.service"))
 	require.Eventually(t, func() bool {
-		n, err := api.Client.CoreV1().Nodes().Get(ctx, "runner-04", metav1.GetOptions{})
-		return err == nil && n.Annotations[swapplan.AnnotationProbe] != ""
+		n, err := kube.Client.CoreV1().Nodes().Get(ctx, "runner-04", metav1.GetOptions{})
+		return err == nil && n.Annotations[api.AnnotationProbe] != ""
 	}, 60*time.Second, 200*time.Millisecond, "the agent writes its probe with the credentials the role made; journal:\n%s",
 		h.Exec(t, "journalctl", "-u", "fleet-role-agent", "--no-pager", "-n", "30"))
 	require.NotEmpty(t, hostLeftovers(t, h))
@@ -379,11 +379,11 @@ func TestUndeployRemovesWhatFleetRoleInstalledAndWroteAndLeavesK3sRunning(t *tes
 
 	// A running fleet: the Nodes' roles, a server's level and taint, the
 	// agents' reports, the controller's Leases and status; a swap under way.
-	markNode(t, api, "runner-01", swapplan.RoleVoter, true, nil)
-	markNode(t, api, "runner-04", swapplan.RoleStandby, false, nil)
-	swap := &swapplan.SwapRecord{ID: "20261130-110000-runner-01", Out: "runner-01", In: "runner-04", Origin: swapplan.OriginManual,
+	markNode(t, kube, "runner-01", api.RoleVoter, true, nil)
+	markNode(t, kube, "runner-04", api.RoleStandby, false, nil)
+	swap := &api.SwapRecord{ID: "20261130-110000-runner-01", Out: "runner-01", In: "runner-04", Origin: api.OriginManual,
 		StartedAt: time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC)}
-	writeControllerState(t, api, swap, swapplan.StepPromote)
+	writeControllerState(t, kube, swap, api.StepPromote)
 
 	// Mid-swap the uninstall is refused, and changes nothing.
 	out, err := tool(t, "ansible-playbook", undeploy...)
@@ -391,24 +391,24 @@ func TestUndeployRemovesWhatFleetRoleInstalledAndWroteAndLeavesK3sRunning(t *tes
 	assert.Contains(t, out, "Not uninstalling: swap 20261130-110000-runner-01 (runner-01 out, runner-04 in, manual) is under way at its step promote")
 	assert.Contains(t, out, "-e force=true")
 	assert.Equal(t, "active", h.Exec(t, "systemctl", "is-active", "fleet-role-agent.service"), "the agent still runs")
-	_, err = api.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	_, err = kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	assert.NoError(t, err, "the controller's Deployment is still there")
-	n, err := api.Client.CoreV1().Nodes().Get(ctx, "runner-01", metav1.GetOptions{})
+	n, err := kube.Client.CoreV1().Nodes().Get(ctx, "runner-01", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, swapplan.RoleVoter, n.Labels[swapplan.LabelRole], "the Nodes are untouched")
+	assert.Equal(t, api.RoleVoter, n.Labels[api.LabelRole], "the Nodes are untouched")
 	assert.FileExists(t, filepath.Join(prefix, "usr/bin/fleet-role"), "the other host's agent too")
 
 	// The swap ends (rolled back): the Lease released, the status says so.
-	writeControllerState(t, api, nil, "")
+	writeControllerState(t, kube, nil, "")
 
 	// Check mode says what it would remove, and removes nothing.
 	assert.Positive(t, changed(t, playbook(t, append(undeploy, "--check")...)))
 	assert.Equal(t, "active", h.Exec(t, "systemctl", "is-active", "fleet-role-agent.service"))
-	_, err = api.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	_, err = kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	assert.NoError(t, err, "check mode deleted nothing")
 	assert.FileExists(t, filepath.Join(prefix, "usr/bin/fleet-role"))
 
-	require.NotEmpty(t, clusterLeftovers(t, api))
+	require.NotEmpty(t, clusterLeftovers(t, kube))
 	out = playbook(t, undeploy...)
 	assert.Positive(t, changed(t, out))
 	assert.Contains(t, out, "Kept "+joinFile)
@@ -435,8 +435,8 @@ func TestUndeployRemovesWhatFleetRoleInstalledAndWroteAndLeavesK3sRunning(t *tes
 
 	// Nothing of fleet-role's is left on the cluster; k3s's and the
 	// operator's things are.
-	assert.Empty(t, clusterLeftovers(t, api))
-	assertForeignSurvive(t, api, "runner-01", "runner-04")
+	assert.Empty(t, clusterLeftovers(t, kube))
+	assertForeignSurvive(t, kube, "runner-01", "runner-04")
 
 	// A second run changes nothing.
 	assert.Zero(t, changed(t, playbook(t, undeploy...)), "a second run changes nothing")
@@ -453,79 +453,79 @@ func mergeMaps(ms ...map[string]string) map[string]string {
 }
 
 func TestUndeployRefusedMidSwapIsForcedOnlyWhenAskedAndSaysWhatItLeaves(t *testing.T) {
-	api := kubeapi.Start(t)
+	kube := kubeapi.Start(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	inv := filepath.Join(dir, "inventory.yml")
 	// No host of the fleet is reached: the controller alone, and the Nodes.
 	require.NoError(t, os.WriteFile(inv, []byte("all:\n  children:\n    fleet_servers:\n      hosts: {}\n"), 0o644))
 	common := []string{"-i", inv, "-e", "ansible_python_interpreter=/usr/bin/python3",
-		"-e", "fleet_role_controller_kubeconfig=" + api.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
+		"-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
 		"-e", "fleet_role_controller_wait=false"}
 	undeploy := append([]string{"undeploy.yml"}, common...)
 
 	out, err := tool(t, "ansible-playbook", append([]string{"deploy.yml", "-e", "state=absent"}, common...)...)
 	require.Error(t, err, out)
 	assert.Contains(t, out, "ansible-playbook undeploy.yml removes it")
-	_, err = api.Client.CoreV1().Namespaces().Get(ctx, swapplan.Namespace, metav1.GetOptions{})
+	_, err = kube.Client.CoreV1().Namespaces().Get(ctx, api.Namespace, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "deploy.yml -e state=absent installs nothing: %v", err)
 
 	playbook(t, append([]string{"deploy.yml"}, common...)...)
 	for _, n := range []string{"v1", "s1"} {
-		createNode(t, api, n)
+		createNode(t, kube, n)
 	}
-	grant(t, api, "s1")
-	writeForeign(t, api)
+	grant(t, kube, "s1")
+	writeForeign(t, kube)
 	const id = "20261130-110000-v1"
-	markNode(t, api, "v1", swapplan.RoleVoter, true, map[string]string{swapplan.AnnotationCordonedBy: id})
-	markNode(t, api, "s1", swapplan.RoleStandby, false, map[string]string{swapplan.AnnotationCordonedBy: id,
-		swapplan.AnnotationRequest: `{"swap":"` + id + `","action":"promote","at":"2026-11-30T11:20:00Z"}`})
+	markNode(t, kube, "v1", api.RoleVoter, true, map[string]string{api.AnnotationCordonedBy: id})
+	markNode(t, kube, "s1", api.RoleStandby, false, map[string]string{api.AnnotationCordonedBy: id,
+		api.AnnotationRequest: `{"swap":"` + id + `","action":"promote","at":"2026-11-30T11:20:00Z"}`})
 	for _, name := range []string{"v1", "s1"} {
-		_, err := api.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+		_, err := kube.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
 		require.NoError(t, err)
 	}
 	// k3s's removal annotation, which the swap wrote for k3s to act on: k3s's.
-	_, err = api.Client.CoreV1().Nodes().Patch(ctx, "v1", types.MergePatchType,
-		[]byte(`{"metadata":{"annotations":{"`+swapplan.AnnotationEtcdRemove+`":"true"}}}`), metav1.PatchOptions{})
+	_, err = kube.Client.CoreV1().Nodes().Patch(ctx, "v1", types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+api.AnnotationEtcdRemove+`":"true"}}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 
 	// A regrade holds the Lease: refused.
-	writeControllerState(t, api, nil, "")
-	l, err := api.Client.CoordinationV1().Leases(swapplan.Namespace).Get(ctx, swapplan.LeaseName, metav1.GetOptions{})
+	writeControllerState(t, kube, nil, "")
+	l, err := kube.Client.CoordinationV1().Leases(api.Namespace).Get(ctx, api.LeaseName, metav1.GetOptions{})
 	require.NoError(t, err)
 	l.Spec.HolderIdentity = ptr.To("regrade-runbook")
-	_, err = api.Client.CoordinationV1().Leases(swapplan.Namespace).Update(ctx, l, metav1.UpdateOptions{})
+	_, err = kube.Client.CoordinationV1().Leases(api.Namespace).Update(ctx, l, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	out, err = tool(t, "ansible-playbook", undeploy...)
 	require.Error(t, err, out)
 	assert.Contains(t, out, "Not uninstalling: the Lease fleet-role/regrade is held by regrade-runbook: a regrade is under way")
 
 	// A swap being rolled back: refused.
-	swap := &swapplan.SwapRecord{ID: id, Out: "v1", In: "s1", Origin: swapplan.OriginAutomatic,
-		StartedAt: time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC), Phase: swapplan.PhaseRollback}
-	writeControllerState(t, api, swap, swapplan.StepRollback)
+	swap := &api.SwapRecord{ID: id, Out: "v1", In: "s1", Origin: api.OriginAutomatic,
+		StartedAt: time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC), Phase: api.PhaseRollback}
+	writeControllerState(t, kube, swap, api.StepRollback)
 	out, err = tool(t, "ansible-playbook", undeploy...)
 	require.Error(t, err, out)
 	assert.Contains(t, out, "Not uninstalling: swap "+id+" (v1 out, s1 in, automatic) is under way at its step rollback")
-	_, err = api.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	_, err = kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	assert.NoError(t, err, "refused: the controller's Deployment is still there")
 
 	// Forced: done, saying what it leaves.
-	require.NotEmpty(t, clusterLeftovers(t, api))
+	require.NotEmpty(t, clusterLeftovers(t, kube))
 	out = playbook(t, append(undeploy, "-e", "force=true")...)
 	assert.Positive(t, changed(t, out))
 	assert.Contains(t, out, "Uninstalling anyway (force): swap "+id)
 	for _, name := range []string{"s1", "v1"} {
 		assert.Contains(t, out, name+" was cordoned by swap "+id+" and stays so: kubectl uncordon "+name)
-		n, err := api.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		n, err := kube.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.True(t, n.Spec.Unschedulable, "%s is left cordoned, for the operator", name)
 	}
-	v1, err := api.Client.CoreV1().Nodes().Get(ctx, "v1", metav1.GetOptions{})
+	v1, err := kube.Client.CoreV1().Nodes().Get(ctx, "v1", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, "true", v1.Annotations[swapplan.AnnotationEtcdRemove], "k3s's annotation stays")
-	assert.Empty(t, clusterLeftovers(t, api), "nothing of fleet-role's: the controller's objects, the Nodes' marks, s1's agent RBAC")
-	assertForeignSurvive(t, api, "v1", "s1")
+	assert.Equal(t, "true", v1.Annotations[api.AnnotationEtcdRemove], "k3s's annotation stays")
+	assert.Empty(t, clusterLeftovers(t, kube), "nothing of fleet-role's: the controller's objects, the Nodes' marks, s1's agent RBAC")
+	assertForeignSurvive(t, kube, "v1", "s1")
 
 	assert.Zero(t, changed(t, playbook(t, append(undeploy, "-e", "force=true")...)), "a second run changes nothing")
 }

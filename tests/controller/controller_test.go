@@ -26,9 +26,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller"
-	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/fleetsim"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
@@ -76,12 +76,12 @@ type env struct {
 }
 
 func newEnv(t *testing.T, voters, standbys, agents int) *env {
-	api := kubeapi.Start(t)
-	e := &env{t: t, api: api, cfg: testConfig(), rest: rest.CopyConfig(api.Config)}
-	e.d = fleetsim.New(t, api.Client, probePeriod, voters, standbys, agents)
+	kube := kubeapi.Start(t)
+	e := &env{t: t, api: kube, cfg: testConfig(), rest: rest.CopyConfig(kube.Config)}
+	e.d = fleetsim.New(t, kube.Client, probePeriod, voters, standbys, agents)
 	t.Cleanup(e.stop)
 	require.Eventually(t, func() bool {
-		list, err := api.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		list, err := kube.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return false
 		}
@@ -90,7 +90,7 @@ func newEnv(t *testing.T, voters, standbys, agents int) *env {
 			for _, c := range n.Status.Conditions {
 				ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
 			}
-			if !ready || n.Annotations[swapplan.AnnotationProbe] == "" {
+			if !ready || n.Annotations[api.AnnotationProbe] == "" {
 				return false
 			}
 		}
@@ -133,20 +133,20 @@ func (e *env) stop() {
 	e.cancel = nil
 }
 
-func (e *env) status() (swapplan.Status, map[string]string) {
-	cm, err := e.api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(context.Background(), swapplan.StatusConfigMap, metav1.GetOptions{})
+func (e *env) status() (api.Status, map[string]string) {
+	cm, err := e.api.Client.CoreV1().ConfigMaps(api.Namespace).Get(context.Background(), api.StatusConfigMap, metav1.GetOptions{})
 	if err != nil {
-		return swapplan.Status{}, nil
+		return api.Status{}, nil
 	}
-	var st swapplan.Status
-	_ = json.Unmarshal([]byte(cm.Data[swapplan.StatusKey]), &st)
+	var st api.Status
+	_ = json.Unmarshal([]byte(cm.Data[api.StatusKey]), &st)
 	return st, cm.Data
 }
 
 // waitEnd waits for a swap to end and returns how.
-func (e *env) waitEnd(timeout time.Duration) *swapplan.SwapResult {
+func (e *env) waitEnd(timeout time.Duration) *api.SwapResult {
 	e.t.Helper()
-	var st swapplan.Status
+	var st api.Status
 	require.Eventually(e.t, func() bool {
 		st, _ = e.status()
 		return st.Last != nil && st.Swap == nil
@@ -161,7 +161,7 @@ func (e *env) waitEnd(timeout time.Duration) *swapplan.SwapResult {
 }
 
 func (e *env) lease() *coordinationv1.Lease {
-	l, err := e.api.Client.CoordinationV1().Leases(swapplan.Namespace).Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+	l, err := e.api.Client.CoordinationV1().Leases(api.Namespace).Get(context.Background(), api.LeaseName, metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}
@@ -208,16 +208,16 @@ func (e *env) cli(args ...string) (stdout, stderr string, code int) {
 
 func assertCompleted(t *testing.T, e *env, out, in string) {
 	o, i := e.node(out), e.node(in)
-	assert.Equal(t, swapplan.RoleStandby, o.Labels[swapplan.LabelRole])
-	assert.Equal(t, swapplan.RoleVoter, i.Labels[swapplan.LabelRole])
-	for _, l := range swapplan.ServerLabels {
+	assert.Equal(t, api.RoleStandby, o.Labels[api.LabelRole])
+	assert.Equal(t, api.RoleVoter, i.Labels[api.LabelRole])
+	for _, l := range api.ServerLabels {
 		assert.NotContains(t, o.Labels, l)
 	}
-	assert.NotContains(t, o.Annotations, swapplan.AnnotationEtcdNodeName)
+	assert.NotContains(t, o.Annotations, api.AnnotationEtcdNodeName)
 	assert.False(t, o.Spec.Unschedulable, "%s uncordoned", out)
 	assert.False(t, i.Spec.Unschedulable, "%s uncordoned", in)
 	for _, n := range []*corev1.Node{o, i} {
-		for _, a := range swapplan.SwapAnnotations {
+		for _, a := range api.SwapAnnotations {
 			assert.NotContains(t, n.Annotations, a, "%s on %s", a, n.Name)
 		}
 	}
@@ -241,13 +241,13 @@ func TestAManualSwapThroughFleetRoleSwapRunsToCompleted(t *testing.T) {
 	t.Logf("fleet-role status during the swap:\n%s", out)
 
 	res := e.waitEnd(2 * time.Minute)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
 	// Each pass writes on top of the last pass's own writes, even before
 	// its watch has seen them: none is refused as a conflict.
 	assert.Zero(t, e.conflicts(), "actions that met a conflict")
 	_, data := e.status()
-	assert.NotContains(t, data, swapplan.RequestKey, "the request carried out is removed")
+	assert.NotContains(t, data, api.RequestKey, "the request carried out is removed")
 	events, err := e.api.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	reasons := map[string]bool{}
@@ -266,12 +266,12 @@ func TestASwapWhoseCandidateNeverVotesIsRolledBack(t *testing.T) {
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
 	res := e.waitEnd(2 * time.Minute)
-	assert.Equal(t, swapplan.ResultRolledBack, res.Result, res.Reason)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
 	s1 := e.node("s1")
-	assert.Equal(t, swapplan.RoleStandby, s1.Labels[swapplan.LabelRole])
-	assert.NotContains(t, s1.Labels, swapplan.LabelEtcd)
+	assert.Equal(t, api.RoleStandby, s1.Labels[api.LabelRole])
+	assert.NotContains(t, s1.Labels, api.LabelEtcd)
 	assert.False(t, s1.Spec.Unschedulable)
-	assert.Equal(t, swapplan.RoleVoter, e.node("v1").Labels[swapplan.LabelRole])
+	assert.Equal(t, api.RoleVoter, e.node("v1").Labels[api.LabelRole])
 	assert.False(t, e.node("v1").Spec.Unschedulable, "the outgoing voter was never touched")
 	assert.Equal(t, 3, e.d.MemberCount())
 }
@@ -283,7 +283,7 @@ func TestASwapWhoseCandidateRefusesIsAbandoned(t *testing.T) {
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
 	res := e.waitEnd(time.Minute)
-	assert.Equal(t, swapplan.ResultAbandoned, res.Result)
+	assert.Equal(t, api.ResultAbandoned, res.Result)
 	st, _ := e.status()
 	assert.Nil(t, st.CooldownUntil, "no cooldown after an abandon")
 	assert.False(t, e.node("s1").Spec.Unschedulable)

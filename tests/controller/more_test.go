@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
-	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/fleetsim"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
@@ -48,13 +48,13 @@ func TestTheControllerKilledAndRestartedAtEveryStepResumesAndFinishesTheSwap(t *
 		time.Sleep(20 * time.Millisecond)
 	}
 	res := e.waitEnd(time.Minute)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
 	t.Logf("restarted at %d steps: %v", len(seen), seen)
 	// Note: a step the world answers at once may last less than a poll;
 	// those that wait on the world (k3s promoting the learner, the voters'
 	// next probes) are always seen.
-	for _, step := range []string{swapplan.StepJoin, swapplan.StepRemoveMember} {
+	for _, step := range []string{api.StepJoin, api.StepRemoveMember} {
 		assert.Contains(t, seen, step)
 	}
 	assert.GreaterOrEqual(t, len(seen), 8)
@@ -69,12 +69,12 @@ func TestARegradeHoldingTheLeaseBlocksEveryAction(t *testing.T) {
 
 	// Regrade takes the Lease (the controller's had expired, say) and
 	// holds it, renewing it.
-	leases := e.api.Client.CoordinationV1().Leases(swapplan.Namespace)
+	leases := e.api.Client.CoordinationV1().Leases(api.Namespace)
 	// Note: the controller renews the Lease until it sees regrade hold it,
 	// so regrade's first update may meet a conflict, and is made again.
 	take := func() {
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			l, err := leases.Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+			l, err := leases.Get(context.Background(), api.LeaseName, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -98,8 +98,8 @@ func TestARegradeHoldingTheLeaseBlocksEveryAction(t *testing.T) {
 		var b strings.Builder
 		for _, n := range []string{"v1", "v2", "v3", "s1"} {
 			node := e.node(n)
-			b.WriteString(n + " " + node.Annotations[swapplan.AnnotationRequest] + node.Annotations[swapplan.AnnotationCordonedBy] +
-				node.Annotations[swapplan.AnnotationEtcdRemove] + node.Labels[swapplan.LabelRole])
+			b.WriteString(n + " " + node.Annotations[api.AnnotationRequest] + node.Annotations[api.AnnotationCordonedBy] +
+				node.Annotations[api.AnnotationEtcdRemove] + node.Labels[api.LabelRole])
 			if node.Spec.Unschedulable {
 				b.WriteString(" cordoned")
 			}
@@ -111,14 +111,14 @@ func TestARegradeHoldingTheLeaseBlocksEveryAction(t *testing.T) {
 	for range 6 {
 		time.Sleep(time.Second)
 		take()
-		l, err := leases.Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+		l, err := leases.Get(context.Background(), api.LeaseName, metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, "regrade", *l.Spec.HolderIdentity, "never renewed by the controller")
-		assert.NotContains(t, l.Annotations, swapplan.AnnotationSwap)
+		assert.NotContains(t, l.Annotations, api.AnnotationSwap)
 		assert.Equal(t, held, nodes(), "no action on any Node")
 		p := e.ctrl.Last()
 		require.NotNil(t, p)
-		assert.Equal(t, swapplan.ActionNone, p.Plan.Action.Type)
+		assert.Equal(t, api.ActionNone, p.Plan.Action.Type)
 		assert.False(t, p.Plan.RenewLease)
 		assert.Contains(t, p.Plan.Reason, `held by "regrade"`)
 	}
@@ -127,13 +127,13 @@ func TestARegradeHoldingTheLeaseBlocksEveryAction(t *testing.T) {
 	require.NotNil(t, after.Swap, "the swap is still reported")
 
 	// Regrade releases it, clearing its annotations: the swap resumes.
-	l, err := leases.Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+	l, err := leases.Get(context.Background(), api.LeaseName, metav1.GetOptions{})
 	require.NoError(t, err)
 	l.Spec.HolderIdentity, l.Annotations = nil, nil
 	_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	res := e.waitEnd(2 * time.Minute)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Equal(t, before.Swap.ID, res.ID, "the same swap, resumed")
 }
 
@@ -149,10 +149,10 @@ func TestTheControllerAsItsServiceAccountWithThePackagedRBACCanDoASwapAndNothing
 	for _, f := range []string{"namespace.yaml", "controller-rbac.yaml", "controller-config.yaml", "deployment.yaml"} {
 		apply(t, e.api.Client, f)
 	}
-	dep, err := e.api.Client.AppsV1().Deployments(swapplan.Namespace).Get(context.Background(), "fleet-role-controller", metav1.GetOptions{})
+	dep, err := e.api.Client.AppsV1().Deployments(api.Namespace).Get(context.Background(), "fleet-role-controller", metav1.GetOptions{})
 	require.NoError(t, err, "the API server takes the packaged Deployment")
 	assert.Equal(t, "fleet-role-controller", dep.Spec.Template.Spec.ServiceAccountName)
-	cm, err := e.api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(context.Background(), "fleet-role-controller-config", metav1.GetOptions{})
+	cm, err := e.api.Client.CoreV1().ConfigMaps(api.Namespace).Get(context.Background(), "fleet-role-controller-config", metav1.GetOptions{})
 	require.NoError(t, err)
 	packaged, err := config.ParseController([]byte(cm.Data["controller.toml"]))
 	require.NoError(t, err)
@@ -163,7 +163,7 @@ func TestTheControllerAsItsServiceAccountWithThePackagedRBACCanDoASwapAndNothing
 	ctx := context.Background()
 	_, err = sa.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "it cannot read Secrets: %v", err)
-	_, err = sa.CoreV1().Secrets(swapplan.Namespace).Get(ctx, "anything", metav1.GetOptions{})
+	_, err = sa.CoreV1().Secrets(api.Namespace).Get(ctx, "anything", metav1.GetOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "not even in its own namespace: %v", err)
 	err = sa.CoreV1().Nodes().Delete(ctx, "a1", metav1.DeleteOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "it cannot delete Nodes: %v", err)
@@ -171,14 +171,14 @@ func TestTheControllerAsItsServiceAccountWithThePackagedRBACCanDoASwapAndNothing
 	assert.True(t, apierrors.IsForbidden(err), "it evicts Pods, it does not delete them: %v", err)
 	_, err = sa.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "no ConfigMap but its own: %v", err)
-	_, err = sa.AppsV1().Deployments(swapplan.Namespace).List(ctx, metav1.ListOptions{})
+	_, err = sa.AppsV1().Deployments(api.Namespace).List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "no Deployments: %v", err)
 
 	e.start()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
 	res := e.waitEnd(2 * time.Minute)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
 	st, _ := e.status()
 	assert.Empty(t, st.Problems)
@@ -200,7 +200,7 @@ func TestFleetRoleSwapRefusesWhatTheControllerWouldNotDo(t *testing.T) {
 	assert.Equal(t, 2, code, "bad usage")
 	assert.Contains(t, stderr, "accepts 2 arg(s)")
 	_, data := e.status()
-	assert.NotContains(t, data, swapplan.RequestKey, "nothing written")
+	assert.NotContains(t, data, api.RequestKey, "nothing written")
 
 	e.start()
 	_, stderr, code = e.cli("swap", "v1", "s1")
@@ -218,23 +218,23 @@ func TestDryRunAnAutomaticDecisionChangesNothingButTheStatus(t *testing.T) {
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 40 })
 	before := map[string]string{}
 	for _, n := range []string{"v1", "v2", "v3", "s1"} {
-		before[n] = e.node(n).Labels[swapplan.LabelRole]
+		before[n] = e.node(n).Labels[api.LabelRole]
 	}
 	e.start()
-	var st swapplan.Status
+	var st api.Status
 	require.Eventually(t, func() bool { st, _ = e.status(); return st.Decision != nil }, 30*time.Second, 50*time.Millisecond)
 	assert.Equal(t, "v2", st.Decision.Out)
 	assert.Equal(t, "s1", st.Decision.In)
 	assert.Contains(t, st.Reason, "dry run: would swap v2 for s1")
-	assert.Equal(t, swapplan.VerdictUnfit, st.Verdicts["v2"].State)
+	assert.Equal(t, api.VerdictUnfit, st.Verdicts["v2"].State)
 	time.Sleep(3 * time.Second)
-	_, err := e.api.Client.CoordinationV1().Leases(swapplan.Namespace).Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+	_, err := e.api.Client.CoordinationV1().Leases(api.Namespace).Get(context.Background(), api.LeaseName, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "no Lease taken")
 	for n, role := range before {
 		node := e.node(n)
-		assert.Equal(t, role, node.Labels[swapplan.LabelRole])
+		assert.Equal(t, role, node.Labels[api.LabelRole])
 		assert.False(t, node.Spec.Unschedulable)
-		for _, a := range swapplan.SwapAnnotations {
+		for _, a := range api.SwapAnnotations {
 			assert.NotContains(t, node.Annotations, a)
 		}
 	}
@@ -265,7 +265,7 @@ func TestWithDryRunOffTheAutomaticDecisionSwapsAVoterMadeSlowForTheFitStandby(t 
 	// fleet-role status shows each host's verdict and its figures.
 	require.Eventually(t, func() bool {
 		st, _ := e.status()
-		return st.Verdicts["v2"].State == swapplan.VerdictUnfit || st.Swap != nil
+		return st.Verdicts["v2"].State == api.VerdictUnfit || st.Swap != nil
 	}, 30*time.Second, 50*time.Millisecond)
 	out, _, code := e.cli("status")
 	require.Equal(t, 0, code)
@@ -274,8 +274,8 @@ func TestWithDryRunOffTheAutomaticDecisionSwapsAVoterMadeSlowForTheFitStandby(t 
 	assert.Regexp(t, `s1 \(standby\) +fit +0 bad of 4 +2\.0 ms`, out)
 
 	res := e.waitEnd(3 * time.Minute)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
-	assert.Equal(t, swapplan.OriginAutomatic, res.Origin)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.OriginAutomatic, res.Origin)
 	assert.Equal(t, "v2", res.Out)
 	assert.Equal(t, "s1", res.In, "the fittest eligible standby")
 	assertCompleted(t, e, "v2", "s1")

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/controller"
-	"github.com/fleet-role/fleet-role/swapplan"
 )
 
 // replica is a second controller of the same fleet.
@@ -50,13 +50,13 @@ func TestTwoReplicasOneActsAndTheOtherTakesOverMidSwap(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Eventually(t, func() bool {
 		st, _ := e.status()
-		return st.Step == swapplan.StepJoin || st.Step == swapplan.StepCordonOut || st.Step == swapplan.StepStepDown
+		return st.Step == api.StepJoin || st.Step == api.StepCordonOut || st.Step == api.StepStepDown
 	}, time.Minute, 20*time.Millisecond)
 	leader.cancel() // the leader's pod goes away mid-swap
 	require.NoError(t, <-leader.done)
 	leader.done <- nil
 	res := e.waitEnd(2 * time.Minute)
-	assert.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Positive(t, standby.c.Passes(), "the other replica took over")
 	assertCompleted(t, e, "v1", "s1")
 }

@@ -13,12 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 )
 
 var (
-	etcdOnly = corev1.Taint{Key: swapplan.TaintEtcdOnly, Effect: corev1.TaintEffectNoSchedule}
+	etcdOnly = corev1.Taint{Key: api.TaintEtcdOnly, Effect: corev1.TaintEffectNoSchedule}
 	foreign  = corev1.Taint{Key: "example.com/dedicated", Value: "ci", Effect: corev1.TaintEffectNoExecute}
 )
 
@@ -34,7 +34,7 @@ func taint(t *testing.T, c kubernetes.Interface, name string, taints ...corev1.T
 		if n.Labels == nil {
 			n.Labels = map[string]string{}
 		}
-		n.Labels[swapplan.LabelLevel] = "etcd-only"
+		n.Labels[api.LabelLevel] = "etcd-only"
 		_, err = c.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err == nil // a conflict with the fleet's own writes is tried again
 	}, 10*time.Second, 50*time.Millisecond)
@@ -55,16 +55,16 @@ func TestTheCleanUpOfAnOutgoingVoterWithTheEtcdOnlyTaintRemovesItAndKeepsAForeig
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
 	res := e.waitEnd(2 * time.Minute)
-	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
 	v1 := e.node("v1")
 	assert.Equal(t, []string{"example.com/dedicated=ci:NoExecute"}, keys(v1.Spec.Taints), "ours gone, the foreign kept")
-	assert.NotContains(t, v1.Labels, swapplan.LabelLevel)
+	assert.NotContains(t, v1.Labels, api.LabelLevel)
 }
 
 func TestTheRealAPIServerRefusesADeleteDirectiveInsideTheAtomicTaintList(t *testing.T) {
-	api := kubeapi.Start(t)
-	c := api.Client
+	kube := kubeapi.Start(t)
+	c := kube.Client
 	ctx := context.Background()
 	n, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "v1"},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{foreign, etcdOnly}}}, metav1.CreateOptions{})
@@ -72,7 +72,7 @@ func TestTheRealAPIServerRefusesADeleteDirectiveInsideTheAtomicTaintList(t *test
 
 	// The patch the clean-up used to send: NodeSpec.Taints has no patch
 	// strategy, so the list is replaced by one taint of the key alone.
-	old := `{"spec":{"taints":[{"key":"` + swapplan.TaintEtcdOnly + `","$patch":"delete"}]}}`
+	old := `{"spec":{"taints":[{"key":"` + api.TaintEtcdOnly + `","$patch":"delete"}]}}`
 	_, err = c.CoreV1().Nodes().Patch(ctx, "v1", types.StrategicMergePatchType, []byte(old), metav1.PatchOptions{})
 	require.Error(t, err)
 	assert.True(t, apierrors.IsInvalid(err), "%v", err)

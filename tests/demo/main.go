@@ -33,9 +33,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller"
-	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/e2e"
 	"github.com/fleet-role/fleet-role/tests/fleetsim"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
@@ -105,7 +105,7 @@ func main() {
 		f = containers(r)
 	}
 	say("the fleet is up in %s; fleet-role controller runs with dry run on, as it is deployed", time.Since(began).Round(time.Second))
-	status := func() swapplan.Status { return e2e.ReadStatus(f.client) }
+	status := func() api.Status { return e2e.ReadStatus(f.client) }
 	cli := func(args ...string) string {
 		cmd := exec.Command(f.bin, append(args, "--kubeconfig", f.kubeconfig)...)
 		var stderr strings.Builder
@@ -203,10 +203,10 @@ func simulated(r *runner) fleet {
 		r.Fatal(err)
 	}
 	say("starting a real kube-apiserver and etcd")
-	api := kubeapi.Start(r)
+	server := kubeapi.Start(r)
 	klog.SetLogger(logr.Discard()) // the controller's client-go, in this process
 	say("simulating the hosts v1, v2, v3 (voters) and s1 (standby)")
-	d := fleetsim.New(r, api.Client, probePeriod, 3, 1, 0)
+	d := fleetsim.New(r, server.Client, probePeriod, 3, 1, 0)
 	r.Cleanup(d.Close)
 
 	var ctrl *controller.Controller
@@ -220,7 +220,7 @@ func simulated(r *runner) fleet {
 		cfg.ListenAddress = "" // its metrics are read in this process
 		cfg.LeaderElection = config.LeaderElection{Lease: "fleet-role-controller", LeaseDuration: 4 * time.Second,
 			RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
-		client, err := kubernetes.NewForConfig(api.Config)
+		client, err := kubernetes.NewForConfig(server.Config)
 		if err != nil {
 			r.Fatal(err)
 		}
@@ -239,10 +239,10 @@ func simulated(r *runner) fleet {
 		}
 	})
 	start(true)
-	hosts := []e2e.HostSpec{{Name: "v1", Role: swapplan.RoleVoter}, {Name: "v2", Role: swapplan.RoleVoter},
-		{Name: "v3", Role: swapplan.RoleVoter}, {Name: "s1", Role: swapplan.RoleStandby}}
+	hosts := []e2e.HostSpec{{Name: "v1", Role: api.RoleVoter}, {Name: "v2", Role: api.RoleVoter},
+		{Name: "v3", Role: api.RoleVoter}, {Name: "s1", Role: api.RoleStandby}}
 	return fleet{
-		bin: bin, kubeconfig: api.Kubeconfig, client: api.Client, hosts: hosts,
+		bin: bin, kubeconfig: server.Kubeconfig, client: server.Client, hosts: hosts,
 		dryRunOff: func() {
 			say("restarting fleet-role controller with dry run off (what ansible-playbook ... -e dry_run=false does)")
 			stop()

@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -37,12 +37,12 @@ func makeImage(t *testing.T) {
 }
 
 // apply applies fleet-role's manifests of packaging/kubernetes.
-func apply(t *testing.T, api *kubeapi.Server, files ...string) {
+func apply(t *testing.T, kube *kubeapi.Server, files ...string) {
 	t.Helper()
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", f))
 		require.NoError(t, err)
-		kubeapi.Apply(t, api.Client, b)
+		kubeapi.Apply(t, kube.Client, b)
 	}
 }
 
@@ -60,17 +60,17 @@ func TestTheControllersDeploymentRunsBothReplicasUnderItsServiceAccountAndRollsT
 	testhost.RequireDocker(t)
 	makeImage(t)
 	nw := testhost.NewNetwork(t)
-	api := kubeapi.StartOn(t, nw.Gateway)
-	apply(t, api, "namespace.yaml", "controller-rbac.yaml", "controller-config.yaml", "deployment.yaml")
-	u, err := url.Parse(api.URL)
+	kube := kubeapi.StartOn(t, nw.Gateway)
+	apply(t, kube, "namespace.yaml", "controller-rbac.yaml", "controller-config.yaml", "deployment.yaml")
+	u, err := url.Parse(kube.URL)
 	require.NoError(t, err)
 	port, _ := strconv.Atoi(u.Port())
-	ca, err := os.ReadFile(api.CAFile)
+	ca, err := os.ReadFile(kube.CAFile)
 	require.NoError(t, err)
-	r := Start(t, Options{Client: api.Client, Namespace: swapplan.Namespace, Name: "fleet-role-controller", Network: nw.Name,
+	r := Start(t, Options{Client: kube.Client, Namespace: api.Namespace, Name: "fleet-role-controller", Network: nw.Name,
 		APIHost: nw.Gateway, APIPort: port, CA: ca, Dir: t.TempDir(), VolumeSync: time.Second, Log: t.Logf})
 	ctx := context.Background()
-	deps := api.Client.AppsV1().Deployments(swapplan.Namespace)
+	deps := kube.Client.AppsV1().Deployments(api.Namespace)
 
 	// rolledOut waits for the Deployment's generation to be observed with
 	// both replicas of its template ready and available.
@@ -106,7 +106,7 @@ func TestTheControllersDeploymentRunsBothReplicasUnderItsServiceAccountAndRollsT
 	// Both replicas run the controller in-cluster, as the ServiceAccount:
 	// one leads (the Lease names it: its hostname is its Pod's name), and
 	// it writes its status ConfigMap, which only its RBAC allows.
-	leases := api.Client.CoordinationV1().Leases(swapplan.Namespace)
+	leases := kube.Client.CoordinationV1().Leases(api.Namespace)
 	var holder string
 	require.Eventually(t, func() bool {
 		l, err := leases.Get(ctx, "fleet-role-controller", metav1.GetOptions{})
@@ -118,7 +118,7 @@ func TestTheControllersDeploymentRunsBothReplicasUnderItsServiceAccountAndRollsT
 	}, time.Minute, 200*time.Millisecond, "a replica leads; logs:\n%s", r.Logs(first[0].Pod))
 	assert.True(t, strings.HasPrefix(holder, first[0].Pod+"-") || strings.HasPrefix(holder, first[1].Pod+"-"), "the leader %s is a replica", holder)
 	require.Eventually(t, func() bool {
-		_, err := api.Client.CoreV1().ConfigMaps(swapplan.Namespace).Get(ctx, swapplan.StatusConfigMap, metav1.GetOptions{})
+		_, err := kube.Client.CoreV1().ConfigMaps(api.Namespace).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
 		return err == nil
 	}, time.Minute, 200*time.Millisecond, "the leader writes its status")
 
@@ -139,7 +139,7 @@ func TestTheControllersDeploymentRunsBothReplicasUnderItsServiceAccountAndRollsT
 
 	// A changed ConfigMap alone reaches the mounted files; the controller
 	// exits on it and is started again with it (restartPolicy Always).
-	cms := api.Client.CoreV1().ConfigMaps(swapplan.Namespace)
+	cms := kube.Client.CoreV1().ConfigMaps(api.Namespace)
 	cm, err := cms.Get(ctx, "fleet-role-controller-config", metav1.GetOptions{})
 	require.NoError(t, err)
 	cm.Data["controller.toml"] = strings.Replace(cm.Data["controller.toml"], "dry_run = true", "dry_run = false", 1)

@@ -23,7 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/deployment"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
@@ -61,10 +61,10 @@ import (
 // DeployedHosts is the deployed fleet: two voters on native hosts, the
 // first the bootstrap host, a voter and a standby on Docker hosts.
 var DeployedHosts = []HostSpec{
-	{Name: "v1", Role: swapplan.RoleVoter},
-	{Name: "v2", Role: swapplan.RoleVoter},
-	{Name: "v3", Role: swapplan.RoleVoter, Docker: true},
-	{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
+	{Name: "v1", Role: api.RoleVoter},
+	{Name: "v2", Role: api.RoleVoter},
+	{Name: "v3", Role: api.RoleVoter, Docker: true},
+	{Name: "s1", Role: api.RoleStandby, Docker: true},
 }
 
 // doubleKubeconfig is where a host keeps the k3s double's kubeconfig.
@@ -156,7 +156,7 @@ func Deploy(t testhost.T, opts Options) *Fleet {
 		t.Fatal(err)
 	}
 	replicas := filepath.Join(dir, "replicas")
-	f.Controller = deployment.Start(t, deployment.Options{Client: f.API.Client, Namespace: swapplan.Namespace, Name: controllerName,
+	f.Controller = deployment.Start(t, deployment.Options{Client: f.API.Client, Namespace: api.Namespace, Name: controllerName,
 		Network: f.Net.Name, APIHost: f.Net.Gateway, APIPort: port, CA: ca, Dir: replicas, Log: f.logf})
 
 	if err := f.writeInventory(); err != nil {
@@ -197,7 +197,7 @@ func (f *Fleet) make() error {
 // (with the role label Ansible joins them with) and an app's Pod on each.
 // fleet-role's namespace is the playbook's.
 func (f *Fleet) objects() {
-	createObjects(f.t, f.API.Client, []string{swapplan.NodeLeaseNamespace, "apps"}, f.opts.Hosts)
+	createObjects(f.t, f.API.Client, []string{api.NodeLeaseNamespace, "apps"}, f.opts.Hosts)
 }
 
 // startHost starts a host's container on the network and puts k3s's side
@@ -310,7 +310,7 @@ func (f *Fleet) writeInventory() error {
 		"fleet_role_controller_extra_config": f.controllerConfig(),
 	}
 	inv.All.Children = map[string]inventoryGrp{}
-	group := map[string]string{swapplan.RoleVoter: "fleet_servers", swapplan.RoleStandby: "fleet_standbys", swapplan.RoleAgent: "fleet_agents"}
+	group := map[string]string{api.RoleVoter: "fleet_servers", api.RoleStandby: "fleet_standbys", api.RoleAgent: "fleet_agents"}
 	for _, n := range f.Order {
 		h := f.Hosts[n]
 		vars := map[string]any{
@@ -412,7 +412,7 @@ func tail(s string, lines int) string {
 // ControllerDeployment reads the controller's Deployment.
 func (f *Fleet) ControllerDeployment() *appsv1.Deployment {
 	f.t.Helper()
-	dep, err := f.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(context.Background(), controllerName, metav1.GetOptions{})
+	dep, err := f.API.Client.AppsV1().Deployments(api.Namespace).Get(context.Background(), controllerName, metav1.GetOptions{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -426,7 +426,7 @@ func (f *Fleet) WaitRolledOut(timeout time.Duration) []deployment.Replica {
 	f.t.Helper()
 	var reps []deployment.Replica
 	f.Wait(timeout, "the controller's Deployment is rolled out", func() error {
-		dep, err := f.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(context.Background(), controllerName, metav1.GetOptions{})
+		dep, err := f.API.Client.AppsV1().Deployments(api.Namespace).Get(context.Background(), controllerName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -495,19 +495,19 @@ func (f *Fleet) Eligible(name string) error {
 	if err != nil {
 		return err
 	}
-	var p swapplan.Probe
-	_ = json.Unmarshal([]byte(n.Annotations[swapplan.AnnotationProbe]), &p)
+	var p api.Probe
+	_ = json.Unmarshal([]byte(n.Annotations[api.AnnotationProbe]), &p)
 	v := f.Status().Verdicts[name]
 	switch {
-	case n.Labels[swapplan.LabelRole] != swapplan.RoleStandby:
-		return fmt.Errorf("%s's role is %q", name, n.Labels[swapplan.LabelRole])
+	case n.Labels[api.LabelRole] != api.RoleStandby:
+		return fmt.Errorf("%s's role is %q", name, n.Labels[api.LabelRole])
 	case !conditionTrue(n, corev1.NodeReady):
 		return fmt.Errorf("%s is not Ready: %+v", name, n.Status.Conditions)
 	case n.Spec.Unschedulable:
 		return fmt.Errorf("%s is cordoned", name)
 	case !p.Staged:
-		return fmt.Errorf("%s's probe says it is not staged: %s", name, n.Annotations[swapplan.AnnotationProbe])
-	case v.State != swapplan.VerdictFit:
+		return fmt.Errorf("%s's probe says it is not staged: %s", name, n.Annotations[api.AnnotationProbe])
+	case v.State != api.VerdictFit:
 		return fmt.Errorf("%s's verdict is %+v", name, v)
 	}
 	return nil
@@ -518,11 +518,11 @@ func (f *Fleet) Eligible(name string) error {
 // name, which is its hostname.
 func (f *Fleet) Metrics() string {
 	ctx := context.Background()
-	l, err := f.API.Client.CoordinationV1().Leases(swapplan.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
+	l, err := f.API.Client.CoordinationV1().Leases(api.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
-	dep, err := f.API.Client.AppsV1().Deployments(swapplan.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
+	dep, err := f.API.Client.AppsV1().Deployments(api.Namespace).Get(ctx, controllerName, metav1.GetOptions{})
 	if err != nil || len(dep.Spec.Template.Spec.Containers[0].Ports) == 0 {
 		return ""
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/deployment"
 )
 
@@ -62,9 +62,9 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 	res := d.swap(t, "v1", "s1", 5*time.Minute)
 	count := w.Count()
 	t.Logf("v1 out, s1 in: %s: %s; writes: %s", res.Result, res.Reason, count)
-	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
-	assert.Equal(t, swapplan.OriginManual, res.Origin)
-	require.NoError(t, d.Check(swapplan.ResultCompleted))
+	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.OriginManual, res.Origin)
+	require.NoError(t, d.Check(api.ResultCompleted))
 	assert.Equal(t, 0, count.Failed, "no failed write with the leader moved")
 	assert.False(t, count.Unanswered)
 	took("the swap of v1 for s1")
@@ -76,8 +76,8 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 	res = d.swap(t, "s1", "v1", 5*time.Minute)
 	count = w.Count()
 	t.Logf("s1 out, v1 (the bootstrap host) in again: %s: %s; writes: %s", res.Result, res.Reason, count)
-	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
-	require.NoError(t, d.Check(swapplan.ResultCompleted))
+	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	require.NoError(t, d.Check(api.ResultCompleted))
 	assert.Equal(t, 0, count.Failed, "no failed write with the leader moved")
 	took("the swap back")
 
@@ -129,11 +129,11 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 	took("the playbook with dry_run=false and the rollout")
 	res = d.waitEnd(t, prev, 6*time.Minute)
 	t.Logf("automatic: %s out, %s in: %s: %s", res.Out, res.In, res.Result, res.Reason)
-	require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
-	assert.Equal(t, swapplan.OriginAutomatic, res.Origin)
+	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.OriginAutomatic, res.Origin)
 	assert.Equal(t, "v2", res.Out)
 	assert.Equal(t, "s1", res.In)
-	require.NoError(t, d.Check(swapplan.ResultCompleted))
+	require.NoError(t, d.Check(api.ResultCompleted))
 	took("the automatic swap")
 
 	// The same run again changes nothing and rolls nothing.

@@ -10,11 +10,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // swap asks for a manual swap and waits for its end.
-func (f *Fleet) swap(t *testing.T, out, in string, timeout time.Duration) *swapplan.SwapResult {
+func (f *Fleet) swap(t *testing.T, out, in string, timeout time.Duration) *api.SwapResult {
 	t.Helper()
 	prev := f.Status().Last
 	_, stderr, code := f.CLI("swap", out, in)
@@ -23,9 +23,9 @@ func (f *Fleet) swap(t *testing.T, out, in string, timeout time.Duration) *swapp
 }
 
 // waitEnd waits for a swap to end after prev, the last one before.
-func (f *Fleet) waitEnd(t *testing.T, prev *swapplan.SwapResult, timeout time.Duration) *swapplan.SwapResult {
+func (f *Fleet) waitEnd(t *testing.T, prev *api.SwapResult, timeout time.Duration) *api.SwapResult {
 	t.Helper()
-	var st swapplan.Status
+	var st api.Status
 	f.Wait(timeout, "the swap ends", func() error {
 		st = f.Status()
 		if st.Last != nil && st.Swap == nil && (prev == nil || st.Last.ID != prev.ID) {
@@ -41,8 +41,8 @@ func (f *Fleet) waitFreshProbe(name string, timeout time.Duration) {
 	f.t.Helper()
 	since := time.Now()
 	f.Wait(timeout, name+" has a fresh probe sample", func() error {
-		var p swapplan.Probe
-		if err := json.Unmarshal([]byte(f.Node(name).Annotations[swapplan.AnnotationProbe]), &p); err != nil {
+		var p api.Probe
+		if err := json.Unmarshal([]byte(f.Node(name).Annotations[api.AnnotationProbe]), &p); err != nil {
 			return err
 		}
 		if !p.At.After(since) {
@@ -64,13 +64,13 @@ func (f *Fleet) atStep(steps []string, timeout time.Duration) {
 }
 
 // everyStep runs a swap, calling at once each step the swap enters.
-func (f *Fleet) everyStep(t *testing.T, out, in string, at func(step string)) *swapplan.SwapResult {
+func (f *Fleet) everyStep(t *testing.T, out, in string, at func(step string)) *api.SwapResult {
 	t.Helper()
 	prev := f.Status().Last
 	_, stderr, code := f.CLI("swap", out, in)
 	require.Equal(t, 0, code, stderr)
 	seen := map[string]bool{}
-	var res *swapplan.SwapResult
+	var res *api.SwapResult
 	f.Wait(6*time.Minute, "the swap ends", func() error {
 		st := f.Status()
 		if st.Last != nil && st.Swap == nil && (prev == nil || st.Last.ID != prev.ID) {

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // Etcd is a client of the fleet's etcd cluster through every server's
@@ -200,11 +200,11 @@ func (f *Fleet) Check(result string) error {
 	}
 	var voters []string
 	for _, n := range nodes.Items {
-		if _, ok := n.Annotations[swapplan.AnnotationCordonedBy]; ok || n.Spec.Unschedulable {
-			return fmt.Errorf("%s is left cordoned (cordoned-by %q)", n.Name, n.Annotations[swapplan.AnnotationCordonedBy])
+		if _, ok := n.Annotations[api.AnnotationCordonedBy]; ok || n.Spec.Unschedulable {
+			return fmt.Errorf("%s is left cordoned (cordoned-by %q)", n.Name, n.Annotations[api.AnnotationCordonedBy])
 		}
-		if n.Labels[swapplan.LabelRole] == swapplan.RoleVoter {
-			voters = append(voters, n.Annotations[swapplan.AnnotationEtcdNodeName])
+		if n.Labels[api.LabelRole] == api.RoleVoter {
+			voters = append(voters, n.Annotations[api.AnnotationEtcdNodeName])
 		}
 	}
 	slices.Sort(voters)

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // The scenarios of faults around a swap and of k3s's own behaviour
@@ -26,12 +26,12 @@ import (
 // first the bootstrap host, a voter and a standby on Docker hosts, a
 // native standby, and a native agent.
 var FaultHosts = []HostSpec{
-	{Name: "v1", Role: swapplan.RoleVoter},
-	{Name: "v2", Role: swapplan.RoleVoter},
-	{Name: "v3", Role: swapplan.RoleVoter, Docker: true},
-	{Name: "s1", Role: swapplan.RoleStandby, Docker: true},
-	{Name: "s2", Role: swapplan.RoleStandby},
-	{Name: "a1", Role: swapplan.RoleAgent},
+	{Name: "v1", Role: api.RoleVoter},
+	{Name: "v2", Role: api.RoleVoter},
+	{Name: "v3", Role: api.RoleVoter, Docker: true},
+	{Name: "s1", Role: api.RoleStandby, Docker: true},
+	{Name: "s2", Role: api.RoleStandby},
+	{Name: "a1", Role: api.RoleAgent},
 }
 
 // inSequence runs the scenarios as subtests, in order, until one fails;
@@ -72,7 +72,7 @@ func (f *Fleet) standbyOf(t *testing.T, names ...string) string {
 	t.Helper()
 	var out []string
 	for _, n := range names {
-		if f.Node(n).Labels[swapplan.LabelRole] == swapplan.RoleStandby {
+		if f.Node(n).Labels[api.LabelRole] == api.RoleStandby {
 			out = append(out, n)
 		}
 	}
@@ -83,7 +83,7 @@ func (f *Fleet) standbyOf(t *testing.T, names ...string) string {
 // holds asks for a manual swap and checks that none starts while the
 // probe periods go by: no Lease taken, the standby not cordoned. It
 // returns the last swap before the request.
-func (f *Fleet) holds(t *testing.T, out, in string) *swapplan.SwapResult {
+func (f *Fleet) holds(t *testing.T, out, in string) *api.SwapResult {
 	t.Helper()
 	prev := f.Status().Last
 	_, stderr, code := f.CLI("swap", out, in)
@@ -111,7 +111,7 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			v2.Pause()
 			t.Log("v2 paused")
 			f.Wait(time.Minute, "v2's probe is silent", func() error {
-				if st := f.Status(); st.Verdicts["v2"].State != swapplan.VerdictSilent {
+				if st := f.Status(); st.Verdicts["v2"].State != api.VerdictSilent {
 					return fmt.Errorf("v2's verdict %q", st.Verdicts["v2"].State)
 				}
 				return nil
@@ -124,8 +124,8 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			v2.Unpause()
 			t.Log("v2 back: the request, kept, is carried out")
 			res := f.waitEnd(t, prev, 4*time.Minute)
-			require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
-			require.NoError(t, f.Check(swapplan.ResultCompleted))
+			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+			require.NoError(t, f.Check(api.ResultCompleted))
 		}},
 		scenario{"AHostRebootedJustAfterItsDemotionComesBackAsAnAgent", func(t *testing.T) {
 			// v1 was demoted by the swap above.
@@ -162,26 +162,26 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			active, enabled = v1.Unit("k3s-agent.service")
 			assert.Equal(t, "active", active, "v1's k3s-agent.service runs")
 			assert.Equal(t, "enabled", enabled, "v1's k3s-agent.service starts at boot")
-			require.NoError(t, f.Check(swapplan.ResultCompleted))
+			require.NoError(t, f.Check(api.ResultCompleted))
 		}},
 		scenario{"AStandbyWhoseServerWasDemotedBeforeItsPromotionJoinsThroughALiveVoter", func(t *testing.T) {
 			require.Contains(t, s2.StagedConfig(), fmt.Sprintf("server: https://%s:6443", v1.IP), "s2's config.yaml names v1, as the operator staged it")
-			require.Equal(t, swapplan.RoleStandby, f.Node("v1").Labels[swapplan.LabelRole], "v1 is demoted")
+			require.Equal(t, api.RoleStandby, f.Node("v1").Labels[api.LabelRole], "v1 is demoted")
 			m, err := f.Members()
 			require.NoError(t, err)
-			require.NotContains(t, m.Voters, f.Node("v1").Annotations[swapplan.AnnotationEtcdNodeName])
+			require.NotContains(t, m.Voters, f.Node("v1").Annotations[api.AnnotationEtcdNodeName])
 			live := []string{s1.IP, v2.IP, v3.IP}
 
 			res := f.swap(t, "v2", "s2", 4*time.Minute)
 			t.Logf("v2 out, s2 in: %s: %s", res.Result, res.Reason)
-			require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 			drop := s2.JoinDropIn()
 			t.Logf("s2's drop-in: %q", drop)
 			assert.NotContains(t, drop, v1.IP+":", "s2's k3s does not join through the demoted v1")
 			assert.True(t, slices.ContainsFunc(live, func(ip string) bool {
 				return strings.Contains(drop, fmt.Sprintf("server: https://%s:6443", ip))
 			}), "s2's drop-in names a voter live when it was promoted (s1, v2 or v3)")
-			require.NoError(t, f.Check(swapplan.ResultCompleted), "one cluster, the same ID")
+			require.NoError(t, f.Check(api.ResultCompleted), "one cluster, the same ID")
 		}},
 		scenario{"ASwapWhileAnAgentsNodeIsNotReadyCompletes", func(t *testing.T) {
 			// The voters are s1, s2 and v3; v1 and v2 are native standbys.
@@ -193,11 +193,11 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			f.waitFreshProbe("v1", time.Minute)
 			res := f.swap(t, "v3", "v1", 4*time.Minute)
 			t.Logf("v3 out, v1 in, a1 NotReady: %s: %s", res.Result, res.Reason)
-			require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
+			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 			assert.Equal(t, corev1.ConditionUnknown, f.Ready("a1"), "a1 was NotReady throughout")
 			a1.Unpause()
 			f.WaitReady("a1", corev1.ConditionTrue, time.Minute)
-			require.NoError(t, f.Check(swapplan.ResultCompleted))
+			require.NoError(t, f.Check(api.ResultCompleted))
 		}},
 		scenario{"TheOutgoingVoterPausedMidSwapHoldsTheSwapUntilItIsBack", func(t *testing.T) {
 			// The voters are s1, s2 and v1; s1, a Docker host, goes out.
@@ -221,21 +221,21 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			for time.Now().Before(held) {
 				st := f.Status()
 				require.NotNil(t, st.Swap, "the swap goes on: %s", st.Reason)
-				require.NotContains(t, []string{swapplan.StepStepDown, swapplan.StepRemoveMember, swapplan.StepMemberGone}, st.Step,
+				require.NotContains(t, []string{api.StepStepDown, api.StepRemoveMember, api.StepMemberGone}, st.Step,
 					"nothing is asked of a paused voter: %s", st.Reason)
 				time.Sleep(200 * time.Millisecond)
 			}
 			m, err := f.Members()
 			require.NoError(t, err)
-			assert.Contains(t, m.Voters, f.Node("s1").Annotations[swapplan.AnnotationEtcdNodeName], "s1's member stays while s1 is paused")
+			assert.Contains(t, m.Voters, f.Node("s1").Annotations[api.AnnotationEtcdNodeName], "s1's member stays while s1 is paused")
 			t.Logf("while s1 was paused: step %s: %s", f.Status().Step, f.Status().Reason)
 			s1.Unpause()
 			t.Log("s1 back")
 
 			res := f.waitEnd(t, prev, 4*time.Minute)
 			t.Logf("result: %s: %s", res.Result, res.Reason)
-			require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
-			require.NoError(t, f.Check(swapplan.ResultCompleted))
+			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+			require.NoError(t, f.Check(api.ResultCompleted))
 		}},
 		scenario{"TheControllerKilledAtEveryStepFinishesTheSwap", func(t *testing.T) {
 			// The voters are v1, v2 and s2; v3, a Docker host, comes in.
@@ -246,8 +246,8 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 				killed = append(killed, step)
 			})
 			t.Logf("both replicas killed at %d steps: %v", len(killed), killed)
-			require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
-			require.NoError(t, f.Check(swapplan.ResultCompleted))
+			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+			require.NoError(t, f.Check(api.ResultCompleted))
 			assert.GreaterOrEqual(t, len(killed), 5, "killed at most steps")
 			f.WaitRolledOut(time.Minute)
 		}},
@@ -261,8 +261,8 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 				killed = append(killed, step)
 			})
 			t.Logf("both agents killed at %d steps: %v", len(killed), killed)
-			require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
-			require.NoError(t, f.Check(swapplan.ResultCompleted))
+			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+			require.NoError(t, f.Check(api.ResultCompleted))
 		}},
 		scenario{"TheCandidatesPeerPortDroppedRollsTheSwapBackLeavingNothingBehind", func(t *testing.T) {
 			// The voters are v2, v3 and s1; v1 and s2 are native standbys.
@@ -272,15 +272,15 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 
 			res := f.swap(t, "v2", "v1", 4*time.Minute)
 			t.Logf("result: %s: %s", res.Result, res.Reason)
-			require.Equal(t, swapplan.ResultRolledBack, res.Result, res.Reason)
-			require.NoError(t, f.Check(swapplan.ResultRolledBack))
+			require.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+			require.NoError(t, f.Check(api.ResultRolledBack))
 			m, err := f.Members()
 			require.NoError(t, err)
 			assert.Len(t, m.Voters, 3)
 			n := f.Node("v1")
-			assert.Equal(t, swapplan.RoleStandby, n.Labels[swapplan.LabelRole])
-			assert.NotEqual(t, "true", n.Labels[swapplan.LabelEtcd], "v1's server labels cleaned up")
-			assert.Equal(t, swapplan.RoleVoter, f.Node("v2").Labels[swapplan.LabelRole], "v2 untouched")
+			assert.Equal(t, api.RoleStandby, n.Labels[api.LabelRole])
+			assert.NotEqual(t, "true", n.Labels[api.LabelEtcd], "v1's server labels cleaned up")
+			assert.Equal(t, api.RoleVoter, f.Node("v2").Labels[api.LabelRole], "v2 untouched")
 
 			v1.RestorePeerPort()
 			f.Wait(time.Minute, "v1's server stopped and its agent running", func() error {
@@ -310,8 +310,8 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			t.Log("v2's k3s server may start again: the request, kept, is carried out")
 			res := f.waitEnd(t, prev, 5*time.Minute)
 			t.Logf("v3 out, v1 in: %s: %s", res.Result, res.Reason)
-			require.Equal(t, swapplan.ResultCompleted, res.Result, res.Reason)
-			require.NoError(t, f.Check(swapplan.ResultCompleted))
+			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+			require.NoError(t, f.Check(api.ResultCompleted))
 		}},
 		scenario{"AHostRebootedMidPromotionComesBackAsItsRoleSays", func(t *testing.T) {
 			// The voters are v1, v2 and s1; s2, a native standby whose
@@ -321,7 +321,7 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			prev := f.Status().Last
 			_, stderr, code := f.CLI("swap", "v1", "s2")
 			require.Equal(t, 0, code, stderr)
-			f.atStep([]string{swapplan.StepPromote, swapplan.StepJoin}, 2*time.Minute)
+			f.atStep([]string{api.StepPromote, api.StepJoin}, 2*time.Minute)
 			st := f.Status()
 			t.Logf("rebooting s2 at step %s: %s", st.Step, st.Reason)
 			s2.Reboot()
@@ -330,10 +330,10 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			res := f.waitEnd(t, prev, 6*time.Minute)
 			w.Stop()
 			t.Logf("result: %s: %s; members: %s", res.Result, res.Reason, w)
-			require.Contains(t, []string{swapplan.ResultCompleted, swapplan.ResultRolledBack}, res.Result, res.Reason)
+			require.Contains(t, []string{api.ResultCompleted, api.ResultRolledBack}, res.Result, res.Reason)
 			assert.LessOrEqual(t, len(w.Most()), 4, "never a member beyond the three voters' and the candidate's: %s", w)
 			server, agent := "k3s.service", "k3s-agent.service"
-			if res.Result == swapplan.ResultRolledBack {
+			if res.Result == api.ResultRolledBack {
 				server, agent = agent, server
 			}
 			f.Wait(time.Minute, "s2 runs as its role says", func() error {
@@ -371,25 +371,25 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			})
 			w.Stop()
 			t.Logf("result: %s: %s; steps %v; members: %s", res.Result, res.Reason, steps, w)
-			require.Equal(t, swapplan.ResultRolledBack, res.Result, res.Reason)
+			require.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
 			assert.NotEmpty(t, w.Named(in), "%s's member joined: %s", in, w)
-			assert.Contains(t, steps, swapplan.StepRemoveByVoter, "a voter's agent removed %s's member", in)
-			assert.NotContains(t, steps, swapplan.StepStuck)
+			assert.Contains(t, steps, api.StepRemoveByVoter, "a voter's agent removed %s's member", in)
+			assert.NotContains(t, steps, api.StepStuck)
 			assert.LessOrEqual(t, len(w.Most()), 4, "never more than the voters' members and %s's", in)
 			m, err := f.Members()
 			require.NoError(t, err)
 			assert.Equal(t, before.Voters, m.Voters, "the original members")
 			n := f.Node(in)
-			assert.Empty(t, n.Annotations[swapplan.AnnotationEtcdNodeName], "%s's server never wrote its metadata", in)
-			assert.Equal(t, swapplan.RoleStandby, n.Labels[swapplan.LabelRole])
-			assert.Equal(t, swapplan.RoleVoter, f.Node("v2").Labels[swapplan.LabelRole], "v2 untouched")
+			assert.Empty(t, n.Annotations[api.AnnotationEtcdNodeName], "%s's server never wrote its metadata", in)
+			assert.Equal(t, api.RoleStandby, n.Labels[api.LabelRole])
+			assert.Equal(t, api.RoleVoter, f.Node("v2").Labels[api.LabelRole], "v2 untouched")
 			f.Wait(time.Minute, in+"'s server stopped", func() error {
 				if active, _ := cand.Unit("k3s.service"); active != "inactive" && active != "failed" {
 					return fmt.Errorf("k3s.service is %s", active)
 				}
 				return nil
 			})
-			require.NoError(t, f.Check(swapplan.ResultRolledBack))
+			require.NoError(t, f.Check(api.ResultRolledBack))
 		}},
 	)
 }

@@ -29,7 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/deployment"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
@@ -202,7 +202,7 @@ func createObjects(t testhost.T, c kubernetes.Interface, namespaces []string, ho
 		}
 	}
 	for _, spec := range hosts {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: map[string]string{swapplan.LabelRole: spec.Role}}}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: map[string]string{api.LabelRole: spec.Role}}}
 		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +218,7 @@ func createObjects(t testhost.T, c kubernetes.Interface, namespaces []string, ho
 func (f *Fleet) servers() []*Host {
 	var out []*Host
 	for _, n := range f.Order {
-		if h := f.Hosts[n]; h.Role == swapplan.RoleVoter || h.Role == swapplan.RoleStandby {
+		if h := f.Hosts[n]; h.Role == api.RoleVoter || h.Role == api.RoleStandby {
 			out = append(out, h)
 		}
 	}
@@ -238,10 +238,10 @@ func (f *Fleet) up() error {
 		if p == nil {
 			continue
 		}
-		if !conditionTrue(&n, corev1.NodeReady) || n.Annotations[swapplan.AnnotationProbe] == "" {
+		if !conditionTrue(&n, corev1.NodeReady) || n.Annotations[api.AnnotationProbe] == "" {
 			return fmt.Errorf("%s is not Ready with a probe", n.Name)
 		}
-		if p.Role == swapplan.RoleVoter && !conditionTrue(&n, swapplan.ConditionEtcdIsVoter) {
+		if p.Role == api.RoleVoter && !conditionTrue(&n, api.ConditionEtcdIsVoter) {
 			return fmt.Errorf("%s's member does not vote", n.Name)
 		}
 	}
@@ -291,21 +291,21 @@ func (f *Fleet) Node(name string) *corev1.Node {
 }
 
 // Status reads status.json.
-func (f *Fleet) Status() swapplan.Status { return ReadStatus(f.API.Client) }
+func (f *Fleet) Status() api.Status { return ReadStatus(f.API.Client) }
 
 // ReadStatus reads the controller's status.json; empty while there is none.
-func ReadStatus(c kubernetes.Interface) swapplan.Status {
-	var st swapplan.Status
-	cm, err := c.CoreV1().ConfigMaps(swapplan.Namespace).Get(context.Background(), swapplan.StatusConfigMap, metav1.GetOptions{})
+func ReadStatus(c kubernetes.Interface) api.Status {
+	var st api.Status
+	cm, err := c.CoreV1().ConfigMaps(api.Namespace).Get(context.Background(), api.StatusConfigMap, metav1.GetOptions{})
 	if err == nil {
-		_ = json.Unmarshal([]byte(cm.Data[swapplan.StatusKey]), &st)
+		_ = json.Unmarshal([]byte(cm.Data[api.StatusKey]), &st)
 	}
 	return st
 }
 
 // Lease reads the swap's Lease; nil when there is none.
 func (f *Fleet) Lease() *coordinationv1.Lease {
-	l, err := f.API.Client.CoordinationV1().Leases(swapplan.Namespace).Get(context.Background(), swapplan.LeaseName, metav1.GetOptions{})
+	l, err := f.API.Client.CoordinationV1().Leases(api.Namespace).Get(context.Background(), api.LeaseName, metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}
@@ -350,12 +350,12 @@ func (f *Fleet) WaitFit(timeout time.Duration) {
 
 // Unfit names the first voter or standby of hosts whose verdict in st is
 // not fit; nil when every one is.
-func Unfit(st swapplan.Status, hosts []HostSpec) error {
+func Unfit(st api.Status, hosts []HostSpec) error {
 	for _, h := range hosts {
-		if h.Role != swapplan.RoleVoter && h.Role != swapplan.RoleStandby {
+		if h.Role != api.RoleVoter && h.Role != api.RoleStandby {
 			continue
 		}
-		if v := st.Verdicts[h.Name]; v.State != swapplan.VerdictFit {
+		if v := st.Verdicts[h.Name]; v.State != api.VerdictFit {
 			return fmt.Errorf("%s: %s (%d samples): %s", h.Name, v.State, v.Samples, v.Reason)
 		}
 	}

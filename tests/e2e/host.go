@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
@@ -21,7 +21,7 @@ const (
 )
 
 func (h *Host) staged() bool {
-	return h.Role == swapplan.RoleVoter || h.Role == swapplan.RoleStandby
+	return h.Role == api.RoleVoter || h.Role == api.RoleStandby
 }
 
 // doubleArgs are the k3s double's arguments for a unit. The double joins
@@ -53,7 +53,7 @@ func (h *Host) install() error {
 		return fmt.Errorf("%s: write the agent's environment: %v: %s", h.Name, err, out)
 	}
 	unit := "k3s-agent.service"
-	if h.Role == swapplan.RoleVoter {
+	if h.Role == api.RoleVoter {
 		unit = "k3s.service"
 	}
 	if out, err := h.exec("systemctl", "enable", "--now", "--no-block", unit); err != nil {

@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/kubelet"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -100,7 +100,7 @@ func memberName(node string, incarnation int) string {
 func New(tb testhost.T, c kubernetes.Interface, period time.Duration, voters, standbys, agents int) *Driver {
 	d := &Driver{t: tb, c: c, period: period, Hosts: map[string]*Host{}, stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
-	for _, ns := range []string{swapplan.Namespace, swapplan.NodeLeaseNamespace, "apps", "arc-runners"} {
+	for _, ns := range []string{api.Namespace, api.NodeLeaseNamespace, "apps", "arc-runners"} {
 		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			tb.Fatal(err)
@@ -118,18 +118,18 @@ func New(tb testhost.T, c kubernetes.Interface, period time.Duration, voters, st
 	}
 	add := func(name, role string) {
 		h := &Host{agent: true, roleFile: "agent", agentStart: time.Now().Add(-time.Hour), FsyncMs: 2}
-		labels := map[string]string{swapplan.LabelRole: role, Label: "true"}
+		labels := map[string]string{api.LabelRole: role, Label: "true"}
 		ann := map[string]string{}
 		switch role {
-		case swapplan.RoleVoter:
+		case api.RoleVoter:
 			h.server, h.agent, h.roleFile, h.serverStart = true, false, "server", time.Now().Add(-time.Hour)
 			h.member = memberName(name, 0)
 			d.members = append(d.members, simMember{name: h.member, node: name})
-			for _, l := range swapplan.ServerLabels {
+			for _, l := range api.ServerLabels {
 				labels[l] = "true"
 			}
-			ann[swapplan.AnnotationEtcdNodeName] = h.member
-		case swapplan.RoleStandby:
+			ann[api.AnnotationEtcdNodeName] = h.member
+		case api.RoleStandby:
 			h.Staged = true
 		}
 		d.Hosts[name] = h
@@ -144,13 +144,13 @@ func New(tb testhost.T, c kubernetes.Interface, period time.Duration, voters, st
 		})
 	}
 	for i := 1; i <= voters; i++ {
-		add(fmt.Sprintf("v%d", i), swapplan.RoleVoter)
+		add(fmt.Sprintf("v%d", i), api.RoleVoter)
 	}
 	for i := 1; i <= standbys; i++ {
-		add(fmt.Sprintf("s%d", i), swapplan.RoleStandby)
+		add(fmt.Sprintf("s%d", i), api.RoleStandby)
 	}
 	for i := 1; i <= agents; i++ {
-		add(fmt.Sprintf("a%d", i), swapplan.RoleAgent)
+		add(fmt.Sprintf("a%d", i), api.RoleAgent)
 	}
 	d.tick()
 	go d.run()
@@ -225,24 +225,24 @@ func (d *Driver) tick() {
 		d.agent(n, h, ann, now)
 		d.k3s(n, h, ann, now)
 		if probe {
-			ann[swapplan.AnnotationProbe] = d.probe(h, now)
+			ann[api.AnnotationProbe] = d.probe(h, now)
 		}
 		labels := map[string]any{}
 		if h.server {
-			for _, l := range swapplan.ServerLabels {
+			for _, l := range api.ServerLabels {
 				if n.Labels[l] != "true" {
 					labels[l] = "true"
 				}
 			}
-			if n.Annotations[swapplan.AnnotationEtcdNodeName] != h.member {
-				ann[swapplan.AnnotationEtcdNodeName] = h.member
+			if n.Annotations[api.AnnotationEtcdNodeName] != h.member {
+				ann[api.AnnotationEtcdNodeName] = h.member
 			}
 		}
 		if len(ann) > 0 || len(labels) > 0 {
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann, "labels": labels}})
 			_, err := d.c.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			if v, ok := ann[swapplan.AnnotationReport].(string); ok && err == nil {
-				var r swapplan.Report
+			if v, ok := ann[api.AnnotationReport].(string); ok && err == nil {
+				var r api.Report
 				_ = json.Unmarshal([]byte(v), &r)
 				d.reports = append(d.reports, Written{At: time.Now(), Node: n.Name, Action: r.Action, State: r.State, Swap: r.Swap})
 			}
@@ -263,23 +263,23 @@ func (d *Driver) tick() {
 	}
 }
 
-func (d *Driver) report(ann map[string]any, r swapplan.Report, now time.Time) {
+func (d *Driver) report(ann map[string]any, r api.Report, now time.Time) {
 	r.At = now.UTC()
 	b, _ := json.Marshal(r)
-	ann[swapplan.AnnotationReport] = string(b)
+	ann[api.AnnotationReport] = string(b)
 }
 
 // agent answers the request on the Node and finishes a demotion once the
 // member is gone, as fleet-role agent does.
 func (d *Driver) agent(n *corev1.Node, h *Host, ann map[string]any, now time.Time) {
-	var q swapplan.Request
-	if v := n.Annotations[swapplan.AnnotationRequest]; v != "" && json.Unmarshal([]byte(v), &q) == nil && !q.At.Equal(h.handled) {
+	var q api.Request
+	if v := n.Annotations[api.AnnotationRequest]; v != "" && json.Unmarshal([]byte(v), &q) == nil && !q.At.Equal(h.handled) {
 		h.handled = q.At
 		at := q.At
 		switch q.Action {
-		case swapplan.RequestPromote:
+		case api.RequestPromote:
 			if !h.Staged || h.RefusePromote {
-				d.report(ann, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateRefused, RequestAt: &at, Message: "not staged"}, now)
+				d.report(ann, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateRefused, RequestAt: &at, Message: "not staged"}, now)
 				break
 			}
 			if !h.server {
@@ -291,22 +291,22 @@ func (d *Driver) agent(n *corev1.Node, h *Host, ann map[string]any, now time.Tim
 			}
 			h.roleFile = "server"
 			start := h.serverStart.UTC()
-			d.report(ann, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, StartedAt: &start, RequestAt: &at}, now)
-		case swapplan.RequestStepDown:
+			d.report(ann, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, StartedAt: &start, RequestAt: &at}, now)
+		case api.RequestStepDown:
 			h.roleFile, h.server, h.swap = "agent", false, q.Swap
-			d.report(ann, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at}, now)
-		case swapplan.RequestSnapshot:
-			d.report(ann, swapplan.Report{Swap: q.Swap, Action: q.Action, State: swapplan.StateDone, RequestAt: &at,
-				Snapshot: &swapplan.SnapshotFile{Path: "/var/lib/rancher/k3s/server/db/snapshots/s.db", Size: 4096,
+			d.report(ann, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at}, now)
+		case api.RequestSnapshot:
+			d.report(ann, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at,
+				Snapshot: &api.SnapshotFile{Path: "/var/lib/rancher/k3s/server/db/snapshots/s.db", Size: 4096,
 					SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}}, now)
 		}
 	}
 	if h.roleFile == "agent" && !h.agent && !h.server {
-		gone := h.member == "" || !d.isMember(h.member) || (n.Annotations[swapplan.AnnotationMemberGone] != "" && n.Annotations[swapplan.AnnotationMemberGone] == h.swap)
+		gone := h.member == "" || !d.isMember(h.member) || (n.Annotations[api.AnnotationMemberGone] != "" && n.Annotations[api.AnnotationMemberGone] == h.swap)
 		if gone && h.swap != "" {
 			h.agent, h.agentStart, h.member = true, now, ""
 			start := now.UTC()
-			d.report(ann, swapplan.Report{Swap: h.swap, Action: swapplan.ReportFinish, State: swapplan.StateDone, StartedAt: &start}, now)
+			d.report(ann, api.Report{Swap: h.swap, Action: api.ReportFinish, State: api.StateDone, StartedAt: &start}, now)
 		}
 	}
 }
@@ -319,21 +319,21 @@ func (d *Driver) k3s(n *corev1.Node, h *Host, ann map[string]any, now time.Time)
 			m.learner = false
 		}
 	}
-	if !d.K3sPaused && n.Annotations[swapplan.AnnotationEtcdRemove] == "true" {
-		name := n.Annotations[swapplan.AnnotationEtcdNodeName]
+	if !d.K3sPaused && n.Annotations[api.AnnotationEtcdRemove] == "true" {
+		name := n.Annotations[api.AnnotationEtcdNodeName]
 		if name != "" && d.isMember(name) {
 			d.members = slices.DeleteFunc(d.members, func(m simMember) bool { return m.name == name })
-			ann[swapplan.AnnotationEtcdRemovedNodeName] = name
+			ann[api.AnnotationEtcdRemovedNodeName] = name
 		}
 	}
 }
 
 func (d *Driver) probe(h *Host, now time.Time) string {
-	p := swapplan.Probe{At: now.UTC(), Period: swapplan.Duration(d.period), Healthy: !h.Unhealthy, Staged: h.Staged && !h.server, FsyncP99Ms: h.FsyncMs, RTTMs: 1}
+	p := api.Probe{At: now.UTC(), Period: api.Duration(d.period), Healthy: !h.Unhealthy, Staged: h.Staged && !h.server, FsyncP99Ms: h.FsyncMs, RTTMs: 1}
 	if h.server {
 		p.Member = h.member
 		for _, m := range d.members {
-			p.Members = append(p.Members, swapplan.Member{Name: m.name, Learner: m.learner})
+			p.Members = append(p.Members, api.Member{Name: m.name, Learner: m.learner})
 		}
 	}
 	b, _ := json.Marshal(p)
@@ -349,15 +349,15 @@ func (d *Driver) conditions(ctx context.Context, n *corev1.Node, h *Host, now ti
 	}
 	idx := slices.IndexFunc(d.members, func(m simMember) bool { return m.node == n.Name })
 	switch {
-	case idx < 0 && n.Labels[swapplan.LabelEtcd] == "true":
-		want = append(want, corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: swapplan.ReasonNotAMember})
+	case idx < 0 && n.Labels[api.LabelEtcd] == "true":
+		want = append(want, corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: api.ReasonNotAMember})
 	case idx < 0:
 	case d.members[idx].learner:
-		want = append(want, corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: swapplan.ReasonMemberIsLearner})
+		want = append(want, corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: api.ReasonMemberIsLearner})
 	case !h.server:
-		want = append(want, corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: swapplan.ReasonUnhealthy})
+		want = append(want, corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: api.ReasonUnhealthy})
 	default:
-		want = append(want, corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: corev1.ConditionTrue, Reason: swapplan.ReasonMemberNotLearner})
+		want = append(want, corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionTrue, Reason: api.ReasonMemberNotLearner})
 	}
 	same := len(want) == len(n.Status.Conditions)
 	for i := 0; same && i < len(want); i++ {

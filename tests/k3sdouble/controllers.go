@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // AnnotationNodeAddress is k3s's: the address of the Node's member.
@@ -119,24 +119,24 @@ type syncAction struct {
 // removed-node-name and drop node-name and node-address. k3s:
 // pkg/etcd/member_controller.go, etcdMemberHandler.sync.
 func memberSync(labels, ann map[string]string) syncAction {
-	if _, ok := labels[swapplan.LabelEtcd]; !ok {
+	if _, ok := labels[api.LabelEtcd]; !ok {
 		return syncAction{}
 	}
-	requested, ok := ann[swapplan.AnnotationEtcdRemove]
+	requested, ok := ann[api.AnnotationEtcdRemove]
 	if !ok {
 		return syncAction{}
 	}
-	if removed, ok := ann[swapplan.AnnotationEtcdRemovedNodeName]; ok {
-		if current, ok := ann[swapplan.AnnotationEtcdNodeName]; ok && current != removed {
+	if removed, ok := ann[api.AnnotationEtcdRemovedNodeName]; ok {
+		if current, ok := ann[api.AnnotationEtcdNodeName]; ok && current != removed {
 			return syncAction{kind: syncReset, patch: map[string]any{
-				swapplan.AnnotationEtcdRemovedNodeName: nil, swapplan.AnnotationEtcdRemove: "false"}}
+				api.AnnotationEtcdRemovedNodeName: nil, api.AnnotationEtcdRemove: "false"}}
 		}
 		return syncAction{}
 	}
 	if strings.ToLower(requested) != "true" {
 		return syncAction{}
 	}
-	name, ok := ann[swapplan.AnnotationEtcdNodeName]
+	name, ok := ann[api.AnnotationEtcdNodeName]
 	if !ok {
 		return syncAction{kind: syncError, err: errors.New("node name annotation not found")}
 	}
@@ -145,7 +145,7 @@ func memberSync(labels, ann map[string]string) syncAction {
 		return syncAction{kind: syncError, err: errors.New("node address annotation not found")}
 	}
 	return syncAction{kind: syncRemove, name: name, address: address, patch: map[string]any{
-		swapplan.AnnotationEtcdRemovedNodeName: name, swapplan.AnnotationEtcdNodeName: nil, AnnotationNodeAddress: nil}}
+		api.AnnotationEtcdRemovedNodeName: name, api.AnnotationEtcdNodeName: nil, AnnotationNodeAddress: nil}}
 }
 
 // removePeer removes the member whose name is name and one of whose peer
@@ -186,16 +186,16 @@ func (s *server) writeMetadata(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	if n.Annotations[swapplan.AnnotationEtcdNodeName] == s.name && n.Annotations[AnnotationNodeAddress] == s.o.nodeIP &&
-		n.Labels[swapplan.LabelEtcd] == "true" && n.Labels["node-role.kubernetes.io/control-plane"] == "true" {
+	if n.Annotations[api.AnnotationEtcdNodeName] == s.name && n.Annotations[AnnotationNodeAddress] == s.o.nodeIP &&
+		n.Labels[api.LabelEtcd] == "true" && n.Labels["node-role.kubernetes.io/control-plane"] == "true" {
 		return
 	}
 	labels := map[string]any{}
-	for _, l := range swapplan.ServerLabels {
+	for _, l := range api.ServerLabels {
 		labels[l] = "true"
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]any{swapplan.AnnotationEtcdNodeName: s.name, AnnotationNodeAddress: s.o.nodeIP},
+		"annotations": map[string]any{api.AnnotationEtcdNodeName: s.name, AnnotationNodeAddress: s.o.nodeIP},
 		"labels":      labels}})
 	if _, err := s.kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		s.log.Warn("server metadata not written", "err", err)
@@ -209,7 +209,7 @@ const conditionHeartbeat = 5 * time.Minute
 // voterConditions writes EtcdIsVoter on the Nodes labelled etcd=true.
 // k3s: pkg/etcd/etcd.go, manageLearners and setEtcdStatusCondition.
 func (s *server) voterConditions(ctx context.Context, members []*etcdMember) {
-	nodes, err := s.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: swapplan.LabelEtcd + "=true"})
+	nodes, err := s.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: api.LabelEtcd + "=true"})
 	if err != nil {
 		return
 	}
@@ -217,7 +217,7 @@ func (s *server) voterConditions(ctx context.Context, members []*etcdMember) {
 	for _, m := range members {
 		var node *corev1.Node
 		for i := range nodes.Items {
-			if m.Name == nodes.Items[i].Annotations[swapplan.AnnotationEtcdNodeName] {
+			if m.Name == nodes.Items[i].Annotations[api.AnnotationEtcdNodeName] {
 				node = &nodes.Items[i]
 				matched[node.Name] = true
 				break
@@ -226,27 +226,27 @@ func (s *server) voterConditions(ctx context.Context, members []*etcdMember) {
 		if node == nil {
 			continue
 		}
-		status, reason, message := corev1.ConditionTrue, swapplan.ReasonMemberNotLearner, "Node is a voting member of the etcd cluster"
+		status, reason, message := corev1.ConditionTrue, api.ReasonMemberNotLearner, "Node is a voting member of the etcd cluster"
 		if m.IsLearner {
-			status, reason, message = corev1.ConditionFalse, swapplan.ReasonMemberIsLearner, "Node has not been promoted to voting member of the etcd cluster"
+			status, reason, message = corev1.ConditionFalse, api.ReasonMemberIsLearner, "Node has not been promoted to voting member of the etcd cluster"
 		}
 		if err := s.healthy(ctx, m); err != nil {
-			status, reason, message = corev1.ConditionFalse, swapplan.ReasonUnhealthy, err.Error()
+			status, reason, message = corev1.ConditionFalse, api.ReasonUnhealthy, err.Error()
 		}
 		s.setCondition(ctx, node, status, reason, message)
 	}
 	for i := range nodes.Items {
 		if n := &nodes.Items[i]; !matched[n.Name] {
-			s.setCondition(ctx, n, corev1.ConditionFalse, swapplan.ReasonNotAMember, "Node is not a member of the etcd cluster")
+			s.setCondition(ctx, n, corev1.ConditionFalse, api.ReasonNotAMember, "Node is not a member of the etcd cluster")
 		}
 	}
 }
 
 func (s *server) setCondition(ctx context.Context, n *corev1.Node, status corev1.ConditionStatus, reason, message string) {
 	now := metav1.Now()
-	c := corev1.NodeCondition{Type: swapplan.ConditionEtcdIsVoter, Status: status, Reason: reason, Message: message,
+	c := corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: status, Reason: reason, Message: message,
 		LastHeartbeatTime: now, LastTransitionTime: now}
-	if old := condition(n, swapplan.ConditionEtcdIsVoter); old != nil && old.Status == status && old.Reason == reason && old.Message == message {
+	if old := condition(n, api.ConditionEtcdIsVoter); old != nil && old.Status == status && old.Reason == reason && old.Message == message {
 		if now.Sub(old.LastHeartbeatTime.Time) < conditionHeartbeat {
 			return
 		}

@@ -15,13 +15,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 )
 
 // Heartbeat renews the Node's Lease in kube-node-lease, creating it on
 // the first beat.
 func Heartbeat(ctx context.Context, c kubernetes.Interface, node string, now time.Time) error {
-	leases := c.CoordinationV1().Leases(swapplan.NodeLeaseNamespace)
+	leases := c.CoordinationV1().Leases(api.NodeLeaseNamespace)
 	renew := metav1.NewMicroTime(now)
 	l, err := leases.Get(ctx, node, metav1.GetOptions{})
 	switch {

@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/fleetsim"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
@@ -51,11 +51,11 @@ func runLoad(b *testing.B, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	api := kubeapi.Start(b)
-	cfg := rest.CopyConfig(api.Config)
+	kube := kubeapi.Start(b)
+	cfg := rest.CopyConfig(kube.Config)
 	cfg.QPS, cfg.Burst = 2000, 4000
 	client := kubernetes.NewForConfigOrDie(cfg)
-	sim := fleetsim.New(b, api.Client, 2*time.Second, 3, 3, 0)
+	sim := fleetsim.New(b, kube.Client, 2*time.Second, 3, 3, 0)
 	sim.With(func(d *fleetsim.Driver) {
 		for _, h := range d.Hosts {
 			h.Staged = true // a demoted voter is a standby for the next swap
@@ -92,7 +92,7 @@ listen_address = "127.0.0.1:%d"
 join = "1m"
 `, port)), 0o600)
 	var logs syncBuffer
-	cmd := exec.Command(bin, "controller", "--config", conf, "--kubeconfig", api.Kubeconfig)
+	cmd := exec.Command(bin, "controller", "--config", conf, "--kubeconfig", kube.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
@@ -106,15 +106,15 @@ join = "1m"
 
 	swaps := [][2]string{{"v1", "s1"}, {"v2", "s2"}, {"v3", "s3"}, {"s1", "v1"}, {"s2", "v2"}, {"s3", "v3"}, {"v1", "s1"}, {"v2", "s2"}}
 	for _, s := range swaps {
-		out, err := exec.Command(bin, "swap", s[0], s[1], "--kubeconfig", api.Kubeconfig).CombinedOutput()
+		out, err := exec.Command(bin, "swap", s[0], s[1], "--kubeconfig", kube.Kubeconfig).CombinedOutput()
 		if err != nil {
 			b.Fatalf("swap %v: %v: %s", s, err, out)
 		}
 		waitFor(b, 5*time.Minute, func() bool {
-			st := status(api.Client)
+			st := status(kube.Client)
 			return st.Swap == nil && st.Last != nil && st.Last.Out == s[0]
 		}, &logs)
-		if r := status(api.Client).Last; r.Result != swapplan.ResultCompleted {
+		if r := status(kube.Client).Last; r.Result != api.ResultCompleted {
 			b.Fatalf("swap %v ended %s: %s", s, r.Result, r.Reason)
 		}
 	}
@@ -141,11 +141,11 @@ join = "1m"
 }
 
 func createNode(c kubernetes.Interface, name string) error {
-	p, _ := json.Marshal(swapplan.Probe{At: time.Now().UTC(), Period: swapplan.Duration(time.Minute), Healthy: true, FsyncP99Ms: 2.1})
+	p, _ := json.Marshal(api.Probe{At: time.Now().UTC(), Period: api.Duration(time.Minute), Healthy: true, FsyncP99Ms: 2.1})
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Labels: map[string]string{swapplan.LabelRole: swapplan.RoleAgent, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+		Labels: map[string]string{api.LabelRole: api.RoleAgent, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
 			"node.kubernetes.io/instance-type": "runner-large", "topology.kubernetes.io/zone": "zone-a"},
-		Annotations: map[string]string{swapplan.AnnotationProbe: string(p), "node.alpha.kubernetes.io/ttl": "0",
+		Annotations: map[string]string{api.AnnotationProbe: string(p), "node.alpha.kubernetes.io/ttl": "0",
 			"volumes.kubernetes.io/controller-managed-attach-detach": "true"}}}
 	_, err := c.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
 	return err
@@ -163,8 +163,8 @@ func churn(c kubernetes.Interface, n int, stop chan struct{}) {
 			return
 		case <-t.C:
 		}
-		p, _ := json.Marshal(swapplan.Probe{At: time.Now().UTC(), Period: swapplan.Duration(time.Minute), Healthy: true, FsyncP99Ms: 1 + rand.Float64()*3})
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{swapplan.AnnotationProbe: string(p)}}})
+		p, _ := json.Marshal(api.Probe{At: time.Now().UTC(), Period: api.Duration(time.Minute), Healthy: true, FsyncP99Ms: 1 + rand.Float64()*3})
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationProbe: string(p)}}})
 		_, _ = c.CoreV1().Nodes().Patch(context.Background(), fmt.Sprintf("a%05d", i%n), types.MergePatchType, patch, metav1.PatchOptions{})
 	}
 }
@@ -193,20 +193,20 @@ func latencies(reports []fleetsim.Written, log string) []time.Duration {
 			acts = append(acts, action{at, field(line, "action"), field(line, "node")})
 		}
 	}
-	next := map[string]string{swapplan.RequestSnapshot: swapplan.ActionCordonIn, swapplan.RequestStepDown: swapplan.ActionRemoveMember,
-		swapplan.ReportFinish: swapplan.ActionCleanUp}
+	next := map[string]string{api.RequestSnapshot: api.ActionCordonIn, api.RequestStepDown: api.ActionRemoveMember,
+		api.ReportFinish: api.ActionCleanUp}
 	var out []time.Duration
 	for _, r := range reports {
 		want, ok := next[r.Action]
-		if r.State != swapplan.StateDone || !ok {
+		if r.State != api.StateDone || !ok {
 			continue
 		}
 		for i, a := range acts {
 			if !a.at.After(r.At) {
 				continue
 			}
-			if a.typ == want && (r.Action == swapplan.RequestSnapshot || a.node == r.Node) {
-				if r.Action != swapplan.ReportFinish || (i > 0 && acts[i-1].typ == swapplan.ActionMemberGone && acts[i-1].at.Before(r.At)) {
+			if a.typ == want && (r.Action == api.RequestSnapshot || a.node == r.Node) {
+				if r.Action != api.ReportFinish || (i > 0 && acts[i-1].typ == api.ActionMemberGone && acts[i-1].at.Before(r.At)) {
 					out = append(out, a.at.Sub(r.At))
 				}
 				break
@@ -248,11 +248,11 @@ func parallel(workers, n int, f func(i int) error) {
 	wg.Wait()
 }
 
-func status(c kubernetes.Interface) swapplan.Status {
-	var st swapplan.Status
-	cm, err := c.CoreV1().ConfigMaps(swapplan.Namespace).Get(context.Background(), swapplan.StatusConfigMap, metav1.GetOptions{})
+func status(c kubernetes.Interface) api.Status {
+	var st api.Status
+	cm, err := c.CoreV1().ConfigMaps(api.Namespace).Get(context.Background(), api.StatusConfigMap, metav1.GetOptions{})
 	if err == nil {
-		_ = json.Unmarshal([]byte(cm.Data[swapplan.StatusKey]), &st)
+		_ = json.Unmarshal([]byte(cm.Data[api.StatusKey]), &st)
 	}
 	return st
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -26,46 +27,46 @@ var examples = []struct {
 	check func(t *testing.T, p swapplan.Plan)
 }{
 	{"idle.json", newCluster, func(t *testing.T, p swapplan.Plan) {
-		assertAction(t, p, swapplan.ActionNone, "", "", "no swap: no voter is unfit")
+		assertAction(t, p, api.ActionNone, "", "", "no swap: no voter is unfit")
 	}},
 	{"dry-run-decision.json", func() *cluster {
 		c := newCluster()
-		c.status.Verdicts = map[string]swapplan.Verdict{
-			"v2": {State: swapplan.VerdictUnfit, Score: 31, Samples: 25, Bad: 21, FsyncP99Ms: 31, Reason: "fsync p99 over 10 ms in 21 of 25 samples"},
-			"s1": {State: swapplan.VerdictFit, Score: 2.5, Samples: 25, FsyncP99Ms: 2.5},
+		c.status.Verdicts = map[string]api.Verdict{
+			"v2": {State: api.VerdictUnfit, Score: 31, Samples: 25, Bad: 21, FsyncP99Ms: 31, Reason: "fsync p99 over 10 ms in 21 of 25 samples"},
+			"s1": {State: api.VerdictFit, Score: 2.5, Samples: 25, FsyncP99Ms: 2.5},
 		}
 		c.unhealthy("v2")
 		return c
 	}, func(t *testing.T, p swapplan.Plan) {
-		assertAction(t, p, swapplan.ActionNone, "", "", "dry run: would swap v2 for s1")
+		assertAction(t, p, api.ActionNone, "", "", "dry run: would swap v2 for s1")
 	}},
 	{"gates-held.json", func() *cluster {
 		c := newCluster()
-		rec := c.swap("v1", "s1", swapplan.StepGates, 2*time.Minute)
+		rec := c.swap("v1", "s1", api.StepGates, 2*time.Minute)
 		c.promoted(rec, "s1", 4*time.Minute)
 		c.lists([]string{"v1", "v2", "v3", "s1"}, "v1", "v2", "v3", "s1")
 		c.unhealthy("v3")
 		return c
 	}, func(t *testing.T, p swapplan.Plan) {
-		assertAction(t, p, swapplan.ActionNone, "", swapplan.StepGates, "the outgoing voter v1 is not touched: v3's probe says unhealthy")
+		assertAction(t, p, api.ActionNone, "", api.StepGates, "the outgoing voter v1 is not touched: v3's probe says unhealthy")
 	}},
 	{"step-down.json", func() *cluster {
 		c := newCluster()
-		rec := c.swap("v1", "s1", swapplan.StepDrainOut, time.Minute)
+		rec := c.swap("v1", "s1", api.StepDrainOut, time.Minute)
 		c.promoted(rec, "s1", 10*time.Minute)
 		c.lists([]string{"v1", "v2", "v3", "s1"}, "v1", "v2", "v3", "s1")
 		c.cordon("v1", rec.ID)
 		c.pods = slices.DeleteFunc(c.pods, func(p *corev1.Pod) bool { return p.Spec.NodeName == "v1" && p.Namespace == "apps" })
 		return c
 	}, func(t *testing.T, p swapplan.Plan) {
-		assertAction(t, p, swapplan.ActionStepDown, "v1", swapplan.StepStepDown, "asking the outgoing voter v1 to step down")
+		assertAction(t, p, api.ActionStepDown, "v1", api.StepStepDown, "asking the outgoing voter v1 to step down")
 	}},
 	{"mid-swap.json", func() *cluster {
 		c := newCluster()
 		atStepDown(c)
 		return c
 	}, func(t *testing.T, p swapplan.Plan) {
-		assertAction(t, p, swapplan.ActionNone, "", swapplan.StepStepDown, "the removal waits for the step-down while v1 is Ready")
+		assertAction(t, p, api.ActionNone, "", api.StepStepDown, "the removal waits for the step-down while v1 is Ready")
 	}},
 }
 

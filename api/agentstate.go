@@ -1,0 +1,21 @@
+package api
+
+// AgentStateFile is the name of the agent's state file in its `state_dir`:
+// written atomically and read by the agent alone, across its restarts and
+// upgrades.
+const AgentStateFile = "agent-state.json"
+
+// AgentState is what the agent keeps on disk across restarts and upgrades
+// (AgentStateFile): the last request carried out, the swap whose finished
+// demotion was last reported, the report not yet written on the Node, and
+// the voters last seen. Written and read by the agent; a release reads the
+// file the release before it wrote.
+type AgentState struct {
+	// V is the format's version (Version when written; 1 when missing).
+	V        int      `json:"v"`
+	Handled  *Request `json:"handled,omitempty"`
+	Finished string   `json:"finished,omitempty"`
+	Pending  *Report  `json:"pending,omitempty"`
+	// Voters are the nodes whose members voted when last seen.
+	Voters []string `json:"voters,omitempty"`
+}

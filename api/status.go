@@ -1,0 +1,150 @@
+package api
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ManualRequest is the request to swap Out for In: written by `fleet-role
+// swap OUT IN` in RequestKey, read by the controller (which honours it
+// once, by its At) and by `fleet-role status`; mirrored in Status.Request.
+type ManualRequest struct {
+	// V is the format's version (Version when written; 1 when missing).
+	V   int       `json:"v"`
+	Out string    `json:"out"`
+	In  string    `json:"in"`
+	At  time.Time `json:"at"`
+	By  string    `json:"by,omitempty"`
+}
+
+// Validate reports the fields that are missing or wrong.
+func (r ManualRequest) Validate() error {
+	var errs []error
+	if r.Out == "" {
+		errs = append(errs, missing("out"))
+	}
+	if r.In == "" {
+		errs = append(errs, missing("in"))
+	}
+	if r.Out != "" && r.Out == r.In {
+		errs = append(errs, fmt.Errorf("fields %q and %q: name the same node %q", "out", "in", r.Out))
+	}
+	if r.At.IsZero() {
+		errs = append(errs, missing("at"))
+	}
+	return joinFields(errs)
+}
+
+// Verdict states (Verdict.State): written by the controller in
+// Status.Verdicts, read back by it and by `fleet-role status`.
+const (
+	VerdictFit     = "fit"
+	VerdictUnfit   = "unfit"
+	VerdictPartial = "partial" // not yet a full window: no verdict
+	VerdictSilent  = "silent"  // no sample for 3 periods
+)
+
+// Verdict is the controller's judgement of a host's fitness over a window
+// of its probe samples, published in Status.Verdicts.
+type Verdict struct {
+	State string `json:"state"`
+	// Score orders hosts of the same state: higher is worse.
+	Score float64 `json:"score"`
+	// Samples and Bad count the window's samples and those over a threshold.
+	Samples int `json:"samples,omitempty"`
+	Bad     int `json:"bad,omitempty"`
+	// Figures that led to it.
+	FsyncP99Ms float64 `json:"fsyncP99Ms,omitempty"`
+	RTTMs      float64 `json:"rttMs,omitempty"`
+	Reason     string  `json:"reason,omitempty"`
+}
+
+// Decision is the automatic decision, swap Out for In, published in
+// Status.Decision (also when a dry run only reports it).
+type Decision struct {
+	Out    string `json:"out"`
+	In     string `json:"in"`
+	Reason string `json:"reason"`
+}
+
+// SwapResult is how a swap ended, kept in Status.Last: the controller
+// reads it back for the cooldown and to honour a manual request once.
+type SwapResult struct {
+	ID        string     `json:"id"`
+	Out       string     `json:"out"`
+	In        string     `json:"in"`
+	Origin    string     `json:"origin"`
+	Result    string     `json:"result"`
+	Reason    string     `json:"reason,omitempty"`
+	StartedAt time.Time  `json:"startedAt"`
+	EndedAt   time.Time  `json:"endedAt"`
+	RequestAt *time.Time `json:"requestAt,omitempty"`
+	Pending   []string   `json:"pending,omitempty"`
+}
+
+// LastAction is the last action the controller carried out (its type an
+// Action* name), and its error, kept in Status.LastAction.
+type LastAction struct {
+	Type  string    `json:"type"`
+	Node  string    `json:"node,omitempty"`
+	At    time.Time `json:"at"`
+	Error string    `json:"error,omitempty"`
+}
+
+// Status is the controller's published status: written by the controller
+// in StatusKey every pass, read by `fleet-role status`, `fleet-role swap`,
+// `fleet-role plan` and the Ansible role (the swap under way). The controller reads back the fields it wrote:
+// the swap under way, the step and since when, the last result and the
+// cooldown, and the verdicts.
+type Status struct {
+	// V is the format's version (Version when written; 1 when missing).
+	V             int                `json:"v"`
+	Swap          *SwapRecord        `json:"swap"`
+	Step          string             `json:"step,omitempty"`
+	Since         *time.Time         `json:"since,omitempty"`
+	Bound         Duration           `json:"bound,omitempty"`
+	Reason        string             `json:"reason,omitempty"`
+	Last          *SwapResult        `json:"last,omitempty"`
+	CooldownUntil *time.Time         `json:"cooldownUntil,omitempty"`
+	Verdicts      map[string]Verdict `json:"verdicts,omitempty"`
+	Decision      *Decision          `json:"decision,omitempty"`
+	Request       *ManualRequest     `json:"request,omitempty"`
+	Voters        []string           `json:"voters,omitempty"`
+	// Members is the membership each voter lists, by voter.
+	Members    map[string][]Member `json:"members,omitempty"`
+	LastAction *LastAction         `json:"lastAction,omitempty"`
+	Pending    []string            `json:"pending,omitempty"`
+	// Problems are the malformed objects and annotations, read as absent.
+	Problems  []string  `json:"problems,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Validate reports the fields that are wrong.
+func (s Status) Validate() error {
+	var errs []error
+	if s.Swap != nil {
+		if err := s.Swap.Validate(); err != nil {
+			errs = append(errs, prefixed("swap", err))
+		}
+	}
+	if s.Step != "" && !slices.Contains(Steps, s.Step) {
+		errs = append(errs, oneOf("step", s.Step, Steps...))
+	}
+	for _, name := range sortedKeys(s.Verdicts) {
+		st := s.Verdicts[name].State
+		if !slices.Contains([]string{VerdictFit, VerdictUnfit, VerdictPartial, VerdictSilent}, st) {
+			errs = append(errs, oneOf("verdicts."+name+".state", st, VerdictFit, VerdictUnfit, VerdictPartial, VerdictSilent))
+		}
+	}
+	return joinFields(errs)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,188 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Version is the format of the JSON documents this build writes: the V
+// ("v") of a Request, Report, Probe, SwapRecord, ManualRequest, Status and
+// AgentState. A document without one is version 1.
+const Version = 1
+
+// readVersion is the version of a document read: a missing one is 1.
+func readVersion(v int) int {
+	if v <= 0 {
+		return 1
+	}
+	return v
+}
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("90s").
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string such as "90s" or "1m30s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"60s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// The documents' MarshalJSON write Version, whatever V holds: what this
+// build writes is its own format. Their UnmarshalJSON read a missing
+// version as 1. The fields of each are read and written as encoding/json
+// does (wire has the type's fields and none of its methods).
+
+// MarshalJSON writes the request with V = Version.
+func (r Request) MarshalJSON() ([]byte, error) {
+	type wire Request
+	w := wire(r)
+	w.V = Version
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a request of any version; a missing one is 1.
+func (r *Request) UnmarshalJSON(b []byte) error {
+	type wire Request
+	w := wire(*r)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	w.V = readVersion(w.V)
+	*r = Request(w)
+	return nil
+}
+
+// MarshalJSON writes the report with V = Version.
+func (r Report) MarshalJSON() ([]byte, error) {
+	type wire Report
+	w := wire(r)
+	w.V = Version
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a report of any version; a missing one is 1.
+func (r *Report) UnmarshalJSON(b []byte) error {
+	type wire Report
+	w := wire(*r)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	w.V = readVersion(w.V)
+	*r = Report(w)
+	return nil
+}
+
+// MarshalJSON writes the sample with V = Version.
+func (p Probe) MarshalJSON() ([]byte, error) {
+	type wire Probe
+	w := wire(p)
+	w.V = Version
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a sample of any version; a missing one is 1.
+func (p *Probe) UnmarshalJSON(b []byte) error {
+	type wire Probe
+	w := wire(*p)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	w.V = readVersion(w.V)
+	*p = Probe(w)
+	return nil
+}
+
+// MarshalJSON writes the record with V = Version.
+func (r SwapRecord) MarshalJSON() ([]byte, error) {
+	type wire SwapRecord
+	w := wire(r)
+	w.V = Version
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a record of any version; a missing one is 1.
+func (r *SwapRecord) UnmarshalJSON(b []byte) error {
+	type wire SwapRecord
+	w := wire(*r)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	w.V = readVersion(w.V)
+	*r = SwapRecord(w)
+	return nil
+}
+
+// MarshalJSON writes the request with V = Version.
+func (r ManualRequest) MarshalJSON() ([]byte, error) {
+	type wire ManualRequest
+	w := wire(r)
+	w.V = Version
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a request of any version; a missing one is 1.
+func (r *ManualRequest) UnmarshalJSON(b []byte) error {
+	type wire ManualRequest
+	w := wire(*r)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	w.V = readVersion(w.V)
+	*r = ManualRequest(w)
+	return nil
+}
+
+// MarshalJSON writes the status with V = Version.
+func (s Status) MarshalJSON() ([]byte, error) {
+	type wire Status
+	w := wire(s)
+	w.V = Version
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a status of any version; a missing one is 1.
+func (s *Status) UnmarshalJSON(b []byte) error {
+	type wire Status
+	w := wire(*s)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	w.V = readVersion(w.V)
+	*s = Status(w)
+	return nil
+}
+
+// MarshalJSON writes the state with V = Version.
+func (s AgentState) MarshalJSON() ([]byte, error) {
+	type wire AgentState
+	w := wire(s)
+	w.V = Version
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a state of any version; a missing one is 1.
+func (s *AgentState) UnmarshalJSON(b []byte) error {
+	type wire AgentState
+	w := wire(*s)
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	w.V = readVersion(w.V)
+	*s = AgentState(w)
+	return nil
+}

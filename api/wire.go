@@ -1,0 +1,233 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The requests the controller makes of an agent (Request.Action): written
+// by the controller in AnnotationRequest, read by the agent, and echoed in
+// the agent's Report.Action.
+const (
+	// RequestPromote asks a staged standby to become a server and join
+	// through the voters the request names.
+	RequestPromote = "promote"
+	// RequestStepDown asks a voter to hand etcd leadership away and stop
+	// its server.
+	RequestStepDown = "step-down"
+	// RequestSnapshot asks a voter for an etcd snapshot, verified.
+	RequestSnapshot = "snapshot"
+	// RequestRemoveMember asks a voter's agent to remove another host's
+	// etcd member (Request.Member, Request.MemberID) with its etcd client:
+	// the rollback's way to remove a candidate k3s cannot remove.
+	RequestRemoveMember = "remove-member"
+)
+
+// requestActions are the actions a Request may carry.
+var requestActions = []string{RequestPromote, RequestStepDown, RequestSnapshot, RequestRemoveMember}
+
+// ReportFinish is the action an agent reports when it has finished a
+// demotion on its own (its member gone), without a request: written by
+// the agent in Report.Action, read by the controller.
+const ReportFinish = "finish"
+
+// Report states (Report.State): written by the agent, read by the
+// controller.
+const (
+	StateDone    = "done"
+	StateRefused = "refused"
+	StateFailed  = "failed"
+)
+
+// Request is what the controller asks of a host's agent: written by the
+// controller in AnnotationRequest, read by the agent, which keeps the last
+// one it carried out in its AgentState.
+type Request struct {
+	// V is the format's version (Version when written; 1 when missing).
+	V      int       `json:"v"`
+	Swap   string    `json:"swap"`
+	Action string    `json:"action"`
+	At     time.Time `json:"at"`
+	// Leader is the node a step-down hands etcd leadership to if it can:
+	// the swap's candidate. Empty: any voter that answers.
+	Leader string `json:"leader,omitempty"`
+	// Voters are, on a promotion, the nodes whose members vote and are
+	// healthy, the outgoing voter left out: the agent derives from them
+	// the server its k3s server joins through (its `server:`), so that it
+	// never joins through a host that is no longer a server.
+	Voters []string `json:"voters,omitempty"`
+	// Member and MemberID name the member a remove-member request removes:
+	// its name as the voters list it, and its ID in hex as etcdctl prints
+	// it (empty when the voters' samples do not say it).
+	Member   string `json:"member,omitempty"`
+	MemberID string `json:"memberID,omitempty"`
+}
+
+// Validate reports the first field that is missing or wrong.
+func (r Request) Validate() error {
+	var errs []error
+	if r.Swap == "" {
+		errs = append(errs, missing("swap"))
+	}
+	if !slices.Contains(requestActions, r.Action) {
+		errs = append(errs, oneOf("action", r.Action, requestActions...))
+	}
+	if r.At.IsZero() {
+		errs = append(errs, missing("at"))
+	}
+	if r.Action == RequestRemoveMember && r.Member == "" && r.MemberID == "" {
+		errs = append(errs, fmt.Errorf("fields %q and %q: a %s request names the member", "member", "memberID", RequestRemoveMember))
+	}
+	if r.MemberID != "" && !memberID.MatchString(r.MemberID) {
+		errs = append(errs, fmt.Errorf("field %q: %q is not a member ID in hex", "memberID", r.MemberID))
+	}
+	return joinFields(errs)
+}
+
+var memberID = regexp.MustCompile(`^[0-9a-f]{1,16}$`)
+
+// SnapshotFile describes an etcd snapshot an agent took and verified, in
+// its Report.
+type SnapshotFile struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Ready says whether the snapshot is there to restore from: a path, a
+// non-empty file and its checksum.
+func (f *SnapshotFile) Ready() bool {
+	return f != nil && f.Path != "" && f.Size > 0 && sha256Hex.MatchString(f.SHA256)
+}
+
+// Report is an agent's answer to a Request, or its word that it finished a
+// demotion (ReportFinish): written by the agent in AnnotationReport (kept
+// in its AgentState until the API server takes it), read by the
+// controller.
+type Report struct {
+	// V is the format's version (Version when written; 1 when missing).
+	V      int    `json:"v"`
+	Swap   string `json:"swap"`
+	Action string `json:"action"`
+	State  string `json:"state"`
+	// StartedAt is the start of the unit the action left running.
+	StartedAt *time.Time `json:"startedAt,omitempty"`
+	At        time.Time  `json:"at"`
+	Message   string     `json:"message,omitempty"`
+	// RequestAt echoes the At of the Request answered, so an answer to an
+	// earlier request of the same swap is not taken for this one.
+	RequestAt *time.Time    `json:"requestAt,omitempty"`
+	Snapshot  *SnapshotFile `json:"snapshot,omitempty"`
+}
+
+// Validate reports the fields that are missing or wrong.
+func (r Report) Validate() error {
+	var errs []error
+	if r.Swap == "" {
+		errs = append(errs, missing("swap"))
+	}
+	if actions := append(slices.Clone(requestActions), ReportFinish); !slices.Contains(actions, r.Action) {
+		errs = append(errs, oneOf("action", r.Action, actions...))
+	}
+	if !slices.Contains([]string{StateDone, StateRefused, StateFailed}, r.State) {
+		errs = append(errs, oneOf("state", r.State, StateDone, StateRefused, StateFailed))
+	}
+	if r.At.IsZero() {
+		errs = append(errs, missing("at"))
+	}
+	return joinFields(errs)
+}
+
+// Answers says whether the report answers the request.
+func (r *Report) Answers(q *Request) bool {
+	if r == nil || q == nil {
+		return false
+	}
+	if r.Swap != q.Swap || r.Action != q.Action {
+		return false
+	}
+	return r.RequestAt == nil || r.RequestAt.Equal(q.At)
+}
+
+// Member is one etcd member as a host's etcd lists it: in a Probe, and in
+// Status.Members.
+type Member struct {
+	// Name is the member's name; etcd lists a learner that has not
+	// started yet without one.
+	Name    string `json:"name"`
+	Learner bool   `json:"learner,omitempty"`
+	// ID is the member's ID in hex, as etcdctl prints it.
+	ID string `json:"id,omitempty"`
+}
+
+// Probe is an agent's latest health sample: written by the agent in
+// AnnotationProbe every probe period, read by the controller.
+type Probe struct {
+	// V is the format's version (Version when written; 1 when missing).
+	V      int       `json:"v"`
+	At     time.Time `json:"at"`
+	Period Duration  `json:"period"`
+	// Healthy is the agent's own judgement of this sample: the disk and,
+	// on a server, etcd answered within their limits.
+	Healthy bool `json:"healthy"`
+	// Staged says the host is staged to become a server (standby).
+	Staged bool `json:"staged"`
+	// Member is this host's etcd member name, if it has one.
+	Member string `json:"member,omitempty"`
+	// Members is the member list this host's etcd returned (servers only).
+	Members []Member `json:"members,omitempty"`
+	// Leader is the member name of the leader this host's etcd reports.
+	Leader     string  `json:"leader,omitempty"`
+	FsyncP99Ms float64 `json:"fsyncP99Ms"`
+	// RTTMs is the latency of a linearizable read through the local etcd.
+	RTTMs float64 `json:"rttMs,omitempty"`
+	// Error says what could not be sampled (etcd unreachable, say).
+	Error string `json:"error,omitempty"`
+}
+
+// Validate reports the fields that are missing or wrong.
+func (p Probe) Validate() error {
+	var errs []error
+	if p.At.IsZero() {
+		errs = append(errs, missing("at"))
+	}
+	if p.Period <= 0 {
+		errs = append(errs, fmt.Errorf("field %q: must be a positive duration", "period"))
+	}
+	for i, m := range p.Members {
+		if m.Name == "" && !m.Learner {
+			errs = append(errs, missing(fmt.Sprintf("members[%d].name", i)))
+		}
+	}
+	return joinFields(errs)
+}
+
+// joinFields joins the problems of one value on one line.
+func joinFields(errs []error) error {
+	var msgs []string
+	for _, err := range errs {
+		if err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+func missing(field string) error { return fmt.Errorf("field %q: missing", field) }
+
+func oneOf(field, got string, want ...string) error {
+	return fmt.Errorf("field %q: %q is not one of %s", field, got, strings.Join(want, ", "))
+}
+
+func prefixed(prefix string, err error) error {
+	return fmt.Errorf("%s: %w", prefix, err)
+}

@@ -1,0 +1,27 @@
+package controller
+
+import (
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// PlanConfig is what the planner needs of the controller's configuration:
+// what `fleet-role controller` and `fleet-role plan` plan with.
+func PlanConfig(c config.Controller) swapplan.Config {
+	b := c.Bounds
+	return swapplan.Config{
+		DryRun:      c.DryRun,
+		Cooldown:    c.Cooldown,
+		ProbePeriod: c.ProbePeriod,
+		Bounds: swapplan.Bounds{
+			Snapshot: b.Snapshot, Runners: b.Runners, Drain: b.Drain, Promote: b.Promote, Join: b.Join,
+			Gates: b.Gates, StepDown: b.StepDown, MemberGone: b.MemberGone, Uncordon: b.Uncordon, Rollback: b.Rollback,
+			RemoveFallback: b.RemoveFallback, RemoveByVoter: b.RemoveByVoter,
+		},
+	}
+}
+
+// VerdictConfig is how the controller's configuration judges the verdicts.
+func VerdictConfig(c config.Controller) swapplan.VerdictConfig {
+	return swapplan.VerdictConfig{Window: c.Verdicts.Window, FsyncLimit: c.Verdicts.FsyncLimit, ReadLimit: c.Verdicts.ReadLimit, Period: c.ProbePeriod}
+}

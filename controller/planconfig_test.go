@@ -1,0 +1,27 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/config"
+)
+
+func TestTheConfigurationReachesThePlanner(t *testing.T) {
+	c, err := config.ParseController([]byte("version = 1\ndry_run = false\n[bounds]\njoin = \"4m\"\nremove_fallback = \"3m\"\nremove_by_voter = \"7m\"\n"))
+	require.NoError(t, err)
+	p := PlanConfig(c)
+	assert.False(t, p.DryRun)
+	assert.Equal(t, 4*time.Minute, p.Bounds.Join)
+	assert.Equal(t, 3*time.Minute, p.Bounds.RemoveFallback)
+	assert.Equal(t, 7*time.Minute, p.Bounds.RemoveByVoter)
+	assert.Equal(t, c.Cooldown, p.Cooldown)
+	assert.Equal(t, c.ProbePeriod, p.ProbePeriod)
+	v := VerdictConfig(c)
+	assert.Equal(t, c.Verdicts.Window, v.Window)
+	assert.Equal(t, c.Verdicts.FsyncLimit, v.FsyncLimit)
+	assert.Equal(t, c.ProbePeriod, v.Period)
+}
