@@ -235,6 +235,7 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 		f.Role, f.RoleMissing = r, missing
 		a.untell("role")
 	}
+	f.NodeRead = a.node.synced()
 	if n := a.node.node(); n != nil {
 		ann := n.Annotations
 		f.RemovedNodeName = ann[api.AnnotationEtcdRemovedNodeName]

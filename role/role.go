@@ -132,6 +132,10 @@ type Facts struct {
 	// KnowsVoters: the agent knows live voters other than this host, to
 	// derive the server its k3s server joins through.
 	KnowsVoters bool
+	// NodeRead: the agent's watch has listed its Node since it started,
+	// so Request is the controller's latest request (none when there is
+	// none, or no Node yet).
+	NodeRead bool
 }
 
 // CurrentSwap is the swap the controller's latest request belongs to.
@@ -352,6 +356,14 @@ func finishReport(f Facts, swap string) *Report {
 func decideServer(f Facts) Decision {
 	if !f.Staged && !f.Datastore && !f.Server.Active {
 		return Decision{Do: DoNone, Why: "the role file says server, but this host is not staged to become one: nothing is done"}
+	}
+	if !f.Server.Active && !f.Datastore && !f.NodeRead {
+		// Note: a server with no datastore joins a live voter, which the
+		// swap's promote request names. An agent stopped midway through
+		// a promotion, once started again, reads its role file before its
+		// Node; the voters it knew from before may since have been
+		// demoted.
+		return Decision{Do: DoNone, Why: "the role file says server and the server has no datastore yet: waiting to read this host's Node, whose request names the voters to join through"}
 	}
 	var steps []Step
 	if f.Agent.Active || f.Agent.Enabled {
