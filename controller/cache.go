@@ -23,6 +23,7 @@ import (
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/controller/adapt"
+	"github.com/fleet-role/fleet-role/internal/logkey"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -222,7 +223,7 @@ func (c *cache) nodeChanged(obj any) {
 	relevant := !existed || c.watched[n.Name] || n.Voter() || n.Role == api.RoleStandby || old.Voter() || old.Role == api.RoleStandby
 	c.mu.Unlock()
 	if err != nil && err.Error() != was {
-		c.log.Warn("a Node carries a malformed annotation; it is read as absent", "node", n.Name, "err", err)
+		c.log.Warn("a Node carries a malformed annotation; it is read as absent", logkey.Node, n.Name, logkey.Err, err)
 	}
 	if n.Probe != nil && (old.Probe == nil || !n.Probe.At.Equal(old.Probe.At)) {
 		c.sampled(n)
@@ -323,7 +324,7 @@ func (c *cache) watchPods(ctx context.Context, node string) *podWatch {
 		close(done)
 	}()
 	f.Start(done)
-	c.log.Debug("watching pods", "node", node)
+	c.log.Debug("watching pods", logkey.Node, node)
 	return w
 }
 

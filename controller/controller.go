@@ -28,6 +28,7 @@ import (
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/internal/logkey"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -98,7 +99,7 @@ func New(o Options) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner_selector: %w", err)
 	}
-	log := o.Log.With("component", "controller")
+	log := o.Log.With(logkey.Component, "controller")
 	c := &Controller{
 		cfg: o.Config, client: o.Client, log: log, identity: o.Identity, now: o.Now,
 		registry: o.Registry, metrics: newMetrics(o.Registry), trigger: make(chan struct{}, 1),
@@ -178,7 +179,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			OnStartedLeading: func(ctx context.Context) {
 				c.leading.Store(true)
 				c.metrics.leader.Set(1)
-				c.log.Info("leading", "identity", c.identity)
+				c.log.Info("leading", logkey.Identity, c.identity)
 				c.loop(ctx)
 			},
 			OnStoppedLeading: func() {
@@ -246,7 +247,7 @@ func (c *Controller) pass(ctx context.Context) {
 	in, out := swapNodes(snap)
 	synced, changed := c.cache.watch(ctx, in, out)
 	if !synced {
-		c.log.Debug("waiting for the pods of the swap's nodes", "in", in, "out", out)
+		c.log.Debug("waiting for the pods of the swap's nodes", logkey.In, in, logkey.Out, out)
 		if woke != 0 {
 			c.woken.CompareAndSwap(0, woke) // the change is still to be acted on
 		}
@@ -266,22 +267,23 @@ func (c *Controller) pass(ctx context.Context) {
 		c.acted = time.Now()
 	}
 	a := plan.Action
-	log := c.log.With("step", plan.Step, "action", a.Type, "node", a.Node)
+	log := c.log.With(logkey.Step, plan.Step, logkey.Action, a.Type, logkey.Node, a.Node)
 	if plan.Swap != nil {
-		log = log.With("swap", plan.Swap.ID)
+		log = log.With(logkey.Swap, plan.Swap.ID)
 	}
 	switch {
 	case err != nil:
 		kind := failureKind(err)
 		c.metrics.failures.WithLabelValues(a.Type, kind).Inc()
-		log.Error("the action failed; it is repeated next pass", "err", err, "kind", kind, "reason", plan.Reason)
+		log.Error("action failed; it is repeated next pass", logkey.Err, err, logkey.Kind, kind, logkey.Reason, plan.Reason)
 		if ref := eventObject(plan); ref != nil && a.Type != api.ActionNone {
 			c.recorder.Eventf(ref, corev1.EventTypeWarning, api.EventSwapActionFailed, "%s: %v", a.Type, err)
 		}
 	case a.Type != api.ActionNone:
 		c.metrics.actions.WithLabelValues(a.Type).Inc()
 		c.metrics.reaction.Observe(acting.Sub(from).Seconds())
-		log.Info(plan.Reason, "took", time.Since(start).Round(time.Microsecond), "reaction", acting.Sub(from).Round(time.Microsecond))
+		log.Info("action taken", logkey.Reason, plan.Reason, logkey.Took, time.Since(start).Round(time.Microsecond),
+			logkey.Reaction, acting.Sub(from).Round(time.Microsecond))
 		if ref := eventObject(plan); ref != nil {
 			kind := corev1.EventTypeNormal
 			if a.Type == api.ActionStuck {
@@ -290,11 +292,11 @@ func (c *Controller) pass(ctx context.Context) {
 			c.recorder.Eventf(ref, kind, api.EventSwapReason(a.Type), "%s", plan.Reason)
 		}
 	default:
-		log.Debug(plan.Reason)
+		log.Debug("no action taken", logkey.Reason, plan.Reason)
 	}
 	if a.Type != api.ActionEnd || err != nil {
 		if serr := c.publish(ctx, snap, plan, problems, err); serr != nil {
-			log.Warn("status not written", "err", serr)
+			log.Warn("status not written", logkey.Err, serr)
 		}
 	}
 	stepSeconds := 0.0

@@ -19,6 +19,7 @@ import (
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/internal/logkey"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/role"
 )
@@ -89,7 +90,7 @@ func New(o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := o.Log.With("component", "agent", "node", o.Config.NodeName)
+	log := o.Log.With(logkey.Component, "agent", logkey.Node, o.Config.NodeName)
 	a := &Agent{
 		cfg:      o.Config,
 		platform: o.Platform,
@@ -104,9 +105,9 @@ func New(o Options) (*Agent, error) {
 		trigger:  make(chan struct{}, 1),
 		told:     map[string]string{},
 	}
-	a.reports = newReporter(st, a.node.annotate, log.With("part", "reporter"))
+	a.reports = newReporter(st, a.node.annotate, log.With(logkey.Part, "reporter"))
 	if o.Config.TokenFile != "" {
-		a.tokens = newTokenRenewer(o.Config.TokenFile, o.Kube, o.Clock, log.With("part", "token"))
+		a.tokens = newTokenRenewer(o.Config.TokenFile, o.Kube, o.Clock, log.With(logkey.Part, "token"))
 	}
 	return a, nil
 }
@@ -162,7 +163,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if !ready && a.node.synced() {
 			ready = true
 			_ = a.notify("READY=1")
-			a.log.Info("ready", "platform", a.cfg.Platform)
+			a.log.Info("ready", logkey.Platform, a.cfg.Platform)
 		}
 		select {
 		case <-ctx.Done():
@@ -205,7 +206,8 @@ func (a *Agent) pingWatchdog(ctx context.Context) {
 	}
 }
 
-// tell records a warning Event on the Node once per problem value.
+// tell records a warning Event on the Node, and logs it, once per problem
+// value.
 func (a *Agent) tell(key, reason, msg string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -213,7 +215,7 @@ func (a *Agent) tell(key, reason, msg string) {
 		return
 	}
 	a.told[key] = msg
-	a.log.Warn(msg, "reason", reason)
+	a.log.Warn("warning event recorded", logkey.Event, reason, logkey.Message, msg)
 	a.node.event(true, reason, "%s", msg)
 }
 
@@ -285,7 +287,7 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 func (a *Agent) reconcile(ctx context.Context) {
 	f, err := a.look(ctx)
 	if err != nil {
-		a.log.Error("cannot look at the host; nothing is done", "err", err)
+		a.log.Error("cannot look at the host; nothing is done", logkey.Err, err)
 		a.say("cannot look at the host; nothing is done: " + err.Error())
 		return
 	}
@@ -294,14 +296,19 @@ func (a *Agent) reconcile(ctx context.Context) {
 	if len(d.Steps) == 0 && d.Report == nil {
 		return
 	}
-	log := a.log.With("do", d.Do, "swap", f.CurrentSwap())
-	log.Info(d.Why, "steps", d.Steps)
+	log := a.log.With(logkey.Action, d.Do, logkey.Swap, f.CurrentSwap())
+	log.Info("decision made", logkey.Steps, d.Steps, logkey.Reason, d.Why)
+	start := a.clock.Now()
 	done, err := a.carryOut(ctx, d, f)
 	if ctx.Err() != nil {
 		return // stopped midway: the next run takes it up again
 	}
-	if err != nil {
-		log.Error("a step failed", "err", err)
+	took := a.clock.Since(start).Round(time.Millisecond)
+	switch {
+	case err != nil:
+		log.Error("step failed", logkey.Err, err, logkey.Took, took)
+	case len(d.Steps) > 0:
+		log.Info("steps carried out", logkey.Took, took)
 	}
 	if d.Report == nil {
 		return
@@ -316,7 +323,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 			s.Finished = rep.Swap
 		}
 	}); err != nil {
-		log.Error("cannot keep the report; it is made again on the next look", "err", err)
+		log.Error("cannot keep the report; it is made again on the next look", logkey.Err, err)
 		return
 	}
 	a.reports.poke()
@@ -381,19 +388,19 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 		to, err := a.etcd.MoveLeaderAway(ctx, prefer)
 		switch {
 		case errors.Is(err, etcdclient.ErrNoTransferee):
-			a.log.Warn("leadership stays: no other started voter", "err", err)
+			a.log.Warn("leadership stays: no other started voter", logkey.Err, err)
 		case err != nil:
 			// Note: the step-down goes on; the others elect a leader when
 			// this member stops, at the cost of an election's pause.
-			a.log.Warn("leadership not moved away; stopping the server anyway", "err", err)
+			a.log.Warn("leadership not moved away; stopping the server anyway", logkey.Err, err)
 		case to != "":
-			a.log.Info("leadership moved away", "to", to)
+			a.log.Info("leadership moved away", logkey.To, to)
 		}
 		return nil
 	case role.MoveDatastore:
 		to, err := a.host.moveDatastore(a.clock.Now())
 		if to != "" {
-			a.log.Info("datastore moved aside", "to", to)
+			a.log.Info("datastore moved aside", logkey.To, to)
 		}
 		return err
 	case role.RemoveMember:
@@ -410,7 +417,7 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 		if err != nil {
 			return err
 		}
-		a.log.Info("etcd member removed", "member", q.Member, "member_id", q.MemberID, "was_listed", removed)
+		a.log.Info("etcd member removed", logkey.Member, q.Member, logkey.MemberID, q.MemberID, logkey.WasListed, removed)
 		return nil
 	case role.TakeSnapshot:
 		dir := filepath.Join(a.host.dbDir(), "snapshots")
@@ -424,10 +431,10 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 		// whole; the next snapshot prunes again.
 		removed, err := pruneSnapshots(dir, a.cfg.KeepSnapshots, name)
 		if len(removed) > 0 {
-			a.log.Info("older snapshots removed", "removed", removed, "keep", a.cfg.KeepSnapshots)
+			a.log.Info("older snapshots removed", logkey.Removed, removed, logkey.Keep, a.cfg.KeepSnapshots)
 		}
 		if err != nil {
-			a.log.Warn("older snapshots not all removed", "err", err)
+			a.log.Warn("older snapshots not all removed", logkey.Err, err)
 		}
 		return nil
 	}
@@ -462,7 +469,7 @@ func (a *Agent) writeJoin(f role.Facts) error {
 	if err := a.host.writeJoin(url); err != nil {
 		return err
 	}
-	a.log.Info("join written", "server", url, "file", a.cfg.JoinFile)
+	a.log.Info("join written", logkey.Server, url, logkey.File, a.cfg.JoinFile)
 	return nil
 }
 
@@ -471,7 +478,7 @@ func (a *Agent) writeJoin(f role.Facts) error {
 func (a *Agent) rememberVoters(ctx context.Context) {
 	members, err := a.etcd.Members(ctx)
 	if err != nil {
-		a.log.Warn("voters not read", "err", err)
+		a.log.Warn("voters not read", logkey.Err, err)
 		return
 	}
 	a.keepVoters(members)

@@ -15,6 +15,7 @@ import (
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/internal/logkey"
 	"github.com/fleet-role/fleet-role/platform"
 )
 
@@ -168,7 +169,7 @@ func (a *Agent) probeOnce(ctx context.Context, p *prober) {
 		return
 	}
 	if err := a.node.annotate(ctx, api.AnnotationProbe, string(b)); err != nil && !errors.Is(err, context.Canceled) {
-		a.log.Warn("probe sample not written", "err", err)
+		a.log.Warn("probe sample not written", logkey.Err, err)
 	}
 }
 
@@ -186,6 +187,6 @@ func (a *Agent) keepVoters(members []etcdclient.Member) {
 		return
 	}
 	if err := a.st.update(func(s *api.AgentState) { s.Voters = voters }); err != nil {
-		a.log.Warn("voters not kept", "err", err)
+		a.log.Warn("voters not kept", logkey.Err, err)
 	}
 }

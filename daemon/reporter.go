@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/internal/logkey"
 )
 
 // reporter writes the pending report on the Node, retrying with backoff
@@ -56,13 +57,14 @@ func (r *reporter) run(ctx context.Context) {
 		}
 		data, err := json.Marshal(p)
 		if err != nil {
-			r.log.Error("a pending report cannot be encoded; dropping it", "err", err)
+			r.log.Error("a pending report cannot be encoded; dropping it", logkey.Err, err)
 			_ = r.st.update(func(s *api.AgentState) { s.Pending = nil })
 			continue
 		}
 		if err := r.annotate(ctx, api.AnnotationReport, string(data)); err != nil {
 			wait := b.Step()
-			r.log.Warn("report not written; retrying", "swap", p.Swap, "action", p.Action, "state", p.State, "retry_in", wait.Round(time.Millisecond), "err", err)
+			r.log.Warn("report not written; retrying", logkey.Swap, p.Swap, logkey.Action, p.Action, logkey.State, p.State,
+				logkey.RetryIn, wait.Round(time.Millisecond), logkey.Err, err)
 			select {
 			case <-ctx.Done():
 				return
@@ -71,7 +73,7 @@ func (r *reporter) run(ctx context.Context) {
 			continue
 		}
 		b = r.backoff
-		r.log.Info("report written", "swap", p.Swap, "action", p.Action, "state", p.State)
+		r.log.Info("report written", logkey.Swap, p.Swap, logkey.Action, p.Action, logkey.State, p.State)
 		if err := r.st.update(func(s *api.AgentState) {
 			if s.Pending != nil {
 				if cur, _ := json.Marshal(s.Pending); bytes.Equal(cur, data) {
@@ -79,7 +81,7 @@ func (r *reporter) run(ctx context.Context) {
 				}
 			}
 		}); err != nil {
-			r.log.Error("a written report is still kept as pending", "err", err)
+			r.log.Error("a written report is still kept as pending", logkey.Err, err)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/fleet-role/fleet-role/internal/logkey"
 	"github.com/fleet-role/fleet-role/platform"
 )
 
@@ -130,7 +131,7 @@ func (r *tokenRenewer) run(ctx context.Context) {
 func (r *tokenRenewer) problem(err error) {
 	if msg := err.Error(); msg != r.told {
 		r.told = msg
-		r.log.Warn("token not renewed; trying again", "file", r.path, "retry_in", tokenCheckEvery, "err", err)
+		r.log.Warn("token not renewed; trying again", logkey.File, r.path, logkey.RetryIn, tokenCheckEvery, logkey.Err, err)
 	}
 }
 
@@ -158,8 +159,8 @@ func (r *tokenRenewer) check(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	r.told = ""
-	r.log.Info("token renewed", "file", r.path, "service_account", old.namespace+"/"+old.name,
-		"expires", next.expires.UTC().Format(time.RFC3339), "renew_at", next.renewAt().UTC().Format(time.RFC3339))
+	r.log.Info("token renewed", logkey.File, r.path, logkey.ServiceAccount, old.namespace+"/"+old.name,
+		logkey.Expires, next.expires.UTC().Format(time.RFC3339), logkey.RenewAt, next.renewAt().UTC().Format(time.RFC3339))
 	return true, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/fleet-role/fleet-role/internal/logkey"
 )
 
 // watcher watches directories, not files, since files are replaced by
@@ -25,7 +27,7 @@ type watcher struct {
 func (w *watcher) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if err := w.watch(ctx); err != nil {
-			w.log.Warn("file watch failed; making a new one", "err", err)
+			w.log.Warn("file watch failed; making a new one", logkey.Err, err)
 			w.trigger() // something may have been missed
 			select {
 			case <-ctx.Done():

@@ -15,6 +15,7 @@ import (
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/internal/logkey"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/platform/docker"
 	"github.com/fleet-role/fleet-role/platform/systemd"
@@ -107,6 +108,6 @@ func newLogger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
-	klog.SetSlogLogger(log.With("component", "client-go"))
+	klog.SetSlogLogger(log.With(logkey.Component, "client-go"))
 	return log
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/internal/logkey"
 )
 
 // errConfigChanged ends the controller once its configuration file holds
@@ -85,7 +86,7 @@ func (w *configWatch) run(ctx context.Context) bool {
 			fw = nil // closed: made anew below, after a look
 		case err, ok := <-errs:
 			if ok {
-				w.log.Warn("configuration watch failed; making a new one", "config", w.path, "err", err)
+				w.log.Warn("configuration watch failed; making a new one", logkey.Config, w.path, logkey.Err, err)
 			}
 			fw.Close()
 			fw = nil
@@ -109,7 +110,7 @@ func (w *configWatch) watch() *fsnotify.Watcher {
 		}
 	}
 	if err != nil {
-		w.log.Warn("configuration watch failed; reading the file every resync", "config", w.path, "resync", w.resync, "err", err)
+		w.log.Warn("configuration watch failed; reading the file every resync", logkey.Config, w.path, logkey.Resync, w.resync, logkey.Err, err)
 		return nil
 	}
 	return fw
@@ -121,7 +122,7 @@ func (w *configWatch) changed(told *string) bool {
 	c, err := config.LoadController(w.path)
 	if err != nil {
 		if err.Error() != *told {
-			w.log.Error("configuration file unusable; running on with the one loaded at start", "config", w.path, "err", err)
+			w.log.Error("configuration file unusable; running on with the one loaded at start", logkey.Config, w.path, logkey.Err, err)
 			*told = err.Error()
 		}
 		return false

@@ -21,6 +21,7 @@ import (
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller"
 	"github.com/fleet-role/fleet-role/controller/adapt"
+	"github.com/fleet-role/fleet-role/internal/logkey"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -85,7 +86,7 @@ func newControllerCommand() *cobra.Command {
 			defer cancel(nil)
 			path := controllerConfigPath(configFile)
 			if path != "" {
-				w := newConfigWatch(path, cfg, log.With("component", "config"))
+				w := newConfigWatch(path, cfg, log.With(logkey.Component, "config"))
 				go func() {
 					if w.run(ctx) {
 						cancel(errConfigChanged)
@@ -93,12 +94,12 @@ func newControllerCommand() *cobra.Command {
 				}()
 			}
 			b := build()
-			log.Info("starting", "version", b.Version, "commit", b.Commit, "dry_run", cfg.DryRun, "namespace", cfg.Namespace, "config", path)
+			log.Info("starting", logkey.Version, b.Version, logkey.Commit, b.Commit, logkey.DryRun, cfg.DryRun, logkey.Namespace, cfg.Namespace, logkey.Config, path)
 			err = c.Run(ctx)
 			if errors.Is(context.Cause(ctx), errConfigChanged) {
 				// A clean exit: the Pod's container is started again, with
 				// the new configuration.
-				log.Info("configuration changed; exiting to start again with it", "config", path)
+				log.Info("configuration changed; exiting to start again with it", logkey.Config, path)
 				return nil
 			}
 			return err

@@ -184,7 +184,7 @@ func latencies(reports []fleetsim.Written, log string) []time.Duration {
 	sc := bufio.NewScanner(strings.NewReader(log))
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.Contains(line, "level=INFO") || !strings.Contains(line, " action=") || strings.Contains(line, "action=none") {
+		if !strings.Contains(line, ` msg="action taken" `) {
 			continue
 		}
 		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
