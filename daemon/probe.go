@@ -15,7 +15,7 @@ import (
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
-	"github.com/fleet-role/fleet-role/internal/logkey"
+	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/platform"
 )
 

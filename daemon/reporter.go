@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/fleet-role/fleet-role/api"
-	"github.com/fleet-role/fleet-role/internal/logkey"
+	"github.com/fleet-role/fleet-role/api/logkey"
 )
 
 // reporter writes the pending report on the Node, retrying with backoff

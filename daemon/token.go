@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
-	"github.com/fleet-role/fleet-role/internal/logkey"
+	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/platform"
 )
 

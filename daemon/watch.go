@@ -8,7 +8,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/fleet-role/fleet-role/internal/logkey"
+	"github.com/fleet-role/fleet-role/api/logkey"
 )
 
 // watcher watches directories, not files, since files are replaced by

@@ -10,7 +10,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/fleet-role/fleet-role/config"
-	"github.com/fleet-role/fleet-role/internal/logkey"
+	"github.com/fleet-role/fleet-role/api/logkey"
 )
 
 // errConfigChanged ends the controller once its configuration file holds

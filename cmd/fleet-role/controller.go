@@ -21,7 +21,7 @@ import (
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller"
 	"github.com/fleet-role/fleet-role/controller/adapt"
-	"github.com/fleet-role/fleet-role/internal/logkey"
+	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 

@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const logkeyPath = "github.com/fleet-role/fleet-role/internal/logkey"
+const logkeyPath = "github.com/fleet-role/fleet-role/api/logkey"
 
 // checked are the packages whose log records are events: the agent, the
 // controller, the platforms and the binary.
@@ -33,7 +33,7 @@ var checked = []string{"./daemon/...", "./controller/...", "./platform/...", "./
 // have a constant message and every key a constant of this package; none
 // of them logs through the standard library's log package.
 func TestEveryLogCallHasAConstantMessageAndLogkeyKeys(t *testing.T) {
-	pkgs := typeCheck(t, append([]string{"./internal/logkey"}, checked...)...)
+	pkgs := typeCheck(t, append([]string{"./api/logkey"}, checked...)...)
 	calls := map[string]int{}
 	for _, p := range pkgs {
 		if p.types.Path() == logkeyPath {
@@ -67,7 +67,7 @@ func TestEveryLogCallHasAConstantMessageAndLogkeyKeys(t *testing.T) {
 // The keys are snake_case, each spelled once, and none is a variant of
 // another concept's name.
 func TestTheKeysAreOneVocabulary(t *testing.T) {
-	pkgs := typeCheck(t, "./internal/logkey")
+	pkgs := typeCheck(t, "./api/logkey")
 	require.Len(t, pkgs, 1)
 	scope := pkgs[0].types.Scope()
 	snake := regexp.MustCompile(`^[a-z]+(_[a-z]+)*$`)
