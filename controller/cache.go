@@ -22,8 +22,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/fleet-role/fleet-role/api"
-	"github.com/fleet-role/fleet-role/controller/adapt"
 	"github.com/fleet-role/fleet-role/api/logkey"
+	"github.com/fleet-role/fleet-role/controller/adapt"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 

@@ -27,8 +27,8 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/fleet-role/fleet-role/api"
-	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/api/logkey"
+	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 

@@ -17,9 +17,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
-	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/role"
 )

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
-	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/platform"
 )
 

@@ -12,10 +12,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
-	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/platform/docker"
 	"github.com/fleet-role/fleet-role/platform/systemd"

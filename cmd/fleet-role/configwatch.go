@@ -9,8 +9,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/api/logkey"
+	"github.com/fleet-role/fleet-role/config"
 )
 
 // errConfigChanged ends the controller once its configuration file holds

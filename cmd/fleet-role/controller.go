@@ -18,10 +18,10 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller"
 	"github.com/fleet-role/fleet-role/controller/adapt"
-	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
