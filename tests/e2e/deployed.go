@@ -260,9 +260,15 @@ func (f *Fleet) startHost(t testhost.T, h *Host) error {
 	return h.install()
 }
 
-// put writes a file of the host, 0600, root's, making its directory.
+// put writes a file of the host, root's, making its directory: 0644 for
+// systemd's unit files (systemd warns of a unit file others cannot read),
+// 0600 for the rest.
 func (h *Host) put(path, data string) error {
-	cmd := exec.Command("docker", "exec", "-i", h.Container, "sh", "-c", `umask 077 && mkdir -p "$(dirname "$1")" && cat >"$1"`, "sh", path)
+	umask := "077"
+	if strings.HasPrefix(path, "/etc/systemd/") {
+		umask = "022"
+	}
+	cmd := exec.Command("docker", "exec", "-i", h.Container, "sh", "-c", `umask `+umask+` && mkdir -p "$(dirname "$1")" && cat >"$1"`, "sh", path)
 	cmd.Stdin = strings.NewReader(data)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s: write %s: %v: %s", h.Name, path, err, out)
