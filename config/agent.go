@@ -373,7 +373,7 @@ func unit(p *problems, key, name string) {
 	}
 }
 
-var agentTemplate = template.Must(template.New("agent").Funcs(template.FuncMap{"d": formatDuration, "q": quoteList}).Parse(
+var agentTemplate = template.Must(template.New("agent").Funcs(template.FuncMap{"d": FormatDuration, "q": quoteList}).Parse(
 	`# fleet-role agent configuration (/etc/fleet-role/agent.toml).
 # The values below are the defaults, but for node_name and [[servers]],
 # which Ansible renders from the inventory. Durations are strings: "90s".

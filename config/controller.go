@@ -255,7 +255,7 @@ func positive(p *problems, key string, d time.Duration) {
 	}
 }
 
-var controllerTemplate = template.Must(template.New("controller").Funcs(template.FuncMap{"d": formatDuration}).Parse(
+var controllerTemplate = template.Must(template.New("controller").Funcs(template.FuncMap{"d": FormatDuration}).Parse(
 	`# fleet-role controller configuration.
 # Every key but version is optional; the values below are the defaults.
 # Durations are strings: "90s", "15m", "6h".
@@ -360,8 +360,9 @@ func DefaultControllerTOML() []byte {
 	return b.Bytes()
 }
 
-// formatDuration writes a duration the way a person would: "90s", "15m", "6h".
-func formatDuration(d time.Duration) string {
+// FormatDuration writes a duration the way a person would, and as the
+// configuration's defaults are written: "90s", "15m", "6h".
+func FormatDuration(d time.Duration) string {
 	switch {
 	case d == 0:
 		return "0s"

@@ -117,15 +117,7 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 	st = d.Status()
 	t.Logf("reported: %s", st.Reason)
 	assert.True(t, strings.HasPrefix(st.Reason, "dry run: would swap v2 for s1"), st.Reason)
-	held := time.Now().Add(5 * d.opts.ProbePeriod)
-	for time.Now().Before(held) {
-		st := d.Status()
-		require.Nil(t, st.Swap, "no swap in the dry run: %s", st.Reason)
-		time.Sleep(200 * time.Millisecond)
-	}
-	if l := d.Lease(); l != nil && l.Spec.HolderIdentity != nil {
-		assert.Empty(t, *l.Spec.HolderIdentity, "no one holds the Lease")
-	}
+	d.noSwapStarts(t)
 	prev := d.Status().Last
 	took("the decision reported")
 

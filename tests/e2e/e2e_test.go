@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -84,4 +85,19 @@ func (f *Fleet) everyStep(t *testing.T, out, in string, at func(step string)) *a
 		return fmt.Errorf("step %s: %s", st.Step, st.Reason)
 	})
 	return res
+}
+
+// noSwapStarts checks, while five probe periods go by, that no swap
+// starts, and then that no one holds the Lease.
+func (f *Fleet) noSwapStarts(t *testing.T) {
+	t.Helper()
+	held := time.Now().Add(5 * f.opts.ProbePeriod)
+	for time.Now().Before(held) {
+		st := f.Status()
+		require.Nil(t, st.Swap, "no swap starts: %s", st.Reason)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if l := f.Lease(); l != nil && l.Spec.HolderIdentity != nil {
+		assert.Empty(t, *l.Spec.HolderIdentity, "no one holds the Lease")
+	}
 }

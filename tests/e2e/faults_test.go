@@ -88,15 +88,7 @@ func (f *Fleet) holds(t *testing.T, out, in string) *api.SwapResult {
 	prev := f.Status().Last
 	_, stderr, code := f.CLI("swap", out, in)
 	require.Equal(t, 0, code, stderr)
-	held := time.Now().Add(5 * f.opts.ProbePeriod)
-	for time.Now().Before(held) {
-		st := f.Status()
-		require.Nil(t, st.Swap, "no swap starts: %s", st.Reason)
-		time.Sleep(200 * time.Millisecond)
-	}
-	if l := f.Lease(); l != nil && l.Spec.HolderIdentity != nil {
-		assert.Empty(t, *l.Spec.HolderIdentity, "no Lease taken")
-	}
+	f.noSwapStarts(t)
 	assert.False(t, f.Node(in).Spec.Unschedulable, "%s not cordoned", in)
 	return prev
 }

@@ -204,7 +204,7 @@ func typeOf(t reflect.Type) (string, error) {
 func tomlValue(v reflect.Value) string {
 	switch {
 	case v.Type() == durationType:
-		return `"` + formatDuration(time.Duration(v.Int())) + `"`
+		return `"` + config.FormatDuration(time.Duration(v.Int())) + `"`
 	case v.Kind() == reflect.String:
 		return fmt.Sprintf("%q", v.String())
 	case v.Kind() == reflect.Slice:
@@ -215,20 +215,6 @@ func tomlValue(v reflect.Value) string {
 		return "[" + strings.Join(items, ", ") + "]"
 	}
 	return fmt.Sprint(v.Interface())
-}
-
-// formatDuration writes a duration as `fleet-role config default` does:
-// "90s", "15m", "6h".
-func formatDuration(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "0s"
-	case d%time.Hour == 0:
-		return fmt.Sprintf("%dh", d/time.Hour)
-	case d%time.Minute == 0:
-		return fmt.Sprintf("%dm", d/time.Minute)
-	}
-	return d.String()
 }
 
 // docs are the doc comments of package config's struct types, by type
