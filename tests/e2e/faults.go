@@ -23,8 +23,8 @@ import (
 // enabled at boot (multi-user.target), fleet-role-agent among them. The
 // host's files are the container's own and its k3s data dir a directory
 // of the machine's: all of it survives, as a disk does; /run (a tmpfs)
-// does not; its address is the same. It returns once systemd runs and fleet-role-agent is
-// active.
+// does not; its address is the same. It returns once systemd runs and
+// fleet-role-agent is active.
 func (h *Host) Reboot() {
 	h.f.t.Helper()
 	if h.Docker {
