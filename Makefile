@@ -40,7 +40,7 @@ package: build ## build the .deb and the .rpm into bin/ with nfpm
 
 test: ## run every test, the end-to-end scenarios last, printing each result and the totals
 	@mkdir -p $(BIN)
-	@status=0; $(GO) test -count=1 -v $(TESTFLAGS) $$($(GO) list ./... | grep -v /tests/e2e) >$(TESTLOG) 2>&1 || status=$$?; \
+	@status=0; $(GO) test -count=1 -v -timeout 30m $(TESTFLAGS) $$($(GO) list ./... | grep -v /tests/e2e) >$(TESTLOG) 2>&1 || status=$$?; \
 	$(GO) test -count=1 -v -timeout 60m $(TESTFLAGS) ./tests/e2e >>$(TESTLOG) 2>&1 || status=$$?; \
 	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:|^\s+(Error|Messages):' $(TESTLOG) || true; \
 	echo "tests: $$(grep -cE '^\s*--- PASS' $(TESTLOG)) passed, $$(grep -cE '^\s*--- FAIL' $(TESTLOG)) failed, $$(grep -cE '^\s*--- SKIP' $(TESTLOG)) skipped (full log: $(TESTLOG))"; \
@@ -50,7 +50,7 @@ test-e2e: ## the end-to-end scenarios on a simulated fleet of containers over re
 	$(GO) test -count=1 -v -timeout 60m ./tests/e2e
 
 test-ansible: ## the Ansible roles' tests: lint, a prefix, a systemd host, the real API server, the package
-	$(GO) test -count=1 -v ./tests/ansible
+	$(GO) test -count=1 -v -timeout 30m ./tests/ansible
 
 bench: ## run the planner's benchmarks, whose figures stand in docs/figures.md
 	$(GO) test -run XXX -bench . -benchtime 2s ./swapplan
