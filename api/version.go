@@ -47,22 +47,37 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // version as 1. The fields of each are read and written as encoding/json
 // does (wire has the type's fields and none of its methods).
 
+// writeDoc writes w, a document's wire copy, with its version v (a field
+// of w) set to Version.
+func writeDoc(w any, v *int) ([]byte, error) {
+	*v = Version
+	return json.Marshal(w)
+}
+
+// readDoc reads b into w, a document's wire copy, and its version v (a
+// field of w) as readVersion does.
+func readDoc(b []byte, w any, v *int) error {
+	if err := json.Unmarshal(b, w); err != nil {
+		return err
+	}
+	*v = readVersion(*v)
+	return nil
+}
+
 // MarshalJSON writes the request with V = Version.
 func (r Request) MarshalJSON() ([]byte, error) {
 	type wire Request
 	w := wire(r)
-	w.V = Version
-	return json.Marshal(w)
+	return writeDoc(&w, &w.V)
 }
 
 // UnmarshalJSON reads a request of any version; a missing one is 1.
 func (r *Request) UnmarshalJSON(b []byte) error {
 	type wire Request
 	w := wire(*r)
-	if err := json.Unmarshal(b, &w); err != nil {
+	if err := readDoc(b, &w, &w.V); err != nil {
 		return err
 	}
-	w.V = readVersion(w.V)
 	*r = Request(w)
 	return nil
 }
@@ -71,18 +86,16 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 func (r Report) MarshalJSON() ([]byte, error) {
 	type wire Report
 	w := wire(r)
-	w.V = Version
-	return json.Marshal(w)
+	return writeDoc(&w, &w.V)
 }
 
 // UnmarshalJSON reads a report of any version; a missing one is 1.
 func (r *Report) UnmarshalJSON(b []byte) error {
 	type wire Report
 	w := wire(*r)
-	if err := json.Unmarshal(b, &w); err != nil {
+	if err := readDoc(b, &w, &w.V); err != nil {
 		return err
 	}
-	w.V = readVersion(w.V)
 	*r = Report(w)
 	return nil
 }
@@ -91,18 +104,16 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 func (p Probe) MarshalJSON() ([]byte, error) {
 	type wire Probe
 	w := wire(p)
-	w.V = Version
-	return json.Marshal(w)
+	return writeDoc(&w, &w.V)
 }
 
 // UnmarshalJSON reads a sample of any version; a missing one is 1.
 func (p *Probe) UnmarshalJSON(b []byte) error {
 	type wire Probe
 	w := wire(*p)
-	if err := json.Unmarshal(b, &w); err != nil {
+	if err := readDoc(b, &w, &w.V); err != nil {
 		return err
 	}
-	w.V = readVersion(w.V)
 	*p = Probe(w)
 	return nil
 }
@@ -111,18 +122,16 @@ func (p *Probe) UnmarshalJSON(b []byte) error {
 func (r SwapRecord) MarshalJSON() ([]byte, error) {
 	type wire SwapRecord
 	w := wire(r)
-	w.V = Version
-	return json.Marshal(w)
+	return writeDoc(&w, &w.V)
 }
 
 // UnmarshalJSON reads a record of any version; a missing one is 1.
 func (r *SwapRecord) UnmarshalJSON(b []byte) error {
 	type wire SwapRecord
 	w := wire(*r)
-	if err := json.Unmarshal(b, &w); err != nil {
+	if err := readDoc(b, &w, &w.V); err != nil {
 		return err
 	}
-	w.V = readVersion(w.V)
 	*r = SwapRecord(w)
 	return nil
 }
@@ -131,18 +140,16 @@ func (r *SwapRecord) UnmarshalJSON(b []byte) error {
 func (r ManualRequest) MarshalJSON() ([]byte, error) {
 	type wire ManualRequest
 	w := wire(r)
-	w.V = Version
-	return json.Marshal(w)
+	return writeDoc(&w, &w.V)
 }
 
 // UnmarshalJSON reads a request of any version; a missing one is 1.
 func (r *ManualRequest) UnmarshalJSON(b []byte) error {
 	type wire ManualRequest
 	w := wire(*r)
-	if err := json.Unmarshal(b, &w); err != nil {
+	if err := readDoc(b, &w, &w.V); err != nil {
 		return err
 	}
-	w.V = readVersion(w.V)
 	*r = ManualRequest(w)
 	return nil
 }
@@ -151,18 +158,16 @@ func (r *ManualRequest) UnmarshalJSON(b []byte) error {
 func (s Status) MarshalJSON() ([]byte, error) {
 	type wire Status
 	w := wire(s)
-	w.V = Version
-	return json.Marshal(w)
+	return writeDoc(&w, &w.V)
 }
 
 // UnmarshalJSON reads a status of any version; a missing one is 1.
 func (s *Status) UnmarshalJSON(b []byte) error {
 	type wire Status
 	w := wire(*s)
-	if err := json.Unmarshal(b, &w); err != nil {
+	if err := readDoc(b, &w, &w.V); err != nil {
 		return err
 	}
-	w.V = readVersion(w.V)
 	*s = Status(w)
 	return nil
 }
@@ -171,18 +176,16 @@ func (s *Status) UnmarshalJSON(b []byte) error {
 func (s AgentState) MarshalJSON() ([]byte, error) {
 	type wire AgentState
 	w := wire(s)
-	w.V = Version
-	return json.Marshal(w)
+	return writeDoc(&w, &w.V)
 }
 
 // UnmarshalJSON reads a state of any version; a missing one is 1.
 func (s *AgentState) UnmarshalJSON(b []byte) error {
 	type wire AgentState
 	w := wire(*s)
-	if err := json.Unmarshal(b, &w); err != nil {
+	if err := readDoc(b, &w, &w.V); err != nil {
 		return err
 	}
-	w.V = readVersion(w.V)
 	*s = AgentState(w)
 	return nil
 }
