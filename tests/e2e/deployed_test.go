@@ -92,8 +92,7 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 	res = d.swap(t, "s1", "v1", 5*time.Minute)
 	count = w.Count()
 	t.Logf("s1 out, v1 (the bootstrap host) in again: %s: %s; writes: %s", res.Result, res.Reason, count)
-	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
-	require.NoError(t, d.Check(api.ResultCompleted))
+	d.ended(t, res, api.ResultCompleted)
 	writesAcross(t, d, c, count)
 	took("the swap back")
 

@@ -101,3 +101,11 @@ func (f *Fleet) noSwapStarts(t *testing.T) {
 		assert.Empty(t, *l.Spec.HolderIdentity, "no one holds the Lease")
 	}
 }
+
+// ended checks that the swap ended with the result, and what must hold
+// after every swap (Check).
+func (f *Fleet) ended(t *testing.T, res *api.SwapResult, result string) {
+	t.Helper()
+	require.Equal(t, result, res.Result, res.Reason)
+	require.NoError(t, f.Check(result))
+}

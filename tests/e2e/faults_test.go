@@ -116,8 +116,7 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			v2.Unpause()
 			t.Log("v2 back: the request, kept, is carried out")
 			res := f.waitEnd(t, prev, 4*time.Minute)
-			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
-			require.NoError(t, f.Check(api.ResultCompleted))
+			f.ended(t, res, api.ResultCompleted)
 		}},
 		scenario{"AHostRebootedJustAfterItsDemotionComesBackAsAnAgent", func(t *testing.T) {
 			// v1 was demoted by the swap above.
@@ -226,8 +225,7 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 
 			res := f.waitEnd(t, prev, 4*time.Minute)
 			t.Logf("result: %s: %s", res.Result, res.Reason)
-			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
-			require.NoError(t, f.Check(api.ResultCompleted))
+			f.ended(t, res, api.ResultCompleted)
 		}},
 		scenario{"TheControllerKilledAtEveryStepFinishesTheSwap", func(t *testing.T) {
 			// The voters are v1, v2 and s2; v3, a Docker host, comes in.
@@ -238,8 +236,7 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 				killed = append(killed, step)
 			})
 			t.Logf("both replicas killed at %d steps: %v", len(killed), killed)
-			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
-			require.NoError(t, f.Check(api.ResultCompleted))
+			f.ended(t, res, api.ResultCompleted)
 			assert.GreaterOrEqual(t, len(killed), 5, "killed at most steps")
 			f.WaitRolledOut(time.Minute)
 		}},
@@ -253,8 +250,7 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 				killed = append(killed, step)
 			})
 			t.Logf("both agents killed at %d steps: %v", len(killed), killed)
-			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
-			require.NoError(t, f.Check(api.ResultCompleted))
+			f.ended(t, res, api.ResultCompleted)
 		}},
 		scenario{"TheCandidatesPeerPortDroppedRollsTheSwapBackLeavingNothingBehind", func(t *testing.T) {
 			// The voters are v2, v3 and s1; v1 and s2 are native standbys.
@@ -264,8 +260,7 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 
 			res := f.swap(t, "v2", "v1", 4*time.Minute)
 			t.Logf("result: %s: %s", res.Result, res.Reason)
-			require.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
-			require.NoError(t, f.Check(api.ResultRolledBack))
+			f.ended(t, res, api.ResultRolledBack)
 			m, err := f.Members()
 			require.NoError(t, err)
 			assert.Len(t, m.Voters, 3)
@@ -302,8 +297,7 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			t.Log("v2's k3s server may start again: the request, kept, is carried out")
 			res := f.waitEnd(t, prev, 5*time.Minute)
 			t.Logf("v3 out, v1 in: %s: %s", res.Result, res.Reason)
-			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
-			require.NoError(t, f.Check(api.ResultCompleted))
+			f.ended(t, res, api.ResultCompleted)
 		}},
 		scenario{"AHostRebootedMidPromotionComesBackAsItsRoleSays", func(t *testing.T) {
 			// The voters are v1, v2 and s1; s2, a native standby whose
