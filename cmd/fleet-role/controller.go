@@ -133,8 +133,10 @@ too, through every gate but the cooldown and the verdicts.`,
 			out, in := args[0], args[1]
 			var req api.ManualRequest
 			// The status the controller publishes may change between the
-			// read and the write: read, check and write again then.
-			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			// read and the write, or be created by the controller after a
+			// read that found none: read, check and write again then.
+			changed := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+			err = retry.OnError(retry.DefaultRetry, changed, func() error {
 				snap, cm, err := readCluster(ctx, client, cfg)
 				if err != nil {
 					return err
@@ -145,7 +147,7 @@ too, through every gate but the cooldown and the verdicts.`,
 				req = api.ManualRequest{Out: out, In: in, At: time.Now().UTC().Truncate(time.Second), By: requester()}
 				return writeRequest(ctx, client, cfg.Namespace, cm, req)
 			})
-			if apierrors.IsConflict(err) {
+			if changed(err) {
 				return errors.New("the status kept changing while the request was written: run the command again")
 			}
 			if err != nil {
