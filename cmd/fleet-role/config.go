@@ -13,15 +13,22 @@ func newConfigCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Print a default configuration, or check one",
-		Args:  usageArgs(cobra.NoArgs),
+		Args:  unknownCommand,
+		RunE:  noCommand,
 	}
 	var kind string
+	var files bool
 	validate := &cobra.Command{
 		Use:   "validate FILE",
 		Short: "Check a configuration file; a bad one exits 2 naming the key",
 		Long: `validate checks an agent or a controller configuration; which one it is
 is told by its keys (node_name, platform, servers... are the agent's), or
-by --kind.`,
+by --kind. For an agent's configuration it also checks, on the host it
+runs on, the files the configuration names: the role file, the kubeconfig
+and its token must be there and readable; etcd's client certificates and
+the files the agent writes itself must be readable where they are there
+already (on a host that has never been a server they are not). --files=false
+leaves the files alone, to check a configuration made for another host.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
@@ -36,7 +43,14 @@ by --kind.`,
 			var err error
 			switch k {
 			case "agent":
-				_, err = config.LoadAgent(path)
+				var a config.Agent
+				if a, err = config.LoadAgent(path); err == nil && files {
+					var notes []string
+					notes, err = a.CheckFiles()
+					for _, n := range notes {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s: note: %s\n", path, n)
+					}
+				}
 			case "controller", "":
 				k = "controller"
 				_, err = config.LoadController(path)
@@ -51,6 +65,7 @@ by --kind.`,
 		},
 	}
 	validate.Flags().StringVar(&kind, "kind", "", "agent or controller (default: told by the keys)")
+	validate.Flags().BoolVar(&files, "files", true, "check the files an agent's configuration names, on this host")
 	cmd.AddCommand(&cobra.Command{
 		Use:       "default agent|controller",
 		Short:     "Print the commented default configuration",

@@ -9,9 +9,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller/adapt"
@@ -63,21 +66,66 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Short:         "Keep a k3s fleet's etcd voters on healthy hosts",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Args:          usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.SetOut(cmd.ErrOrStderr())
-			_ = cmd.Help()
-			return usageError{errors.New("no command given")}
-		},
+		Args:          unknownCommand,
+		RunE:          noCommand,
 	}
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{suggestFlag(cmd, err)} })
+	// cobra's own `completion bash|zsh|fish|powershell`.
 	setVersion(root)
 	root.AddCommand(newAgentCommand(), newControllerCommand(), newSwapCommand(), newStatusCommand(), newPlanCommand(), newConfigCommand(), newVersionCommand())
+	root.InitDefaultCompletionCmd()
+	if c, _, err := root.Find([]string{"completion"}); err == nil && c != root {
+		c.Args, c.RunE = unknownCommand, noCommand // `completion tcsh` is bad usage, as `config frob` is
+	}
 	return root
+}
+
+// noCommand runs a command that only groups others: given none of them,
+// it prints its help to standard error and exits as bad usage.
+func noCommand(cmd *cobra.Command, _ []string) error {
+	cmd.SetOut(cmd.ErrOrStderr())
+	_ = cmd.Help()
+	return usageError{errors.New("no command given")}
+}
+
+// suggestDistance is how far (in Levenshtein distance) a mistyped command
+// or flag may be from one it suggests: cobra's default.
+const suggestDistance = 2
+
+// unknownCommand is the root's argument check: a word that is no command
+// is bad usage, with the commands it is close to, as kubectl suggests them.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	cmd.SuggestionsMinimumDistance = suggestDistance
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+	}
+	return usageError{fmt.Errorf("%s\n\nRun '%s --help' for usage", msg, cmd.CommandPath())}
+}
+
+// suggestFlag adds to an unknown flag's error the command's flags whose
+// names are close to it, within cobra's distance for commands.
+func suggestFlag(cmd *cobra.Command, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	if !ok {
+		return err
+	}
+	var close []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden && (levenshtein.ComputeDistance(name, f.Name) <= suggestDistance || strings.HasPrefix(f.Name, name)) {
+			close = append(close, "--"+f.Name)
+		}
+	})
+	if len(close) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w\n\nDid you mean this?\n\t%s", err, strings.Join(close, "\n\t"))
 }
 
 // usageArgs marks an argument check's error as bad usage.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -36,7 +37,7 @@ func TestConfigDefaultAgentIsAcceptedByConfigValidate(t *testing.T) {
 	require.Equal(t, 0, code)
 	path := filepath.Join(t.TempDir(), "agent.toml")
 	require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
-	code, out, _ = runCLI(t, "config", "validate", path)
+	code, out, _ = runCLI(t, "config", "validate", "--files=false", path)
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "a valid agent configuration")
 	code, _, stderr := runCLI(t, "config", "validate", "--kind", "controller", path)
@@ -132,4 +133,81 @@ func TestAgentWithABadConfigExits2NamingTheKey(t *testing.T) {
 	code, _, stderr = runCLI(t, "agent", "--config", filepath.Join(t.TempDir(), "missing.toml"))
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "missing.toml")
+}
+
+func TestConfigValidateChecksTheFilesAnAgentsConfigurationNames(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		return p
+	}
+	role, kubeconfig := write("role", "server\n"), write("kubeconfig", "apiVersion: v1\n")
+	cert := write("client.crt", "")
+	conf := fmt.Sprintf(`version = 1
+node_name = "h1"
+role_file = %q
+kubeconfig = %q
+token_file = %q
+[[servers]]
+name = "h1"
+address = "10.0.0.1"
+[etcd]
+cert_file = %q
+ca_file = %q
+`, role, kubeconfig, filepath.Join(dir, "token"), cert, filepath.Join(dir, "ca.crt"))
+	path := write("agent.toml", conf)
+
+	code, out, stderr := runCLI(t, "config", "validate", path)
+	assert.Equal(t, 2, code, "the token the kubeconfig reads is not there")
+	assert.Contains(t, stderr, "token_file: open "+filepath.Join(dir, "token"))
+	assert.NotContains(t, stderr, "role_file")
+	assert.Contains(t, out, "note: etcd.ca_file: "+filepath.Join(dir, "ca.crt")+" is not there yet",
+		"k3s writes etcd's certificates when a server first starts")
+	assert.NotContains(t, out, "etcd.cert_file", "a certificate that is there is read")
+
+	write("token", "t")
+	code, out, stderr = runCLI(t, "config", "validate", path)
+	assert.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "a valid agent configuration")
+
+	require.NoError(t, os.Remove(cert))
+	require.NoError(t, os.Mkdir(cert, 0o755))
+	code, _, stderr = runCLI(t, "config", "validate", path)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "etcd.cert_file: "+cert+" is a directory")
+
+	code, _, stderr = runCLI(t, "config", "validate", "--files=false", path)
+	assert.Equal(t, 0, code, "a configuration made for another host: %s", stderr)
+}
+
+func TestAMistypedCommandOrFlagIsBadUsageWithASuggestion(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		suggest string
+	}{
+		{[]string{"sttaus"}, "Did you mean this?\n\tstatus"},
+		{[]string{"swpa"}, "Did you mean this?\n\tswap"},
+		{[]string{"config", "valdate"}, "Did you mean this?\n\tvalidate"},
+		{[]string{"status", "--wach"}, "Did you mean this?\n\t--watch"},
+		{[]string{"plan", "--fil", "x"}, "Did you mean this?\n\t--file"},
+		{[]string{"status", "--out", "json"}, "Did you mean this?\n\t--output"},
+	} {
+		code, _, stderr := runCLI(t, tc.args...)
+		assert.Equal(t, 2, code, "%q", tc.args)
+		assert.Contains(t, stderr, tc.suggest, "%q", tc.args)
+	}
+	code, _, stderr := runCLI(t, "frobnicate")
+	assert.Equal(t, 2, code)
+	assert.NotContains(t, stderr, "Did you mean", "nothing close")
+}
+
+func TestCompletionScriptsForEachShell(t *testing.T) {
+	for shell, want := range map[string]string{"bash": "complete -o default -F __start_fleet-role fleet-role", "zsh": "#compdef fleet-role", "fish": "complete -c fleet-role"} {
+		code, out, stderr := runCLI(t, "completion", shell)
+		assert.Equal(t, 0, code, "%s: %s", shell, stderr)
+		assert.Contains(t, out, want, shell)
+	}
+	code, _, _ := runCLI(t, "completion", "tcsh")
+	assert.NotEqual(t, 0, code)
 }

@@ -34,8 +34,10 @@ It reads nothing else and changes nothing: ask it why a swap waits.`,
 			if file == "" {
 				return usageError{errors.New("-f FILE is required (- for standard input)")}
 			}
-			if output != "json" && output != "text" {
-				return usageError{fmt.Errorf("-o %q: want json or text", output)}
+			switch output {
+			case "json", "yaml", "text", "wide":
+			default:
+				return usageError{fmt.Errorf("-o %q: want json, yaml, text or wide", output)}
 			}
 			at := time.Now()
 			if now != "" {
@@ -62,18 +64,16 @@ It reads nothing else and changes nothing: ask it why a swap waits.`,
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			if output == "text" {
-				return writePlanText(cmd.OutOrStdout(), plan, at)
+			if output == "text" || output == "wide" {
+				return writePlanText(cmd.OutOrStdout(), plan, at, output == "wide")
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(plan)
+			return encode(cmd.OutOrStdout(), output, plan)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the List to read, - for standard input (required)")
 	cmd.Flags().StringVar(&now, "now", "", "the time to plan at, RFC 3339 (default: the current time)")
 	cmd.Flags().StringVar(&configFile, "config", "", "the controller configuration (default: the defaults)")
-	cmd.Flags().StringVarP(&output, "output", "o", "json", "json or text")
+	cmd.Flags().StringVarP(&output, "output", "o", "json", "json, yaml, text, or wide: the text with what the action writes")
 	return cmd
 }
 
@@ -107,7 +107,9 @@ func planFile(r io.Reader, cfg config.Controller, now time.Time) (swapplan.Plan,
 	return swapplan.Next(snap), nil
 }
 
-func writePlanText(w io.Writer, p swapplan.Plan, now time.Time) error {
+// writePlanText writes the plan as a person reads it; wide adds what the
+// action writes: its request, the role of a clean-up, an end's result.
+func writePlanText(w io.Writer, p swapplan.Plan, now time.Time, wide bool) error {
 	var b strings.Builder
 	step := p.Step
 	if step == "" {
@@ -141,6 +143,27 @@ func writePlanText(w io.Writer, p swapplan.Plan, now time.Time) error {
 		fmt.Fprintf(&b, "decision: swap %s for %s: %s\n", d.Out, d.In, d.Reason)
 	}
 	fmt.Fprintf(&b, "voters:  %s\n", strings.Join(p.Voters, " "))
+	if a := p.Action; wide {
+		if a.Request != nil {
+			req, err := json.Marshal(a.Request)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "request: %s\n", req)
+		}
+		if a.Role != "" {
+			fmt.Fprintf(&b, "role:    %s\n", a.Role)
+		}
+		if a.Result != "" {
+			fmt.Fprintf(&b, "result:  %s (clearing %s)\n", a.Result, strings.Join(a.Clear, " "))
+		}
+		if len(a.Pending) > 0 {
+			fmt.Fprintf(&b, "pending: %s\n", strings.Join(a.Pending, " "))
+		}
+		if a.CooldownUntil != nil {
+			fmt.Fprintf(&b, "cooldown: until %s\n", a.CooldownUntil.UTC().Format(time.RFC3339))
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -1,33 +1,47 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
 func newStatusCommand() *cobra.Command {
-	var configFile, kubeconfig string
+	var configFile, kubeconfig, output string
 	var watch bool
 	var every time.Duration
 	cmd := &cobra.Command{
-		Use:   "status [--watch]",
+		Use:   "status [--watch] [-o wide|json|yaml]",
 		Short: "Show where the swap stands, the verdicts and the membership each voter lists",
-		Args:  usageArgs(cobra.NoArgs),
+		Long: `status reads the status the controller publishes in the fleet-role-status
+ConfigMap. -o wide adds each host's score and the reason of its verdict;
+-o json and -o yaml print the status document itself (docs/plan-format.md).
+--watch redraws in place on a terminal; into a pipe or a file it prints
+the status again each time it changes, as plain lines (one document a
+change with -o json or yaml).`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			render, err := statusRenderer(output)
+			if err != nil {
+				return err
+			}
 			cfg, err := controllerConfig(configFile)
 			if err != nil {
 				return err
@@ -37,21 +51,39 @@ func newStatusCommand() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
+			redraw := watch && isTerminal(out)
+			var last []byte
 			for {
 				st, err := readStatus(cmd.Context(), client, cfg.Namespace)
 				if err != nil && !watch {
 					return err
 				}
-				var b strings.Builder
-				if err != nil {
+				var b bytes.Buffer
+				switch {
+				case err != nil:
 					fmt.Fprintf(&b, "fleet-role status: %v\n", err)
-				} else {
-					renderStatus(&b, st, time.Now())
+				default:
+					if err := render(&b, st, time.Now()); err != nil {
+						return err
+					}
 				}
-				if watch {
-					io.WriteString(out, "\033[H\033[2J") // redraw in place
+				// Into a pipe, a refresh that changed nothing but the
+				// clock prints nothing.
+				seen, _ := json.Marshal(st)
+				if err != nil {
+					seen = []byte(err.Error())
 				}
-				io.WriteString(out, b.String())
+				switch {
+				case redraw:
+					io.WriteString(out, "\033[H\033[2J")
+					out.Write(b.Bytes())
+				case !bytes.Equal(seen, last):
+					if watch && last != nil && (output == "" || output == "wide") {
+						io.WriteString(out, "\n")
+					}
+					out.Write(b.Bytes())
+				}
+				last = seen
 				if !watch {
 					return nil
 				}
@@ -63,10 +95,49 @@ func newStatusCommand() *cobra.Command {
 			}
 		},
 	}
-	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "refresh in place")
-	cmd.Flags().DurationVar(&every, "interval", 2*time.Second, "how often --watch refreshes")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "refresh: in place on a terminal, a new print at each change otherwise")
+	cmd.Flags().DurationVar(&every, "interval", 2*time.Second, "how often --watch reads the status")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "wide, json or yaml (default: the table)")
 	clusterFlags(cmd, &configFile, &kubeconfig)
 	return cmd
+}
+
+// statusRenderer is how -o prints the status.
+func statusRenderer(output string) (func(io.Writer, api.Status, time.Time) error, error) {
+	switch output {
+	case "":
+		return func(w io.Writer, st api.Status, now time.Time) error { renderStatus(w, st, now, false); return nil }, nil
+	case "wide":
+		return func(w io.Writer, st api.Status, now time.Time) error { renderStatus(w, st, now, true); return nil }, nil
+	case "json", "yaml":
+		return func(w io.Writer, st api.Status, _ time.Time) error { return encode(w, output, st) }, nil
+	}
+	return nil, usageError{fmt.Errorf("-o %q: want wide, json or yaml", output)}
+}
+
+// encode writes v as indented JSON, or as YAML converted from its JSON so
+// that both carry the same field names.
+func encode(w io.Writer, format string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if format == "yaml" {
+		if b, err = yaml.JSONToYAML(b); err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// isTerminal tells whether w is a terminal, where a redraw in place reads
+// well; a pipe or a file gets plain lines.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func readStatus(ctx context.Context, client kubernetes.Interface, ns string) (api.Status, error) {
@@ -104,8 +175,9 @@ func ago(now, t time.Time) string {
 
 func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
-// renderStatus writes the status as a person reads it at a glance.
-func renderStatus(w io.Writer, st api.Status, now time.Time) {
+// renderStatus writes the status as a person reads it at a glance; wide
+// adds each host's score and the reason of its verdict.
+func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 	if !st.UpdatedAt.IsZero() {
@@ -167,7 +239,11 @@ func renderStatus(w io.Writer, st api.Status, now time.Time) {
 
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tVERDICT\tSAMPLES\tFSYNC P99\tREAD\tMEMBERS IT LISTS")
+	header := "HOST\tVERDICT\tSAMPLES\tFSYNC P99\tREAD\tMEMBERS IT LISTS"
+	if wide {
+		header += "\tSCORE\tREASON"
+	}
+	fmt.Fprintln(tw, header)
 	names := slices.Clone(st.Voters)
 	for n := range st.Verdicts {
 		if !slices.Contains(names, n) {
@@ -212,7 +288,18 @@ func renderStatus(w io.Writer, st api.Status, now time.Time) {
 			}
 			members = strings.Join(parts, " ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", kind, verdict, samples, fsync, read, members)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", kind, verdict, samples, fsync, read, members)
+		if wide {
+			score, reason := "-", "-"
+			if ok {
+				score = fmt.Sprintf("%.2f", v.Score)
+				if v.Reason != "" {
+					reason = v.Reason
+				}
+			}
+			line += "\t" + score + "\t" + reason
+		}
+		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fleet-role/fleet-role/api"
 )
@@ -21,7 +24,7 @@ func TestStatusOfAStuckSwapNamesTheCommandThatRemovesTheMember(t *testing.T) {
 		Step: api.StepStuck, Since: &since, UpdatedAt: now,
 	}
 	var b strings.Builder
-	renderStatus(&b, st, now)
+	renderStatus(&b, st, now, false)
 	out := b.String()
 	assert.Contains(t, out, "(manual, stuck)")
 	assert.Contains(t, out, "STEP          stuck, since")
@@ -33,6 +36,33 @@ func TestStatusOfAStuckSwapNamesTheCommandThatRemovesTheMember(t *testing.T) {
 
 	st.Swap.Phase, st.Swap.Stuck, st.Step = api.PhaseRollback, nil, api.StepRollback
 	b.Reset()
-	renderStatus(&b, st, now)
+	renderStatus(&b, st, now, false)
 	assert.NotContains(t, b.String(), "etcdctl", "no command once the swap is no longer stuck")
+}
+
+func TestStatusOutputsTheTableWideJSONAndYAML(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	st := api.Status{UpdatedAt: now, Voters: []string{"v1"},
+		Verdicts: map[string]api.Verdict{"v1": {State: api.VerdictUnfit, Score: 3.5, Samples: 10, Bad: 9, Reason: "fsync p99 40.0 ms over 10 ms"}}}
+	print := func(output string) string {
+		render, err := statusRenderer(output)
+		require.NoError(t, err)
+		var b strings.Builder
+		require.NoError(t, render(&b, st, now))
+		return b.String()
+	}
+	assert.NotContains(t, print(""), "fsync p99 40.0 ms over 10 ms")
+	wide := print("wide")
+	assert.Contains(t, wide, "SCORE")
+	assert.Contains(t, wide, "3.50")
+	assert.Contains(t, wide, "fsync p99 40.0 ms over 10 ms")
+
+	var back api.Status
+	require.NoError(t, json.Unmarshal([]byte(print("json")), &back))
+	assert.Equal(t, st.Verdicts, back.Verdicts)
+	require.NoError(t, yaml.UnmarshalStrict([]byte(print("yaml")), &back), "YAML with the JSON's field names")
+	assert.Equal(t, st.Verdicts, back.Verdicts)
+
+	_, err := statusRenderer("table")
+	assert.ErrorAs(t, err, new(usageError))
 }

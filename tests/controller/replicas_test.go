@@ -1,16 +1,21 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -115,16 +120,72 @@ func TestTheControllerServesMetricsAndHealth(t *testing.T) {
 	assert.Equal(t, actions, reactions)
 }
 
-func TestFleetRoleStatusWatchRefreshesInPlace(t *testing.T) {
+func TestFleetRoleStatusWatchRedrawsOnATerminalAndPrintsPlainLinesIntoAPipe(t *testing.T) {
 	e := newEnv(t, 3, 1, 0)
 	e.start()
 	require.Eventually(t, func() bool { st, _ := e.status(); return len(st.Voters) == 3 }, 20*time.Second, 20*time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "status", "--watch", "--interval", "300ms", "--kubeconfig", e.api.Kubeconfig)
-	out, _ := cmd.Output()
-	frames := strings.Count(string(out), "\033[H\033[2J")
+	watch := func() *exec.Cmd {
+		return exec.Command(binary, "status", "--watch", "--interval", "300ms", "--kubeconfig", e.api.Kubeconfig)
+	}
+
+	// On a terminal (a pseudo-terminal here) it redraws in place.
+	cmd := watch()
+	tty, err := pty.Start(cmd)
+	require.NoError(t, err)
+	var screen bytes.Buffer
+	copied := make(chan struct{})
+	go func() { io.Copy(&screen, tty); close(copied) }()
+	time.Sleep(1500 * time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, cmd.Wait(), "an interrupt is a clean exit")
+	tty.Close()
+	<-copied
+	frames := strings.Count(screen.String(), "\033[H\033[2J")
 	assert.GreaterOrEqual(t, frames, 3, "redrawn in place: %d frames", frames)
-	assert.Contains(t, string(out), "SWAP")
-	assert.Contains(t, string(out), "none under way")
+	assert.Contains(t, screen.String(), "none under way")
+
+	// Into a pipe: no terminal escapes, the status printed once while it
+	// does not change, and again when it does.
+	cmd = watch()
+	var piped syncBuffer
+	cmd.Stdout = &piped
+	require.NoError(t, cmd.Start())
+	time.Sleep(1500 * time.Millisecond)
+	assert.Equal(t, 1, strings.Count(piped.String(), "HOST  "), "an idle fleet's status printed once in five reads: %s", piped.String())
+	_, stderr, code := e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	require.Eventually(t, func() bool { return strings.Contains(piped.String(), "REQUEST") }, 20*time.Second, 50*time.Millisecond,
+		"the request printed once written: %s", piped.String())
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, cmd.Wait())
+	out := piped.String()
+	assert.NotContains(t, out, "\033[", "no escapes into a pipe")
+	assert.GreaterOrEqual(t, strings.Count(out, "HOST  "), 2, "printed again at the change: %s", out)
+
+	// -o json is the status document, for jq.
+	stdout, stderr, code := e.cli("status", "-o", "json")
+	require.Equal(t, 0, code, stderr)
+	var st api.Status
+	require.NoError(t, json.Unmarshal([]byte(stdout), &st), stdout)
+	assert.Len(t, st.Voters, 3)
+	jq, err := exec.LookPath("jq")
+	if os.Getenv("CI") != "" {
+		require.NoError(t, err, "jq is installed by .ci/setup")
+	}
+	if err == nil {
+		cmd := exec.Command(jq, "-r", ".voters | length")
+		cmd.Stdin = strings.NewReader(stdout)
+		n, err := cmd.Output()
+		require.NoError(t, err)
+		assert.Equal(t, "3\n", string(n))
+	}
 }
+
+// syncBuffer is a bytes.Buffer a process writes while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
