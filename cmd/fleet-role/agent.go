@@ -2,17 +2,13 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
-	"os"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
-	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
@@ -23,16 +19,20 @@ import (
 
 func newAgentCommand() *cobra.Command {
 	var configFile string
+	var logs logOptions
 	cmd := &cobra.Command{
 		Use:   "agent --config FILE",
 		Short: "Run the host agent (fleet-role-agent.service)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd.ErrOrStderr(), logs)
+			if err != nil {
+				return err
+			}
 			cfg, err := config.LoadAgent(configFile)
 			if err != nil {
 				return fmt.Errorf("%s: %w", configFile, err)
 			}
-			log := newLogger(cmd.ErrOrStderr())
 			plat, err := newPlatform(cfg)
 			if err != nil {
 				return err
@@ -63,6 +63,7 @@ func newAgentCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&configFile, "config", "/etc/fleet-role/agent.toml", "the agent configuration")
+	logFlags(cmd, &logs)
 	return cmd
 }
 
@@ -98,16 +99,4 @@ func agentClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return newKubeClient(rc)
-}
-
-// newLogger is the one logger of the process, with client-go's klog
-// routed into it.
-func newLogger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
-	level := slog.LevelInfo
-	if os.Getenv("FLEET_ROLE_DEBUG") != "" {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
-	klog.SetSlogLogger(log.With(logkey.Component, "client-go"))
-	return log
 }

@@ -62,6 +62,7 @@ func clusterFlags(cmd *cobra.Command, configFile, kubeconfig *string) {
 
 func newControllerCommand() *cobra.Command {
 	var configFile, kubeconfig string
+	var logs logOptions
 	cmd := &cobra.Command{
 		Use:   "controller --config FILE",
 		Short: "Run the controller (the fleet-role-controller Deployment)",
@@ -71,7 +72,10 @@ func newControllerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			log := newLogger(cmd.ErrOrStderr())
+			log, err := newLogger(cmd.ErrOrStderr(), logs)
+			if err != nil {
+				return err
+			}
 			client, err := kubeClient(kubeconfig)
 			if err != nil {
 				return err
@@ -105,6 +109,7 @@ func newControllerCommand() *cobra.Command {
 			return err
 		},
 	}
+	logFlags(cmd, &logs)
 	clusterFlags(cmd, &configFile, &kubeconfig)
 	return cmd
 }
