@@ -153,6 +153,11 @@ const (
 	// EventBadRequest is the reason of the agent's warning that
 	// AnnotationRequest does not read as a Request.
 	EventBadRequest = "BadRequest"
+	// EventDryRunWouldSwap is the reason of the controller's Event, on the
+	// voter it would swap out, that a dry run only reported an automatic
+	// decision: recorded once a decision, as the counter
+	// fleet_role_dry_run_decisions_total counts it.
+	EventDryRunWouldSwap = "DryRunWouldSwap"
 )
 
 // EventSwapReason is the reason of the controller's Event for the action

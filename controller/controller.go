@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -61,12 +62,14 @@ type Controller struct {
 	trigger  chan struct{}
 	// woken is when the first change not yet looked at arrived (unix ns);
 	// acted is when the last action ended.
-	woken    atomic.Int64
-	acted    time.Time
-	events   record.EventBroadcaster
-	recorder record.EventRecorder
-	leading  atomic.Bool
-	passes   atomic.Int64
+	woken atomic.Int64
+	acted time.Time
+	// dryRunSeen is the dry run's decision last reported, "out in".
+	dryRunSeen string
+	events     record.EventBroadcaster
+	recorder   record.EventRecorder
+	leading    atomic.Bool
+	passes     atomic.Int64
 	// lastPass is what the last pass planned and did, for the tests.
 	lastPass atomic.Pointer[PassResult]
 }
@@ -294,6 +297,7 @@ func (c *Controller) pass(ctx context.Context) {
 	default:
 		log.Debug("no action taken", logkey.Reason, plan.Reason)
 	}
+	c.reportDryRun(plan)
 	if a.Type != api.ActionEnd || err != nil {
 		if serr := c.publish(ctx, snap, plan, problems, err); serr != nil {
 			log.Warn("status not written", logkey.Err, serr)
@@ -308,6 +312,26 @@ func (c *Controller) pass(ctx context.Context) {
 	c.metrics.passes.Observe(took.Seconds())
 	c.passes.Add(1)
 	c.lastPass.Store(&PassResult{Plan: plan, Err: err, At: now, Took: took, Decide: decide})
+}
+
+// reportDryRun makes a dry run's automatic decision seen: an Event on the
+// voter it would swap out and a count, once a decision, and a gauge while
+// it stands.
+func (c *Controller) reportDryRun(plan swapplan.Plan) {
+	d := plan.Decision
+	if !c.cfg.DryRun || d == nil || plan.Swap != nil {
+		c.metrics.wouldSwap.Set(0)
+		c.dryRunSeen = ""
+		return
+	}
+	c.metrics.wouldSwap.Set(1)
+	if key := d.Out + " " + d.In; key != c.dryRunSeen {
+		c.dryRunSeen = key
+		c.metrics.dryRun.WithLabelValues(d.Out, d.In).Inc()
+		c.log.Info("dry run would swap", logkey.Out, d.Out, logkey.In, d.In, logkey.Reason, d.Reason)
+		ref := &corev1.ObjectReference{Kind: "Node", Name: d.Out, UID: types.UID(d.Out)} // as eventObject refers to a Node
+		c.recorder.Eventf(ref, corev1.EventTypeNormal, api.EventDryRunWouldSwap, "%s", plan.Reason)
+	}
 }
 
 // swapNodes are the swap's IN and OUT, from the Lease or the status.

@@ -18,6 +18,8 @@ type metrics struct {
 	voters      prometheus.Gauge
 	leader      prometheus.Gauge
 	verdicts    *prometheus.GaugeVec
+	dryRun      *prometheus.CounterVec
+	wouldSwap   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -39,8 +41,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_leader", Help: "1 while this replica leads."}),
 		verdicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_verdict",
 			Help: "1 for each host's verdict."}, []string{"node", "state"}),
+		dryRun: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_role_dry_run_decisions_total",
+			Help: "Automatic decisions a dry run only reported, each counted once, by the voter out and the standby in."}, []string{"out", "in"}),
+		wouldSwap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_dry_run_would_swap",
+			Help: "1 while a dry run reports an automatic decision it would carry out."}),
 	}
-	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts)
+	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap)
 	return m
 }
 
