@@ -32,6 +32,9 @@ type golden struct {
 	file   string
 	value  any
 	indent bool // written with json.MarshalIndent(v, "", "  "), as status.json and the agent's state are
+	// later: a document (or field) that came after the release that wrote
+	// testdata/v1, so it has no version-1 file.
+	later bool
 }
 
 // documents are the canonical values of every wire document, with V set
@@ -71,6 +74,8 @@ func documents() []golden {
 			StartedAt: at(11, 30, 0), RequestAt: ptr(at(11, 29, 50)), Phase: api.PhaseEnd, Reason: "v1 did not finish its demotion: it is left to node recovery",
 			Result: api.ResultCompleted, EndedAt: ptr(at(12, 10, 0)), Pending: []string{"v1"}}},
 		{file: "request.json", value: api.ManualRequest{V: 1, Out: "v1", In: "s1", At: at(11, 29, 50), By: "alice@ops-1"}},
+		{file: "request-forced.json", later: true, value: api.ManualRequest{V: 1, Out: "v1", In: "s1", At: at(11, 29, 50), By: "alice", Force: true}},
+		{file: "pause.json", later: true, value: api.Pause{V: 1, By: "alice", Reason: "kernel upgrades this week", At: at(9, 0, 0)}},
 		{file: "status.json", indent: true, value: api.Status{V: 1,
 			Swap: &api.SwapRecord{V: 1, ID: swap, Out: "v1", In: "s1", Origin: api.OriginManual, StartedAt: at(11, 30, 0),
 				RequestAt: ptr(at(11, 29, 50))},
@@ -181,6 +186,9 @@ func TestTheWireDocumentsAreTheGoldenFiles(t *testing.T) {
 func TestVersion1DocumentsReadAsTheSameValues(t *testing.T) {
 	version := regexp.MustCompile(`"v": ?1,\n? *`)
 	for _, g := range documents() {
+		if g.later {
+			continue
+		}
 		t.Run(g.file, func(t *testing.T) {
 			old := read(t, filepath.Join("testdata", "v1", g.file))
 			assert.NotContains(t, string(old), `"v"`, "version 1 as written before the version field")

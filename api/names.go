@@ -22,9 +22,9 @@ const (
 	// written and read by the replicas, deleted by the Ansible role on
 	// uninstall.
 	LeaderElectionLease = "fleet-role-controller"
-	// StatusConfigMap holds StatusKey and RequestKey. Written by the
-	// controller and by `fleet-role swap`; read by the controller and the
-	// commands.
+	// StatusConfigMap holds StatusKey, RequestKey and PauseKey. Written by
+	// the controller and by `fleet-role swap|pause|resume`; read by the
+	// controller and the commands.
 	StatusConfigMap = "fleet-role-status"
 	// StatusKey holds the controller's published Status: written by the
 	// controller every pass, read back by it (the planner's memory of the
@@ -35,6 +35,10 @@ const (
 	// read by the controller, which deletes it when the swap it started
 	// ends, and by `fleet-role status`.
 	RequestKey = "request.json"
+	// PauseKey holds the Pause: written by `fleet-role pause`, deleted by
+	// `fleet-role resume`; read by the controller, which starts no swap
+	// while it is there, and by `fleet-role status`.
+	PauseKey = "pause.json"
 )
 
 // The names fleet-role writes on Nodes and on its Lease.

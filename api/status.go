@@ -16,6 +16,33 @@ type ManualRequest struct {
 	In  string    `json:"in"`
 	At  time.Time `json:"at"`
 	By  string    `json:"by,omitempty"`
+	// Force: carried out while the controller is paused (`fleet-role swap
+	// --force`).
+	Force bool `json:"force,omitempty"`
+}
+
+// Pause holds every new swap, automatic or manual (a manual one passes
+// with Force), while a swap under way goes on to its end: written by
+// `fleet-role pause` in PauseKey, deleted by `fleet-role resume`, read by
+// the controller and mirrored in Status.Pause.
+type Pause struct {
+	// V is the format's version (Version when written; 1 when missing).
+	V      int       `json:"v"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// Validate reports the fields that are missing or wrong.
+func (p Pause) Validate() error {
+	var errs []error
+	if p.Reason == "" {
+		errs = append(errs, missing("reason"))
+	}
+	if p.At.IsZero() {
+		errs = append(errs, missing("at"))
+	}
+	return joinFields(errs)
 }
 
 // Validate reports the fields that are missing or wrong.
@@ -110,7 +137,9 @@ type Status struct {
 	Verdicts      map[string]Verdict `json:"verdicts,omitempty"`
 	Decision      *Decision          `json:"decision,omitempty"`
 	Request       *ManualRequest     `json:"request,omitempty"`
-	Voters        []string           `json:"voters,omitempty"`
+	// Pause is the pause in force, if any.
+	Pause  *Pause   `json:"pause,omitempty"`
+	Voters []string `json:"voters,omitempty"`
 	// Members is the membership each voter lists, by voter.
 	Members    map[string][]Member `json:"members,omitempty"`
 	LastAction *LastAction         `json:"lastAction,omitempty"`

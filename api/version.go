@@ -7,8 +7,8 @@ import (
 )
 
 // Version is the format of the JSON documents this build writes: the V
-// ("v") of a Request, Report, Probe, SwapRecord, ManualRequest, Status and
-// AgentState. A document without one is version 1.
+// ("v") of a Request, Report, Probe, SwapRecord, ManualRequest, Pause,
+// Status and AgentState. A document without one is version 1.
 const Version = 1
 
 // readVersion is the version of a document read: a missing one is 1.
@@ -187,5 +187,23 @@ func (s *AgentState) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*s = AgentState(w)
+	return nil
+}
+
+// MarshalJSON writes the pause with V = Version.
+func (p Pause) MarshalJSON() ([]byte, error) {
+	type wire Pause
+	w := wire(p)
+	return writeDoc(&w, &w.V)
+}
+
+// UnmarshalJSON reads a pause of any version; a missing one is 1.
+func (p *Pause) UnmarshalJSON(b []byte) error {
+	type wire Pause
+	w := wire(*p)
+	if err := readDoc(b, &w, &w.V); err != nil {
+		return err
+	}
+	*p = Pause(w)
 	return nil
 }

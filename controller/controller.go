@@ -372,7 +372,7 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 				st.Members[n.Name] = n.Probe.Members
 			}
 		}
-		st.Request = snap.Request
+		st.Request, st.Pause = snap.Request, snap.Pause
 		st.Problems = problems
 		if plan.Action.Type != api.ActionNone {
 			la := &api.LastAction{Type: plan.Action.Type, Node: plan.Action.Node, At: snap.Now.UTC()}

@@ -9,12 +9,24 @@ import (
 )
 
 // idle: no swap under way. A manual request first, else the automatic
-// decision.
+// decision; while paused, neither starts but a forced request.
 func (p *planner) idle() Plan {
 	if q := p.s.Request; q != nil && !p.consumed(q) {
+		if pa := p.s.Pause; pa != nil && !q.Force {
+			return p.wait("", "the manual request to swap %s for %s waits: %s; fleet-role resume, or swap --force", q.Out, q.In, paused(pa))
+		}
 		return p.manual(q)
 	}
 	return p.automatic()
+}
+
+// paused says who paused the controller, when and why.
+func paused(pa *api.Pause) string {
+	by := pa.By
+	if by == "" {
+		by = "someone"
+	}
+	return fmt.Sprintf("paused by %s at %s: %s", by, stamp(pa.At), pa.Reason)
 }
 
 // consumed says the request already started a swap.
@@ -110,6 +122,9 @@ func (p *planner) automatic() Plan {
 	}
 	if p.s.Config.DryRun {
 		return plan("dry run: would swap %s for %s (%s)", out.Name, in.Name, why)
+	}
+	if pa := p.s.Pause; pa != nil {
+		return plan("the automatic decision to swap %s for %s waits: %s", out.Name, in.Name, paused(pa))
 	}
 	if gate := p.startGates(out); gate != "" {
 		return plan("the automatic decision to swap %s for %s waits: %s", out.Name, in.Name, gate)

@@ -27,6 +27,7 @@ type world struct {
 	lease   swapplan.Lease
 	status  api.Status
 	request *api.ManualRequest
+	pause   *api.Pause
 	members []member
 	hosts   map[string]*host
 	// failRate is the chance an action fails (and is not carried out).
@@ -189,7 +190,7 @@ func (w *world) snapshot() swapplan.Snapshot {
 		rec := *lease.Swap
 		lease.Swap = &rec
 	}
-	return swapplan.Snapshot{Now: w.now, Config: w.cfg, Nodes: nodes, Lease: lease, Status: w.status, Request: req}
+	return swapplan.Snapshot{Now: w.now, Config: w.cfg, Nodes: nodes, Lease: lease, Status: w.status, Request: req, Pause: w.pause}
 }
 
 // react plays the agents, k3s and the kubelets for one tick.

@@ -21,6 +21,9 @@ type Snapshot struct {
 	Status api.Status
 	// Request is the manual request (api.RequestKey), if any.
 	Request *api.ManualRequest
+	// Pause is the pause in force (api.PauseKey), if any: no swap starts,
+	// but a forced manual request; a swap under way goes on.
+	Pause *api.Pause
 }
 
 // Config is what the planner needs of the controller's configuration.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,13 +117,16 @@ func newControllerCommand() *cobra.Command {
 
 func newSwapCommand() *cobra.Command {
 	var configFile, kubeconfig string
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "swap OUT IN",
 		Short: "Ask the controller to swap the voter OUT for the standby IN",
 		Long: `swap checks the request against the cluster (OUT a voter, IN an eligible
 standby, no swap under way) and writes it into the fleet-role-status
 ConfigMap as request.json; the controller carries it out, in a dry run
-too, through every gate but the cooldown and the verdicts.`,
+too, through every gate but the cooldown and the verdicts. While the
+controller is paused (fleet-role pause) it is refused unless --force.
+The requester is who the API server says the caller is.`,
 		Args: usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := controllerConfig(configFile)
@@ -136,12 +140,12 @@ too, through every gate but the cooldown and the verdicts.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
 			out, in := args[0], args[1]
+			by := whoAmI(ctx, client)
 			var req api.ManualRequest
 			// The status the controller publishes may change between the
 			// read and the write, or be created by the controller after a
 			// read that found none: read, check and write again then.
-			changed := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
-			err = retry.OnError(retry.DefaultRetry, changed, func() error {
+			err = retry.OnError(retry.DefaultRetry, statusChanged, func() error {
 				snap, cm, err := readCluster(ctx, client, cfg)
 				if err != nil {
 					return err
@@ -149,10 +153,13 @@ too, through every gate but the cooldown and the verdicts.`,
 				if err := swapplan.CheckRequest(snap, out, in); err != nil {
 					return fmt.Errorf("refused: %w", err)
 				}
-				req = api.ManualRequest{Out: out, In: in, At: time.Now().UTC().Truncate(time.Second), By: requester()}
+				if pa := snap.Pause; pa != nil && !force {
+					return fmt.Errorf("refused: the controller is paused by %s since %s (%s): fleet-role resume, or swap --force", pa.By, pa.At.Format(time.RFC3339), pa.Reason)
+				}
+				req = api.ManualRequest{Out: out, In: in, At: time.Now().UTC().Truncate(time.Second), By: by, Force: force}
 				return writeRequest(ctx, client, cfg.Namespace, cm, req)
 			})
-			if changed(err) {
+			if statusChanged(err) {
 				return errors.New("the status kept changing while the request was written: run the command again")
 			}
 			if err != nil {
@@ -163,6 +170,7 @@ too, through every gate but the cooldown and the verdicts.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "swap while the controller is paused")
 	clusterFlags(cmd, &configFile, &kubeconfig)
 	return cmd
 }
@@ -210,28 +218,60 @@ func writeRequest(ctx context.Context, client kubernetes.Interface, ns string, c
 	if err != nil {
 		return err
 	}
-	if cm == nil {
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: api.StatusConfigMap},
-			Data: map[string]string{api.RequestKey: string(b)}}
-		_, err = client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
-	} else {
-		if cm.Data == nil {
-			cm.Data = map[string]string{}
-		}
-		cm.Data[api.RequestKey] = string(b)
-		_, err = client.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
-	}
-	if err != nil {
+	if err := setStatusKey(ctx, client, ns, cm, api.RequestKey, string(b)); err != nil {
 		return fmt.Errorf("write the request: %w", err)
 	}
 	return nil
 }
 
-func requester() string {
+// setStatusKey sets a key of the status ConfigMap as read (cm, nil when
+// there was none), or deletes it when value is "": an update on condition
+// of the version read, or a create that fails if the controller created
+// the ConfigMap meanwhile. Either failure is read, checked and written
+// again by the caller (statusChanged).
+func setStatusKey(ctx context.Context, client kubernetes.Interface, ns string, cm *corev1.ConfigMap, key, value string) error {
+	var err error
+	switch {
+	case cm == nil && value == "":
+		return nil
+	case cm == nil:
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: api.StatusConfigMap},
+			Data: map[string]string{key: value}}
+		_, err = client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+	default:
+		cm = cm.DeepCopy()
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		if value == "" {
+			delete(cm.Data, key)
+		} else {
+			cm.Data[key] = value
+		}
+		_, err = client.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+	}
+	return err
+}
+
+// statusChanged says the status ConfigMap changed between a read and the
+// write that was based on it.
+func statusChanged(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+}
+
+// whoAmI is who the API server says the caller is (a SelfSubjectReview,
+// as kubectl auth whoami asks), for the records of who asked: a
+// kubeconfig's user, a ServiceAccount. Where the API server does not
+// answer it, the local user and host, marked as unverified.
+func whoAmI(ctx context.Context, client kubernetes.Interface) string {
+	r, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err == nil && r.Status.UserInfo.Username != "" {
+		return r.Status.UserInfo.Username
+	}
 	user := os.Getenv("USER")
 	if user == "" {
 		user = "unknown"
 	}
 	host, _ := os.Hostname()
-	return user + "@" + host
+	return user + "@" + host + " (unverified)"
 }

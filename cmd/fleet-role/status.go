@@ -207,6 +207,9 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 	} else {
 		row("SWAP", "none under way")
 	}
+	if pa := st.Pause; pa != nil {
+		row("PAUSED", "by %s at %s (%s): %s; fleet-role resume lifts it", pa.By, clock(pa.At), ago(now, pa.At), pa.Reason)
+	}
 	if st.Reason != "" {
 		row("REASON", "%s", st.Reason)
 	}
@@ -214,7 +217,11 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 		row("DECISION", "swap %s for %s: %s", d.Out, d.In, d.Reason)
 	}
 	if q := st.Request; q != nil {
-		row("REQUEST", "swap %s for %s, by %s at %s", q.Out, q.In, q.By, clock(q.At))
+		forced := ""
+		if q.Force {
+			forced = ", forced"
+		}
+		row("REQUEST", "swap %s for %s, by %s at %s%s", q.Out, q.In, q.By, clock(q.At), forced)
 	}
 	if a := st.LastAction; a != nil {
 		res := "ok"

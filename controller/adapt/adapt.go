@@ -51,9 +51,9 @@ func Build(in Input, cfg swapplan.Config, runners labels.Selector, now time.Time
 		s.Lease = l
 	}
 	if in.Status != nil {
-		st, req, err := Status(in.Status)
+		st, req, pause, err := Status(in.Status)
 		errs = append(errs, err)
-		s.Status, s.Request = st, req
+		s.Status, s.Request, s.Pause = st, req, pause
 	}
 	s.Nodes = make([]swapplan.Node, 0, len(in.Nodes))
 	for _, n := range in.Nodes {
@@ -174,9 +174,9 @@ func Lease(l *coordinationv1.Lease) (swapplan.Lease, error) {
 	return out, nil
 }
 
-// Status reads the status ConfigMap: the status the controller published
-// and the manual request.
-func Status(cm *corev1.ConfigMap) (api.Status, *api.ManualRequest, error) {
+// Status reads the status ConfigMap: the status the controller published,
+// the manual request and the pause.
+func Status(cm *corev1.ConfigMap) (api.Status, *api.ManualRequest, *api.Pause, error) {
 	var errs []error
 	var st api.Status
 	what := "configmap/" + cm.Namespace + "/" + cm.Name
@@ -195,7 +195,15 @@ func Status(cm *corev1.ConfigMap) (api.Status, *api.ManualRequest, error) {
 		}
 		req = r
 	}
-	return st, req, errors.Join(errs...)
+	var pause *api.Pause
+	if v, ok := cm.Data[api.PauseKey]; ok && strings.TrimSpace(v) != "" {
+		pa, err := decode[api.Pause](v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, api.PauseKey, err))
+		}
+		pause = pa
+	}
+	return st, req, pause, errors.Join(errs...)
 }
 
 // decode unmarshals a JSON value of the wire contract and validates it.

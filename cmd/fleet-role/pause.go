@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/fleet-role/fleet-role/api"
+)
+
+func newPauseCommand() *cobra.Command {
+	var configFile, kubeconfig, reason string
+	cmd := &cobra.Command{
+		Use:   "pause --reason TEXT",
+		Short: "Hold every new swap, automatic or manual, until fleet-role resume",
+		Long: `pause writes pause.json into the fleet-role-status ConfigMap, with who
+paused (as the API server says) and why. While it is there no swap
+starts: the automatic decision waits, a manual request waits unless made
+with fleet-role swap --force. A swap under way goes on to its end.
+fleet-role status shows the pause; fleet-role resume lifts it.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if reason == "" {
+				return usageError{errors.New("--reason is required: say why, for the others who read fleet-role status")}
+			}
+			return setControl(cmd, configFile, kubeconfig, func(by string) (string, string, error) {
+				p := api.Pause{By: by, Reason: reason, At: time.Now().UTC().Truncate(time.Second)}
+				b, err := json.Marshal(p)
+				return string(b), fmt.Sprintf("paused by %s: no swap starts until fleet-role resume; a swap under way goes on", by), err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, shown in fleet-role status (required)")
+	clusterFlags(cmd, &configFile, &kubeconfig)
+	return cmd
+}
+
+func newResumeCommand() *cobra.Command {
+	var configFile, kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "resume",
+		Short: "Lift the pause: swaps start again",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return setControl(cmd, configFile, kubeconfig, func(by string) (string, string, error) {
+				return "", fmt.Sprintf("resumed by %s: swaps start again", by), nil
+			})
+		},
+	}
+	clusterFlags(cmd, &configFile, &kubeconfig)
+	return cmd
+}
+
+// setControl sets (or, for "", deletes) pause.json in the status
+// ConfigMap, reading and writing again while the controller changes it.
+func setControl(cmd *cobra.Command, configFile, kubeconfig string, value func(by string) (v, done string, err error)) error {
+	cfg, err := controllerConfig(configFile)
+	if err != nil {
+		return err
+	}
+	client, err := kubeClient(kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	defer cancel()
+	v, done, err := value(whoAmI(ctx, client))
+	if err != nil {
+		return err
+	}
+	err = retry.OnError(retry.DefaultRetry, statusChanged, func() error {
+		cm, err := client.CoreV1().ConfigMaps(cfg.Namespace).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			cm = nil
+		case err != nil:
+			return fmt.Errorf("read %s/%s: %w", cfg.Namespace, api.StatusConfigMap, err)
+		}
+		return setStatusKey(ctx, client, cfg.Namespace, cm, api.PauseKey, v)
+	})
+	if statusChanged(err) {
+		return errors.New("the status kept changing while it was written: run the command again")
+	}
+	if err != nil {
+		return fmt.Errorf("write %s/%s: %w", cfg.Namespace, api.StatusConfigMap, err)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), done)
+	return nil
+}

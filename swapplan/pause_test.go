@@ -1,0 +1,50 @@
+package swapplan_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/api"
+)
+
+func TestWhilePausedNoSwapStartsButAForcedRequestAndASwapUnderWayGoesOnToItsEnd(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.pause = &api.Pause{By: "alice", Reason: "kernel upgrades", At: w.now}
+	w.node("v2").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
+	for range 5 {
+		plan := w.pass()
+		assert.Equal(t, api.ActionNone, plan.Action.Type)
+		require.NotNil(t, plan.Decision, "the decision is still made and shown")
+		assert.Contains(t, plan.Reason, "the automatic decision to swap v2 for s1 waits: paused by alice at")
+		assert.Contains(t, plan.Reason, "kernel upgrades")
+	}
+	w.requestSwap("v3", "s1")
+	for range 5 {
+		plan := w.pass()
+		assert.Equal(t, api.ActionNone, plan.Action.Type)
+		assert.Contains(t, plan.Reason, "the manual request to swap v3 for s1 waits: paused by alice")
+	}
+	w.request.Force = true
+	plan := w.pass()
+	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
+	assert.Equal(t, "v3", plan.Swap.Out)
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result, "a swap under way goes on while paused")
+}
+
+func TestAPauseTakenMidSwapLetsTheSwapEndAndHoldsTheNextAutomaticOne(t *testing.T) {
+	w := newWorld(t, 3, 2, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(50, acting(api.ActionPromote, "s1"))
+	w.pause = &api.Pause{By: "bob", Reason: "change freeze", At: w.now}
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
+	w.status.CooldownUntil = nil
+	w.node("v2").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
+	plan := w.pass()
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
+	assert.Contains(t, plan.Reason, "the automatic decision to swap v2 for s2 waits: paused by bob")
+	w.pause = nil
+	plan = w.pass()
+	assert.NotContains(t, plan.Reason, "paused")
+}
