@@ -96,6 +96,7 @@ func TestPastTheRunnerWaitTheSwapIsAbandonedWithTheCandidateUncordonedTheLeaseRe
 	assert.Contains(t, res.Reason, "runner wait")
 	acts := w.actions()
 	assert.Equal(t, []string{"abandon ", "uncordon s1", "end "}, acts[len(acts)-3:])
+	assert.Equal(t, []string{"v2"}, w.plans[len(w.plans)-1].Action.Clear, "the snapshot's request is cleared")
 	assert.False(t, w.node("s1").Unschedulable)
 	assert.Empty(t, w.node("s1").CordonedBy)
 	assert.Equal(t, swapplan.Lease{}, w.lease)
@@ -115,9 +116,24 @@ func TestAFinishedRollbackWaitsUntilEveryVoterListsTheTargetMembersAndNoMore(t *
 		assert.Equal(t, api.ActionNone, plan.Action.Type)
 		assert.Equal(t, api.StepRemoveCandidate, plan.Step)
 		assert.Contains(t, plan.Reason, "waiting for k3s to remove the member s1-")
+		assert.Contains(t, plan.Reason, "(v2 lists it)", "the first voter that lists it")
 	}
+	// v2's etcd no longer lists it, v3's still does: the wait goes on,
+	// naming v3.
+	w.hooks = append(w.hooks, func(w *world) {
+		p := *w.node("v2").Probe
+		p.Members = slices.DeleteFunc(slices.Clone(p.Members), func(m api.Member) bool { return strings.HasPrefix(m.Name, "s1-") })
+		w.node("v2").Probe = &p
+	})
+	for range 3 {
+		plan := w.pass()
+		assert.Equal(t, api.ActionNone, plan.Action.Type)
+		assert.Contains(t, plan.Reason, "(v3 lists it)")
+	}
+	w.hooks = nil
 	w.K3sPaused = false
-	w.runUntil(5, acting(api.ActionMemberGone, "s1"))
+	plan := w.runUntil(5, acting(api.ActionMemberGone, "s1"))
+	assert.Contains(t, plan.Reason, "every voter lists the original members")
 	assert.Equal(t, api.ResultRolledBack, w.run(50).Result)
 }
 
@@ -185,7 +201,9 @@ func TestAManualRequestIsCarriedOutInsideTheCooldownAndWhateverTheVerdictsSay(t 
 	w.requestSwap("v1", "s1")
 	plan := w.pass()
 	assert.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
+	assert.Contains(t, plan.Reason, "carrying out the manual request of test to swap v1 for s1")
 	assert.Equal(t, api.OriginManual, plan.Swap.Origin)
+	assert.Equal(t, w.request.At, *plan.Swap.RequestAt)
 }
 
 func TestDryRunCarriesOutAManualRequestAndOnlyReportsAnAutomaticDecision(t *testing.T) {
@@ -255,8 +273,7 @@ func TestAnAgentThatRefusesThePromotionAbandonsTheSwapSinceNothingChangedOnTheHo
 	w.requestSwap("v1", "s1")
 	res := w.run(100)
 	assert.Equal(t, api.ResultAbandoned, res.Result)
-	assert.Contains(t, res.Reason, "refused the promotion")
-	assert.Contains(t, res.Reason, "nothing changed on the host")
+	assert.Contains(t, res.Reason, "the candidate s1 refused the promotion (not staged): nothing changed on the host", "the agent's message is said")
 	for _, a := range w.actions() {
 		assert.NotContains(t, []string{"rollback ", "step-down s1", "remove-member s1", "clean-up s1"}, a)
 	}
@@ -276,6 +293,20 @@ func TestTheRemovalWaitsForTheStepDownWhileTheOutgoingVoterIsReadyAndHasNotRepor
 		assert.Contains(t, plan.Reason, "the removal waits for the step-down while v1 is Ready and has not reported")
 	}
 	w.runUntil(3, acting(api.ActionRemoveMember, "v1"))
+}
+
+func TestTheRemovalGoesOnAtOnceOnceTheOutgoingVoterThatHasNotReportedIsNotReady(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Hosts["v1"].IgnoreStepDown = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
+	plan := w.pass()
+	assert.Contains(t, plan.Reason, "the removal waits for the step-down while v1 is Ready and has not reported")
+	w.Hosts["v1"].KubeletDead = true
+	plan = w.pass()
+	assert.Equal(t, api.ActionRemoveMember, plan.Action.Type, plan.Reason)
+	assert.Equal(t, "v1", plan.Action.Node)
+	assert.Less(t, w.now.Sub(*plan.Since), w.cfg.Bounds.StepDown, "well within the step-down's bound")
 }
 
 func TestASwapThatEndedWithTheAnnotationsClearedBeforeTheLeaseWasReleasedIsEndedNotStartedAgain(t *testing.T) {
@@ -322,6 +353,9 @@ func TestAHostThatDoesNotComeBackWithinItsBoundIsLeftToNodeRecoveryWithTheSwapRe
 	assert.Equal(t, api.ResultPending, res.Result)
 	assert.Equal(t, []string{"v1"}, res.Pending)
 	assert.Contains(t, res.Reason, "did not come back")
+	assert.True(t, slices.ContainsFunc(w.plans, func(p swapplan.Plan) bool {
+		return strings.Contains(p.Reason, "waiting for v1 to be Ready on a heartbeat after its agent started")
+	}), "the wait said what it waited for")
 	assert.True(t, w.node("v1").Unschedulable, "left cordoned for node recovery")
 	assert.NotContains(t, w.actions(), "uncordon v1")
 }
@@ -353,10 +387,16 @@ func TestAnActionThatFailsIsRepeatedAndLeavesTheSwapWhereItWas(t *testing.T) {
 	failed := w.plans[len(w.plans)-1]
 	// The same pass again, the action having failed: nothing of it applied.
 	w.failRate = 1
+	var since time.Time
 	for range 3 {
 		plan := w.pass()
 		assert.Equal(t, api.ActionDrainOut, plan.Action.Type, "the cordon above was applied")
 		assert.Equal(t, api.StepDrainOut, plan.Step)
+		require.NotNil(t, plan.Since)
+		if since.IsZero() {
+			since = *plan.Since
+		}
+		assert.Equal(t, since, *plan.Since, "the step's clock goes on")
 	}
 	assert.Equal(t, "injected failure", w.status.LastAction.Error)
 	w.failRate = 0
