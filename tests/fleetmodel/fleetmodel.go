@@ -114,10 +114,10 @@ func New(t Timing) *Fleet {
 }
 
 // Add adds a host in the role (api.RoleVoter, api.RoleStandby or
-// api.RoleAgent), its unit running since then, and returns its Node as
-// k3s and the role label leave it: a voter's with the server labels, its
-// member's name and EtcdIsVoter; a standby staged. Its kubelet and agent
-// write the rest at the first reaction.
+// api.RoleAgent), its unit running since then (a standby's host staged),
+// and returns its Node as k3s and the role label leave it: a voter's with
+// the server labels, its member's name and EtcdIsVoter. Its kubelet and
+// agent write the rest at the first reaction.
 func (f *Fleet) Add(name, role string, since time.Time) swapplan.Node {
 	h := &Host{Agent: true, RoleFile: "agent", AgentStart: since, FsyncMs: 2}
 	n := swapplan.Node{Name: name, Role: role}
