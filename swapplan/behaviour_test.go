@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/fleetmodel"
 )
 
 // The behaviours the shell system's own tests pinned down, one test each,
@@ -20,7 +21,7 @@ func TestTheGatesAreHeldWithFourVotersAndTheOutgoingVoterIsNotTouchedWhileOneFai
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
 	w.runUntil(50, acting(api.ActionPromote, "s1"))
-	w.hosts["v2"].unhealthyUntil = w.now.Add(10 * time.Minute)
+	w.Hosts["v2"].UnhealthyUntil = w.now.Add(10 * time.Minute)
 	plan := w.runUntil(50, atStep(api.StepGates))
 	assert.Equal(t, api.ActionNone, plan.Action.Type)
 	assert.Equal(t, []string{"s1", "v1", "v2", "v3"}, plan.Voters)
@@ -39,7 +40,7 @@ func TestTheRemovalIsHeldWhileARemainingVoterIsUnhealthy(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
 	w.runUntil(100, acting(api.ActionStepDown, "v1"))
-	w.hosts["v3"].unhealthyUntil = w.now.Add(5 * time.Minute)
+	w.Hosts["v3"].UnhealthyUntil = w.now.Add(5 * time.Minute)
 	for range 25 {
 		plan := w.pass()
 		assert.NotEqual(t, api.ActionRemoveMember, plan.Action.Type)
@@ -52,7 +53,7 @@ func TestTheRemovalIsHeldWhileARemainingVoterIsUnhealthy(t *testing.T) {
 
 func TestTheSwapWaitsWhileTheSnapshotIsNotReadyEvenWhenTheAgentSaysDone(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
-	w.hosts["v2"].snapshotNotReady = true
+	w.Hosts["v2"].SnapshotNotReady = true
 	w.requestSwap("v1", "s1")
 	w.runUntil(10, acting(api.ActionSnapshot, "v2"))
 	plan := w.pass()
@@ -95,48 +96,64 @@ func TestPastTheRunnerWaitTheSwapIsAbandonedWithTheCandidateUncordonedTheLeaseRe
 	assert.Contains(t, res.Reason, "runner wait")
 	acts := w.actions()
 	assert.Equal(t, []string{"abandon ", "uncordon s1", "end "}, acts[len(acts)-3:])
+	assert.Equal(t, []string{"v2"}, w.plans[len(w.plans)-1].Action.Clear, "the snapshot's request is cleared")
 	assert.False(t, w.node("s1").Unschedulable)
 	assert.Empty(t, w.node("s1").CordonedBy)
 	assert.Equal(t, swapplan.Lease{}, w.lease)
 	assert.Nil(t, w.status.CooldownUntil)
-	assert.Equal(t, 3, len(w.members))
+	assert.Equal(t, 3, len(w.Members))
 }
 
 func TestAFinishedRollbackWaitsUntilEveryVoterListsTheTargetMembersAndNoMore(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
-	w.hosts["s1"].neverJoin = true
+	w.Hosts["s1"].NeverJoin = true
 	w.requestSwap("v1", "s1")
 	w.runUntil(100, acting(api.ActionStepDown, "s1"))
-	w.k3sPaused = true
+	w.K3sPaused = true
 	w.runUntil(30, acting(api.ActionRemoveMember, "s1"))
 	for range 10 {
 		plan := w.pass()
 		assert.Equal(t, api.ActionNone, plan.Action.Type)
 		assert.Equal(t, api.StepRemoveCandidate, plan.Step)
 		assert.Contains(t, plan.Reason, "waiting for k3s to remove the member s1-")
+		assert.Contains(t, plan.Reason, "(v2 lists it)", "the first voter that lists it")
 	}
-	w.k3sPaused = false
-	w.runUntil(5, acting(api.ActionMemberGone, "s1"))
+	// v2's etcd no longer lists it, v3's still does: the wait goes on,
+	// naming v3.
+	w.hooks = append(w.hooks, func(w *world) {
+		p := *w.node("v2").Probe
+		p.Members = slices.DeleteFunc(slices.Clone(p.Members), func(m api.Member) bool { return strings.HasPrefix(m.Name, "s1-") })
+		w.node("v2").Probe = &p
+	})
+	for range 3 {
+		plan := w.pass()
+		assert.Equal(t, api.ActionNone, plan.Action.Type)
+		assert.Contains(t, plan.Reason, "(v3 lists it)")
+	}
+	w.hooks = nil
+	w.K3sPaused = false
+	plan := w.runUntil(5, acting(api.ActionMemberGone, "s1"))
+	assert.Contains(t, plan.Reason, "every voter lists the original members")
 	assert.Equal(t, api.ResultRolledBack, w.run(50).Result)
 }
 
 func TestALearnerEtcdListsWithoutANameHoldsTheStartUntilItIsGone(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
-	w.members = append(w.members, member{learner: true}) // added, never started
+	w.Members = append(w.Members, fleetmodel.Member{Learner: true}) // added, never started
 	w.requestSwap("v1", "s1")
 	for range 5 {
 		plan := w.pass()
 		assert.Nil(t, plan.Swap, "no swap starts")
 		assert.Contains(t, plan.Reason, "lists a learner: "+swapplan.UnstartedLearner)
 	}
-	w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.name == "" })
+	w.Members = slices.DeleteFunc(w.Members, func(m fleetmodel.Member) bool { return m.Name == "" })
 	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
 }
 
 func TestACandidateThatIsNotAVoterByTheDeadlineIsRolledBackAskingK3sToRemoveItsLearnerWhenItJoined(t *testing.T) {
 	t.Run("joined as a learner", func(t *testing.T) {
 		w := newWorld(t, 3, 1, 0)
-		w.hosts["s1"].neverJoin = true
+		w.Hosts["s1"].NeverJoin = true
 		w.requestSwap("v1", "s1")
 		plan := w.runUntil(100, acting(api.ActionRollback, ""))
 		assert.Contains(t, plan.Reason, "is not a voter within 5m0s")
@@ -146,7 +163,7 @@ func TestACandidateThatIsNotAVoterByTheDeadlineIsRolledBackAskingK3sToRemoveItsL
 	})
 	t.Run("never joined", func(t *testing.T) {
 		w := newWorld(t, 3, 1, 0)
-		w.hosts["s1"].ignorePromote = true
+		w.Hosts["s1"].IgnorePromote = true
 		w.requestSwap("v1", "s1")
 		plan := w.runUntil(100, acting(api.ActionRollback, ""))
 		assert.Contains(t, plan.Reason, "did not answer the promotion")
@@ -184,7 +201,9 @@ func TestAManualRequestIsCarriedOutInsideTheCooldownAndWhateverTheVerdictsSay(t 
 	w.requestSwap("v1", "s1")
 	plan := w.pass()
 	assert.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
+	assert.Contains(t, plan.Reason, "carrying out the manual request of test to swap v1 for s1")
 	assert.Equal(t, api.OriginManual, plan.Swap.Origin)
+	assert.Equal(t, w.request.At, *plan.Swap.RequestAt)
 }
 
 func TestDryRunCarriesOutAManualRequestAndOnlyReportsAnAutomaticDecision(t *testing.T) {
@@ -219,7 +238,7 @@ func TestThePromotionWaitsForAVoterThatIsReadyOnAHeartbeatAfterTheServerStarted(
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
 	w.runUntil(50, acting(api.ActionPromote, "s1"))
-	w.hosts["s1"].heartbeatStuck = true
+	w.Hosts["s1"].HeartbeatStuck = true
 	for range 10 {
 		plan := w.pass()
 		assert.Equal(t, api.StepJoin, plan.Step)
@@ -227,7 +246,7 @@ func TestThePromotionWaitsForAVoterThatIsReadyOnAHeartbeatAfterTheServerStarted(
 	}
 	assert.Equal(t, "True", w.node("s1").EtcdIsVoter.Status, "s1 votes by its condition already")
 	assert.Contains(t, w.plans[len(w.plans)-1].Reason, "not Ready on a kubelet heartbeat after its server started")
-	w.hosts["s1"].heartbeatStuck = false
+	w.Hosts["s1"].HeartbeatStuck = false
 	w.runUntil(3, acting(api.ActionCordonOut, "v1"))
 }
 
@@ -250,12 +269,11 @@ func TestTheSwapEndsCompletedWithTheAnnotationsClearedAndTheLeaseReleased(t *tes
 
 func TestAnAgentThatRefusesThePromotionAbandonsTheSwapSinceNothingChangedOnTheHost(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
-	w.hosts["s1"].refusePromote = true
+	w.Hosts["s1"].RefusePromote = true
 	w.requestSwap("v1", "s1")
 	res := w.run(100)
 	assert.Equal(t, api.ResultAbandoned, res.Result)
-	assert.Contains(t, res.Reason, "refused the promotion")
-	assert.Contains(t, res.Reason, "nothing changed on the host")
+	assert.Contains(t, res.Reason, "the candidate s1 refused the promotion (not staged): nothing changed on the host", "the agent's message is said")
 	for _, a := range w.actions() {
 		assert.NotContains(t, []string{"rollback ", "step-down s1", "remove-member s1", "clean-up s1"}, a)
 	}
@@ -266,7 +284,7 @@ func TestAnAgentThatRefusesThePromotionAbandonsTheSwapSinceNothingChangedOnTheHo
 
 func TestTheRemovalWaitsForTheStepDownWhileTheOutgoingVoterIsReadyAndHasNotReported(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
-	w.hosts["v1"].ignoreStepDown = true
+	w.Hosts["v1"].IgnoreStepDown = true
 	w.requestSwap("v1", "s1")
 	w.runUntil(100, acting(api.ActionStepDown, "v1"))
 	for w.now.Before(w.plans[len(w.plans)-1].Since.Add(w.cfg.Bounds.StepDown - w.tick)) {
@@ -275,6 +293,20 @@ func TestTheRemovalWaitsForTheStepDownWhileTheOutgoingVoterIsReadyAndHasNotRepor
 		assert.Contains(t, plan.Reason, "the removal waits for the step-down while v1 is Ready and has not reported")
 	}
 	w.runUntil(3, acting(api.ActionRemoveMember, "v1"))
+}
+
+func TestTheRemovalGoesOnAtOnceOnceTheOutgoingVoterThatHasNotReportedIsNotReady(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Hosts["v1"].IgnoreStepDown = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
+	plan := w.pass()
+	assert.Contains(t, plan.Reason, "the removal waits for the step-down while v1 is Ready and has not reported")
+	w.Hosts["v1"].KubeletDead = true
+	plan = w.pass()
+	assert.Equal(t, api.ActionRemoveMember, plan.Action.Type, plan.Reason)
+	assert.Equal(t, "v1", plan.Action.Node)
+	assert.Less(t, w.now.Sub(*plan.Since), w.cfg.Bounds.StepDown, "well within the step-down's bound")
 }
 
 func TestASwapThatEndedWithTheAnnotationsClearedBeforeTheLeaseWasReleasedIsEndedNotStartedAgain(t *testing.T) {
@@ -316,11 +348,14 @@ func TestAHostThatDoesNotComeBackWithinItsBoundIsLeftToNodeRecoveryWithTheSwapRe
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
 	w.runUntil(200, acting(api.ActionMemberGone, "v1"))
-	w.hosts["v1"].kubeletDead = true
+	w.Hosts["v1"].KubeletDead = true
 	res := w.run(200)
 	assert.Equal(t, api.ResultPending, res.Result)
 	assert.Equal(t, []string{"v1"}, res.Pending)
 	assert.Contains(t, res.Reason, "did not come back")
+	assert.True(t, slices.ContainsFunc(w.plans, func(p swapplan.Plan) bool {
+		return strings.Contains(p.Reason, "waiting for v1 to be Ready on a heartbeat after its agent started")
+	}), "the wait said what it waited for")
 	assert.True(t, w.node("v1").Unschedulable, "left cordoned for node recovery")
 	assert.NotContains(t, w.actions(), "uncordon v1")
 }
@@ -352,10 +387,16 @@ func TestAnActionThatFailsIsRepeatedAndLeavesTheSwapWhereItWas(t *testing.T) {
 	failed := w.plans[len(w.plans)-1]
 	// The same pass again, the action having failed: nothing of it applied.
 	w.failRate = 1
+	var since time.Time
 	for range 3 {
 		plan := w.pass()
 		assert.Equal(t, api.ActionDrainOut, plan.Action.Type, "the cordon above was applied")
 		assert.Equal(t, api.StepDrainOut, plan.Step)
+		require.NotNil(t, plan.Since)
+		if since.IsZero() {
+			since = *plan.Since
+		}
+		assert.Equal(t, since, *plan.Since, "the step's clock goes on")
 	}
 	assert.Equal(t, "injected failure", w.status.LastAction.Error)
 	w.failRate = 0
@@ -372,11 +413,11 @@ func TestASnapshotIsNeverAskedOfTheOutgoingVoterEvenWhenItSortsFirst(t *testing.
 	assert.Equal(t, api.ActionSnapshot, plan.Action.Type)
 	assert.Equal(t, "v2", plan.Action.Node)
 	// v2 turns unhealthy: v3 is asked, never v1.
-	w.hosts["v2"].unhealthyUntil = w.now.Add(time.Hour)
+	w.Hosts["v2"].UnhealthyUntil = w.now.Add(time.Hour)
 	w.node("v2").Request = nil
 	plan = w.pass()
 	assert.Equal(t, "v3", plan.Action.Node)
-	w.hosts["v3"].unhealthyUntil = w.now.Add(time.Hour)
+	w.Hosts["v3"].UnhealthyUntil = w.now.Add(time.Hour)
 	w.node("v3").Request = nil
 	plan = w.pass()
 	assert.Equal(t, api.ActionNone, plan.Action.Type)
@@ -394,7 +435,7 @@ func TestASteppedDownMemberWhoseNodeNoLongerSaysItVotesIsStillCountedAsAMemberAn
 			v1.ServerLabels = slices.DeleteFunc(v1.ServerLabels, func(l string) bool { return l == api.LabelEtcd })
 		}
 	})
-	w.k3sPaused = true
+	w.K3sPaused = true
 	plan := w.runUntil(5, acting(api.ActionRemoveMember, "v1"))
 	assert.NotContains(t, plan.Voters, "v1")
 	for range 5 {
@@ -402,7 +443,7 @@ func TestASteppedDownMemberWhoseNodeNoLongerSaysItVotesIsStillCountedAsAMemberAn
 		assert.Equal(t, api.StepRemoveMember, plan.Step)
 		assert.Contains(t, plan.Reason, "lists 4 member(s), 3 voter(s) remain")
 	}
-	w.k3sPaused = false
+	w.K3sPaused = false
 	w.runUntil(3, acting(api.ActionMemberGone, "v1"))
 	assert.Equal(t, api.ResultCompleted, w.run(100).Result)
 }
@@ -461,8 +502,8 @@ func TestThePromotionNamesTheVotersButTheOutgoingOneForTheCandidateToJoinThrough
 func TestARollbackWaitsForTheStepDownOfACandidateWhoseNodeIsNotReadyWhileItsAgentSamples(t *testing.T) {
 	t.Run("its agent samples: waits for its answer", func(t *testing.T) {
 		w := newWorld(t, 3, 1, 0)
-		w.hosts["s1"].neverJoin = true
-		w.hosts["s1"].ignoreStepDown = true
+		w.Hosts["s1"].NeverJoin = true
+		w.Hosts["s1"].IgnoreStepDown = true
 		w.requestSwap("v1", "s1")
 		w.runUntil(100, acting(api.ActionStepDown, "s1"))
 		require.False(t, w.node("s1").Ready, "a joining server's Node is not Ready")
@@ -471,28 +512,28 @@ func TestARollbackWaitsForTheStepDownOfACandidateWhoseNodeIsNotReadyWhileItsAgen
 			assert.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
 			assert.Contains(t, plan.Reason, "waiting for the candidate s1 to step down")
 		}
-		w.hosts["s1"].ignoreStepDown = false
-		w.hosts["s1"].handled = time.Time{} // the request is still there to be read
+		w.Hosts["s1"].IgnoreStepDown = false
+		w.Hosts["s1"].Handled = time.Time{} // the request is still there to be read
 		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
-		assert.Equal(t, "agent", w.hosts["s1"].roleFile, "the candidate stepped down")
+		assert.Equal(t, "agent", w.Hosts["s1"].RoleFile, "the candidate stepped down")
 	})
 	t.Run("its agent is silent: goes on without", func(t *testing.T) {
 		w := newWorld(t, 3, 1, 0)
-		w.hosts["s1"].neverJoin = true
-		w.hosts["s1"].ignoreStepDown = true
+		w.Hosts["s1"].NeverJoin = true
+		w.Hosts["s1"].IgnoreStepDown = true
 		w.requestSwap("v1", "s1")
 		w.runUntil(100, acting(api.ActionStepDown, "s1"))
-		w.hosts["s1"].silentUntil = w.now.Add(time.Hour)
+		w.Hosts["s1"].SilentUntil = w.now.Add(time.Hour)
 		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
-		assert.Equal(t, "server", w.hosts["s1"].roleFile, "the candidate never answered")
+		assert.Equal(t, "server", w.Hosts["s1"].RoleFile, "the candidate never answered")
 	})
 }
 
 func TestARollbackEndsOnceTheCandidateFinishedItsDemotionOrLeavesItPending(t *testing.T) {
 	t.Run("it finishes", func(t *testing.T) {
 		w := newWorld(t, 3, 1, 0)
-		w.hosts["s1"].neverJoin = true
-		w.hosts["s1"].noFinish = true
+		w.Hosts["s1"].NeverJoin = true
+		w.Hosts["s1"].NoFinish = true
 		w.requestSwap("v1", "s1")
 		w.runUntil(300, acting(api.ActionMemberGone, "s1"))
 		for range 5 {
@@ -503,15 +544,15 @@ func TestARollbackEndsOnceTheCandidateFinishedItsDemotionOrLeavesItPending(t *te
 			assert.Equal(t, api.StepMemberGone, plan.Step)
 			assert.Contains(t, plan.Reason, "waiting for the candidate s1's agent to finish its demotion")
 		}
-		w.hosts["s1"].noFinish = false
+		w.Hosts["s1"].NoFinish = false
 		res := w.run(100)
 		assert.Equal(t, api.ResultRolledBack, res.Result)
 		assert.Empty(t, res.Pending)
 	})
 	t.Run("it never does", func(t *testing.T) {
 		w := newWorld(t, 3, 1, 0)
-		w.hosts["s1"].neverJoin = true
-		w.hosts["s1"].noFinish = true
+		w.Hosts["s1"].NeverJoin = true
+		w.Hosts["s1"].NoFinish = true
 		w.requestSwap("v1", "s1")
 		res := w.run(500)
 		assert.Equal(t, api.ResultRolledBack, res.Result)

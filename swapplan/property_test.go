@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/fleetmodel"
 )
 
 // TestPropertyRandomClustersAndEvents runs swaps on random clusters with
@@ -92,14 +93,14 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 			// leave too few of the remaining members up.
 			a, b := pick(), pick()
 			transient(4, func(w *world, until time.Time) {
-				w.hosts[a].unhealthyUntil = until
+				w.Hosts[a].UnhealthyUntil = until
 				if rng.IntN(2) == 0 {
-					w.hosts[b].unhealthyUntil = until
+					w.Hosts[b].UnhealthyUntil = until
 				}
 			})
 		case 1:
 			v := pick()
-			transient(3, func(w *world, until time.Time) { w.hosts[v].silentUntil = until })
+			transient(3, func(w *world, until time.Time) { w.Hosts[v].SilentUntil = until })
 		case 2:
 			transient(5, func(w *world, until time.Time) {
 				if w.lease.Holder == "" || w.lease.Holder == api.ControllerHolder {
@@ -109,15 +110,15 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 			})
 		case 3:
 			transient(4, func(w *world, until time.Time) {
-				w.k3sPaused = true
+				w.K3sPaused = true
 				w.faults = append(w.faults, func(w *world) {
 					if !w.now.Before(until) {
-						w.k3sPaused = false
+						w.K3sPaused = false
 					}
 				})
 			})
 		case 4:
-			events = append(events, event{at: at(30), do: func(w *world) { w.hosts[out].paused = true }})
+			events = append(events, event{at: at(30), do: func(w *world) { w.Hosts[out].Paused = true }})
 		case 5:
 			v, s := pick(), in
 			if len(standbys) > 1 {
@@ -126,10 +127,10 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 			events = append(events, event{at: at(20), do: func(w *world) { w.requestSwap(v, s) }})
 		case 6:
 			transient(3, func(w *world, until time.Time) {
-				w.hosts[in].heartbeatStuck = true
+				w.Hosts[in].HeartbeatStuck = true
 				w.faults = append(w.faults, func(w *world) {
 					if !w.now.Before(until) {
-						w.hosts[in].heartbeatStuck = false
+						w.Hosts[in].HeartbeatStuck = false
 					}
 				})
 			})
@@ -137,31 +138,31 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 	}
 	switch rng.IntN(11) {
 	case 0:
-		w.hosts[in].refusePromote = true
+		w.Hosts[in].RefusePromote = true
 	case 1:
-		w.hosts[in].ignorePromote = true
+		w.Hosts[in].IgnorePromote = true
 	case 2:
-		w.hosts[in].neverJoin = true
+		w.Hosts[in].NeverJoin = true
 	case 3:
-		w.hosts[others[0]].snapshotNotReady = true
-		w.hosts[others[len(others)-1]].snapshotNotReady = true
+		w.Hosts[others[0]].SnapshotNotReady = true
+		w.Hosts[others[len(others)-1]].SnapshotNotReady = true
 	case 4:
 		w.node(in).Pods = append(w.node(in).Pods, swapplan.Pod{Namespace: "arc", Name: "runner-stuck", Runner: true})
 	case 5:
 		w.node(out).Pods = append(w.node(out).Pods, swapplan.Pod{Namespace: "arc", Name: "runner-stuck", Runner: true})
 	case 6:
-		w.hosts[out].ignoreStepDown = true
+		w.Hosts[out].IgnoreStepDown = true
 	case 7:
 		// The candidate's apiserver never comes up: k3s cannot remove
 		// its member, a voter's agent is asked, and may fail or not
 		// answer; then an operator removes it some minutes after the
 		// swap stopped stuck.
-		w.hosts[in].neverReady = true
+		w.Hosts[in].NeverReady = true
 		switch rng.IntN(3) {
 		case 0:
-			w.hosts[others[0]].removeFails = true
+			w.Hosts[others[0]].RemoveFails = true
 		case 1:
-			w.hosts[others[0]].removeIgnored = true
+			w.Hosts[others[0]].RemoveIgnored = true
 		}
 		d := minute(10)
 		faultTime += d
@@ -217,13 +218,13 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 				}
 			}
 			var remaining, alive int
-			for _, m := range w.members {
-				if m.node == gone {
+			for _, m := range w.Members {
+				if m.Node == gone {
 					continue
 				}
 				remaining++
-				h := w.hosts[m.node]
-				if h.server && !h.paused && !w.now.Before(h.unhealthyUntil) {
+				h := w.Hosts[m.Node]
+				if h.Server && !h.Paused && !w.now.Before(h.UnhealthyUntil) {
 					alive++
 				}
 			}
@@ -257,7 +258,7 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 func operatorRemoves(at time.Time, node string) func(w *world) {
 	return func(w *world) {
 		if !w.now.Before(at) {
-			w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.node == node })
+			w.Members = slices.DeleteFunc(w.Members, func(m fleetmodel.Member) bool { return m.Node == node })
 		}
 	}
 }

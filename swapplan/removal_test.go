@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/fleetmodel"
 )
 
 // The rollback of a candidate whose server never came up: k3s cannot
@@ -22,7 +23,7 @@ import (
 // never comes up until k3s is asked to remove s1's member.
 func rollbackOfANeverReadyCandidate(t *testing.T) *world {
 	w := newWorld(t, 3, 1, 0)
-	w.hosts["s1"].neverReady = true
+	w.Hosts["s1"].NeverReady = true
 	w.requestSwap("v1", "s1")
 	w.runUntil(200, acting(api.ActionRemoveMember, "s1"))
 	require.Empty(t, w.node("s1").MemberName, "k3s never named the member of a server whose apiserver never came up")
@@ -30,11 +31,11 @@ func rollbackOfANeverReadyCandidate(t *testing.T) *world {
 }
 
 func s1Member(w *world) string {
-	i := slices.IndexFunc(w.members, func(m member) bool { return m.node == "s1" })
+	i := slices.IndexFunc(w.Members, func(m fleetmodel.Member) bool { return m.Node == "s1" })
 	if i < 0 {
 		return ""
 	}
-	return w.members[i].name
+	return w.Members[i].Name
 }
 
 func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
@@ -60,7 +61,7 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 			require.NotNil(t, plan.Action.Request)
 			assert.Equal(t, api.RequestRemoveMember, plan.Action.Request.Action)
 			assert.Equal(t, name, plan.Action.Request.Member)
-			assert.Equal(t, memberID(name), plan.Action.Request.MemberID)
+			assert.Equal(t, fleetmodel.MemberID(name), plan.Action.Request.MemberID)
 			assert.NoError(t, plan.Action.Request.Validate())
 			since := w.plans[len(w.plans)-2].Since
 			require.NotNil(t, since)
@@ -69,14 +70,14 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 			res := w.run(100)
 			assert.Equal(t, api.ResultRolledBack, res.Result)
 			assert.Empty(t, s1Member(w))
-			assert.Len(t, w.members, 3)
+			assert.Len(t, w.Members, 3)
 			assert.Equal(t, api.RoleStandby, w.node("s1").Role)
 			assert.Nil(t, w.node("v2").Request, "the request is cleared at the end")
 		}},
 		{"the voter's removal is held while a remaining voter is unhealthy", func(t *testing.T, w *world) {
-			w.hosts["v3"].unhealthyUntil = w.now.Add(w.cfg.Bounds.RemoveFallback + 3*time.Minute)
+			w.Hosts["v3"].UnhealthyUntil = w.now.Add(w.cfg.Bounds.RemoveFallback + 3*time.Minute)
 			held := 0
-			for w.now.Before(w.hosts["v3"].unhealthyUntil.Add(-w.tick)) {
+			for w.now.Before(w.Hosts["v3"].UnhealthyUntil.Add(-w.tick)) {
 				plan := w.pass()
 				assert.NotEqual(t, api.ActionRemoveByVoter, plan.Action.Type, plan.Reason)
 				if plan.Step == api.StepRemoveCandidate && containsAll(plan.Reason, "held while a voter is unhealthy", "v3") {
@@ -86,10 +87,10 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 			assert.Greater(t, held, 10, "held past the bound while v3 is unhealthy")
 			w.runUntil(5, acting(api.ActionRemoveByVoter, "v2"))
 			assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
-			assert.Len(t, w.members, 3)
+			assert.Len(t, w.Members, 3)
 		}},
 		{"past remove_by_voter without an answer the swap stops stuck, holds the Lease, says the command, and goes on once an operator removed the member", func(t *testing.T, w *world) {
-			w.hosts["v2"].removeIgnored = true
+			w.Hosts["v2"].RemoveIgnored = true
 			name := s1Member(w)
 			asked := w.runUntil(50, acting(api.ActionRemoveByVoter, "v2"))
 			plan := w.runUntil(50, func(p swapplan.Plan) bool { return p.Action.Type != api.ActionNone })
@@ -98,10 +99,10 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 			assert.GreaterOrEqual(t, w.now.Sub(asked.Action.Request.At), w.cfg.Bounds.RemoveByVoter)
 			assert.Equal(t, api.PhaseStuck, plan.Swap.Phase)
 			require.NotNil(t, plan.Swap.Stuck)
-			assert.Equal(t, api.Stuck{Node: "s1", Member: name, MemberID: memberID(name), Voter: "v2",
+			assert.Equal(t, api.Stuck{Node: "s1", Member: name, MemberID: fleetmodel.MemberID(name), Voter: "v2",
 				Why: "the agent of v2 did not remove it within 3m0s"}, *plan.Swap.Stuck)
 			assert.NoError(t, plan.Swap.Validate())
-			command := "member remove " + memberID(name)
+			command := "member remove " + fleetmodel.MemberID(name)
 			assert.Contains(t, plan.Reason, command)
 
 			for range 100 {
@@ -117,15 +118,15 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 				assert.Equal(t, api.PhaseStuck, w.lease.Swap.Phase)
 			}
 			// An operator runs the command.
-			w.members = slices.DeleteFunc(w.members, func(m member) bool { return m.name == name })
+			w.Members = slices.DeleteFunc(w.Members, func(m fleetmodel.Member) bool { return m.Name == name })
 			plan = w.runUntil(5, acting(api.ActionMemberGone, "s1"))
 			assert.Equal(t, api.PhaseRollback, plan.Swap.Phase, "the rollback goes on")
 			assert.Nil(t, plan.Swap.Stuck)
 			assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
-			assert.Len(t, w.members, 3)
+			assert.Len(t, w.Members, 3)
 		}},
 		{"a voter's agent that fails the removal stops the swap stuck at once, naming its failure", func(t *testing.T, w *world) {
-			w.hosts["v2"].removeFails = true
+			w.Hosts["v2"].RemoveFails = true
 			w.runUntil(50, acting(api.ActionRemoveByVoter, "v2"))
 			plan := w.pass()
 			require.Equal(t, api.ActionStuck, plan.Action.Type, plan.Reason)
@@ -133,7 +134,7 @@ func TestTheRemovalOfACandidateK3sCannotRemove(t *testing.T) {
 			assert.Contains(t, plan.Reason, "as root on v2: etcdctl --endpoints=https://127.0.0.1:2379 --cacert="+api.K3sEtcdCA)
 		}},
 		{"a controller that restarts while stuck, with the status lost, is still stuck", func(t *testing.T, w *world) {
-			w.hosts["v2"].removeFails = true
+			w.Hosts["v2"].RemoveFails = true
 			w.runUntil(60, acting(api.ActionStuck, "s1"))
 			w.status = api.Status{}
 			for range 5 {
@@ -153,7 +154,7 @@ func TestACandidateWhoseMemberK3sRemovesWithinTheBoundIsNeverRemovedByAVoter(t *
 	// Its member votes and its apiserver runs, so k3s writes the Node's
 	// etcd annotations and can remove it; its kubelet's heartbeat stops.
 	w.runUntil(100, acting(api.ActionPromote, "s1"))
-	w.hosts["s1"].heartbeatStuck = true
+	w.Hosts["s1"].HeartbeatStuck = true
 	w.runUntil(200, acting(api.ActionRemoveMember, "s1"))
 	assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 	assert.NotContains(t, w.actions(), "remove-by-voter v2")

@@ -45,7 +45,7 @@ func TestSequenceAManualSwapRunsToCompleted(t *testing.T) {
 
 func TestSequenceACandidateThatNeverVotesIsRolledBack(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
-	w.hosts["s1"].neverJoin = true
+	w.Hosts["s1"].NeverJoin = true
 	w.requestSwap("v1", "s1")
 	res := w.run(300)
 	assert.Equal(t, api.ResultRolledBack, res.Result)
@@ -59,13 +59,13 @@ func TestSequenceACandidateThatNeverVotesIsRolledBack(t *testing.T) {
 	assert.Equal(t, api.RoleStandby, s1.Role)
 	assert.Empty(t, s1.ServerLabels)
 	assert.False(t, s1.Unschedulable)
-	assert.Len(t, w.members, 3)
+	assert.Len(t, w.Members, 3)
 	assert.Equal(t, []string{"v1", "v2", "v3"}, w.pass().Voters)
 }
 
 func TestSequenceARefusedPromotionIsAbandoned(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
-	w.hosts["s1"].refusePromote = true
+	w.Hosts["s1"].RefusePromote = true
 	w.requestSwap("v1", "s1")
 	res := w.run(200)
 	assert.Equal(t, api.ResultAbandoned, res.Result)
@@ -77,11 +77,11 @@ func TestSequenceAPausedOutgoingVoterIsSwappedAndLeftPending(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
 	w.runUntil(100, atStep(api.StepCordonOut))
-	w.hosts["v1"].paused = true
+	w.Hosts["v1"].Paused = true
 	res := w.run(300)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Equal(t, []string{"v1"}, res.Pending)
-	assert.Len(t, w.members, 3)
+	assert.Len(t, w.Members, 3)
 }
 
 func TestSequenceFailingActionsAreRepeatedAndTheSwapStillCompletes(t *testing.T) {

@@ -1,16 +1,19 @@
 // Package fleetsim plays a k3s fleet over the Kubernetes API for the
-// controller's suites: each host's agent (reports, probes), k3s (learners
-// promoted, members removed on request, the server labels, EtcdIsVoter)
-// and the kubelets (heartbeat Leases, Ready, the Pods they delete). Its
-// truth is etcd's member list and each host's units; what it writes is
-// what the real parts would.
+// controller's suites (tests/controller, tests/load) and make demo where
+// no Docker engine answers. It is the I/O around tests/fleetmodel, which
+// decides how the hosts answer: it creates the fleet's Nodes and Pods,
+// and at every tick reads the Nodes it plays (and the Pods of the
+// cordoned ones), has the model react as the hosts' agents, k3s and
+// kubelets would, and writes what those parts write: reports, probes, the
+// server labels and etcd annotations, the Ready and EtcdIsVoter
+// conditions, the kubelets' Leases, and the deletion of the Pods they
+// deleted.
 package fleetsim
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
@@ -24,30 +27,25 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/controller/adapt"
+	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/fleetmodel"
 	"github.com/fleet-role/fleet-role/tests/kubelet"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
-// driver plays, over the API alone, what the controller sees of the
-// fleet: each host's agent (it answers the requests and writes probes),
-// k3s (learners promoted, members removed on request, the server labels
-// and EtcdIsVoter kept) and the kubelets (their Leases, Ready, the Pods
-// they finish and delete). Its truth is etcd's member list and each host's
-// units; what it writes is what the real parts would.
+// Driver plays the fleet. The model it drives is embedded: its hosts'
+// faults and its truth are changed under With.
 type Driver struct {
-	t       testhost.T
-	c       kubernetes.Interface
-	period  time.Duration // the probe period
-	mu      sync.Mutex
-	Hosts   map[string]*Host
-	order   []string
-	members []simMember
-	// k3sPaused: k3s removes no member.
-	K3sPaused bool
-	stop      chan struct{}
-	done      chan struct{}
-	lastProbe time.Time
-	lastBeat  time.Time
+	*fleetmodel.Fleet
+	t    testhost.T
+	c    kubernetes.Interface
+	mu   sync.Mutex
+	stop chan struct{}
+	done chan struct{}
+	// beats are the kubelets' Leases' renew times as last written, so
+	// that they are not read back every tick.
+	beats map[string]time.Time
 	// reports are the reports written, in order.
 	reports []Written
 }
@@ -65,40 +63,19 @@ type Written struct {
 	Swap   string
 }
 
-type simMember struct {
-	name, node string
-	learner    bool
-}
+// The model's pace over the API: a kubelet renews its Lease every half
+// second, and a learner votes a second after its server started.
+const (
+	heartbeat = 500 * time.Millisecond
+	catchUp   = time.Second
+)
 
-type Host struct {
-	// Staged: the host is staged to become a server.
-	Staged        bool
-	server, agent bool
-	roleFile      string
-	member        string
-	incarnation   int
-	serverStart   time.Time
-	agentStart    time.Time
-	learnerSince  time.Time
-	handled       time.Time
-	swap          string
-	// faults
-	NeverJoin     bool
-	RefusePromote bool
-	Unhealthy     bool
-	FsyncMs       float64
-}
-
-func memberName(node string, incarnation int) string {
-	h := fnv.New32a()
-	fmt.Fprintf(h, "%s/%d", node, incarnation)
-	return fmt.Sprintf("%s-%08x", node, h.Sum32())
-}
-
-// newDriver creates the fleet's Nodes (voters, standbys, agents), a pod
-// of an app and of a DaemonSet on each, and starts playing.
+// New creates the fleet's Nodes (voters v1.., standbys s1.., agents
+// a1..), a Pod of an app and of a DaemonSet on each, and starts playing
+// it, its agents probing every period.
 func New(tb testhost.T, c kubernetes.Interface, period time.Duration, voters, standbys, agents int) *Driver {
-	d := &Driver{t: tb, c: c, period: period, Hosts: map[string]*Host{}, stop: make(chan struct{}), done: make(chan struct{})}
+	d := &Driver{t: tb, c: c, Fleet: fleetmodel.New(fleetmodel.Timing{ProbePeriod: period, Heartbeat: heartbeat, CatchUp: catchUp}),
+		beats: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
 	for _, ns := range []string{api.Namespace, api.NodeLeaseNamespace, "apps", "arc-runners"} {
 		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
@@ -116,24 +93,17 @@ func New(tb testhost.T, c kubernetes.Interface, period time.Duration, voters, st
 	if err != nil {
 		tb.Fatal(err)
 	}
+	since := time.Now().UTC().Add(-time.Hour)
 	add := func(name, role string) {
-		h := &Host{agent: true, roleFile: "agent", agentStart: time.Now().Add(-time.Hour), FsyncMs: 2}
+		n := d.Add(name, role, since)
 		labels := map[string]string{api.LabelRole: role, Label: "true"}
-		ann := map[string]string{}
-		switch role {
-		case api.RoleVoter:
-			h.server, h.agent, h.roleFile, h.serverStart = true, false, "server", time.Now().Add(-time.Hour)
-			h.member = memberName(name, 0)
-			d.members = append(d.members, simMember{name: h.member, node: name})
-			for _, l := range api.ServerLabels {
-				labels[l] = "true"
-			}
-			ann[api.AnnotationEtcdNodeName] = h.member
-		case api.RoleStandby:
-			h.Staged = true
+		for _, l := range n.ServerLabels {
+			labels[l] = "true"
 		}
-		d.Hosts[name] = h
-		d.order = append(d.order, name)
+		ann := map[string]string{}
+		if n.MemberName != "" {
+			ann[api.AnnotationEtcdNodeName] = n.MemberName
+		}
 		_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann}}, metav1.CreateOptions{})
 		if err != nil {
 			tb.Fatal(err)
@@ -169,6 +139,7 @@ func (d *Driver) pod(ns, name, node string, edit func(*corev1.Pod)) {
 	}
 }
 
+// Close stops playing; the fleet's objects stay.
 func (d *Driver) Close() {
 	select {
 	case <-d.stop:
@@ -192,17 +163,14 @@ func (d *Driver) run() {
 	}
 }
 
-// with changes the driver's truth under its lock.
+// With changes the driver's truth under its lock.
 func (d *Driver) With(f func(d *Driver)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f(d)
 }
 
-func (d *Driver) isMember(name string) bool {
-	return slices.ContainsFunc(d.members, func(m simMember) bool { return m.name == name })
-}
-
+// tick reads the Nodes, has the model react, and writes what changed.
 func (d *Driver) tick() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -212,156 +180,103 @@ func (d *Driver) tick() {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	now := time.Now()
-	probe := now.Sub(d.lastProbe) >= d.period
-	beat := now.Sub(d.lastBeat) >= 500*time.Millisecond
+	var objs []*corev1.Node
+	var nodes []swapplan.Node
 	for i := range list.Items {
-		n := &list.Items[i]
-		h := d.Hosts[n.Name]
-		if h == nil {
+		o := &list.Items[i]
+		if d.Hosts[o.Name] == nil {
 			continue
 		}
-		ann := map[string]any{}
-		d.agent(n, h, ann, now)
-		d.k3s(n, h, ann, now)
-		if probe {
-			ann[api.AnnotationProbe] = d.probe(h, now)
+		// A malformed annotation is read as none: the parts played skip
+		// what they cannot read.
+		n, _ := adapt.Node(o)
+		n.Heartbeat = d.beats[o.Name]
+		// Note: only a cordoned Node has Pods being deleted (a drain's),
+		// so the others' Pods are not read.
+		if o.Spec.Unschedulable {
+			n.Pods = d.pods(ctx, o.Name)
 		}
-		labels := map[string]any{}
-		if h.server {
-			for _, l := range api.ServerLabels {
-				if n.Labels[l] != "true" {
-					labels[l] = "true"
-				}
-			}
-			if n.Annotations[api.AnnotationEtcdNodeName] != h.member {
-				ann[api.AnnotationEtcdNodeName] = h.member
-			}
-		}
-		if len(ann) > 0 || len(labels) > 0 {
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann, "labels": labels}})
-			_, err := d.c.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			if v, ok := ann[api.AnnotationReport].(string); ok && err == nil {
-				var r api.Report
-				_ = json.Unmarshal([]byte(v), &r)
-				d.reports = append(d.reports, Written{At: time.Now(), Node: n.Name, Action: r.Action, State: r.State, Swap: r.Swap})
-			}
-		}
-		d.conditions(ctx, n, h, now)
-		if beat && (h.server || h.agent) {
-			_ = kubelet.Heartbeat(ctx, d.c, n.Name, now)
-		}
+		objs, nodes = append(objs, o), append(nodes, n)
 	}
-	if probe {
-		d.lastProbe = now
+	before := make([]swapplan.Node, len(nodes))
+	for i, n := range nodes {
+		before[i] = n
+		before[i].ServerLabels, before[i].Pods = slices.Clone(n.ServerLabels), slices.Clone(n.Pods)
 	}
-	if beat {
-		d.lastBeat = now
+	now := time.Now().UTC()
+	d.React(now, nodes)
+	for i := range nodes {
+		d.write(ctx, objs[i], before[i], nodes[i], now)
 	}
+}
+
+func (d *Driver) pods(ctx context.Context, node string) []swapplan.Pod {
+	list, err := d.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil
+	}
+	var out []swapplan.Pod
 	for i := range list.Items {
-		kubelet.DeleteTerminating(ctx, d.c, &list.Items[i])
+		out = append(out, adapt.Pod(&list.Items[i], nil))
 	}
+	return out
 }
 
-func (d *Driver) report(ann map[string]any, r api.Report, now time.Time) {
-	r.At = now.UTC()
-	b, _ := json.Marshal(r)
-	ann[api.AnnotationReport] = string(b)
-}
-
-// agent answers the request on the Node and finishes a demotion once the
-// member is gone, as fleet-role agent does.
-func (d *Driver) agent(n *corev1.Node, h *Host, ann map[string]any, now time.Time) {
-	var q api.Request
-	if v := n.Annotations[api.AnnotationRequest]; v != "" && json.Unmarshal([]byte(v), &q) == nil && !q.At.Equal(h.handled) {
-		h.handled = q.At
-		at := q.At
-		switch q.Action {
-		case api.RequestPromote:
-			if !h.Staged || h.RefusePromote {
-				d.report(ann, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateRefused, RequestAt: &at, Message: "not staged"}, now)
-				break
-			}
-			if !h.server {
-				h.agent, h.server, h.serverStart = false, true, now
-				h.incarnation++
-				h.member = memberName(n.Name, h.incarnation)
-				h.learnerSince = now
-				d.members = append(d.members, simMember{name: h.member, node: n.Name, learner: true})
-			}
-			h.roleFile = "server"
-			start := h.serverStart.UTC()
-			d.report(ann, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, StartedAt: &start, RequestAt: &at}, now)
-		case api.RequestStepDown:
-			h.roleFile, h.server, h.swap = "agent", false, q.Swap
-			d.report(ann, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at}, now)
-		case api.RequestSnapshot:
-			d.report(ann, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at,
-				Snapshot: &api.SnapshotFile{Path: "/var/lib/rancher/k3s/server/db/snapshots/s.db", Size: 4096,
-					SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}}, now)
+// write writes what the model changed on the Node: the agent's report and
+// probe and k3s's labels and annotations in one patch, the conditions,
+// the kubelet's Lease, and the Pods the kubelet deleted.
+func (d *Driver) write(ctx context.Context, o *corev1.Node, was, n swapplan.Node, now time.Time) {
+	ann, labels := map[string]any{}, map[string]any{}
+	if n.Report != was.Report {
+		b, _ := json.Marshal(n.Report)
+		ann[api.AnnotationReport] = string(b)
+	}
+	if n.Probe != was.Probe {
+		b, _ := json.Marshal(n.Probe)
+		ann[api.AnnotationProbe] = string(b)
+	}
+	if n.MemberName != was.MemberName {
+		ann[api.AnnotationEtcdNodeName] = n.MemberName
+	}
+	if n.RemovedMember != was.RemovedMember {
+		ann[api.AnnotationEtcdRemovedNodeName] = n.RemovedMember
+	}
+	for _, l := range n.ServerLabels {
+		if !slices.Contains(was.ServerLabels, l) {
+			labels[l] = "true"
 		}
 	}
-	if h.roleFile == "agent" && !h.agent && !h.server {
-		gone := h.member == "" || !d.isMember(h.member) || (n.Annotations[api.AnnotationMemberGone] != "" && n.Annotations[api.AnnotationMemberGone] == h.swap)
-		if gone && h.swap != "" {
-			h.agent, h.agentStart, h.member = true, now, ""
-			start := now.UTC()
-			d.report(ann, api.Report{Swap: h.swap, Action: api.ReportFinish, State: api.StateDone, StartedAt: &start}, now)
+	if len(ann) > 0 || len(labels) > 0 {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann, "labels": labels}})
+		_, err := d.c.CoreV1().Nodes().Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if r := n.Report; r != was.Report && err == nil {
+			d.reports = append(d.reports, Written{At: time.Now(), Node: o.Name, Action: r.Action, State: r.State, Swap: r.Swap})
+		}
+	}
+	d.conditions(ctx, o, n, now)
+	if !n.Heartbeat.Equal(was.Heartbeat) && kubelet.Heartbeat(ctx, d.c, o.Name, n.Heartbeat) == nil {
+		d.beats[o.Name] = n.Heartbeat
+	}
+	for _, p := range was.Pods {
+		if !slices.ContainsFunc(n.Pods, func(q swapplan.Pod) bool { return q.Namespace == p.Namespace && q.Name == p.Name }) {
+			_ = d.c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		}
 	}
 }
 
-// k3s promotes learners that caught up and removes a member on request.
-func (d *Driver) k3s(n *corev1.Node, h *Host, ann map[string]any, now time.Time) {
-	for i := range d.members {
-		m := &d.members[i]
-		if m.node == n.Name && m.learner && h.server && !h.NeverJoin && now.Sub(h.learnerSince) >= time.Second {
-			m.learner = false
-		}
-	}
-	if !d.K3sPaused && n.Annotations[api.AnnotationEtcdRemove] == "true" {
-		name := n.Annotations[api.AnnotationEtcdNodeName]
-		if name != "" && d.isMember(name) {
-			d.members = slices.DeleteFunc(d.members, func(m simMember) bool { return m.name == name })
-			ann[api.AnnotationEtcdRemovedNodeName] = name
-		}
-	}
-}
-
-func (d *Driver) probe(h *Host, now time.Time) string {
-	p := api.Probe{At: now.UTC(), Period: api.Duration(d.period), Healthy: !h.Unhealthy, Staged: h.Staged && !h.server, FsyncP99Ms: h.FsyncMs, RTTMs: 1}
-	if h.server {
-		p.Member = h.member
-		for _, m := range d.members {
-			p.Members = append(p.Members, api.Member{Name: m.name, Learner: m.learner})
-		}
-	}
-	b, _ := json.Marshal(p)
-	return string(b)
-}
-
-// conditions writes Ready and EtcdIsVoter, as the kubelet and k3s's etcd
-// leader do, when they change.
-func (d *Driver) conditions(ctx context.Context, n *corev1.Node, h *Host, now time.Time) {
+// conditions writes Ready and EtcdIsVoter as the model has them, when
+// they differ from the Node's.
+func (d *Driver) conditions(ctx context.Context, o *corev1.Node, n swapplan.Node, now time.Time) {
 	want := []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady"}}
-	if h.server || h.agent {
+	if n.Ready {
 		want[0].Status, want[0].Reason = corev1.ConditionTrue, "KubeletReady"
 	}
-	idx := slices.IndexFunc(d.members, func(m simMember) bool { return m.node == n.Name })
-	switch {
-	case idx < 0 && n.Labels[api.LabelEtcd] == "true":
-		want = append(want, corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: api.ReasonNotAMember})
-	case idx < 0:
-	case d.members[idx].learner:
-		want = append(want, corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: api.ReasonMemberIsLearner})
-	case !h.server:
-		want = append(want, corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: api.ReasonUnhealthy})
-	default:
-		want = append(want, corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionTrue, Reason: api.ReasonMemberNotLearner})
+	if c := n.EtcdIsVoter; c != (swapplan.Condition{}) {
+		want = append(want, corev1.NodeCondition{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionStatus(c.Status), Reason: c.Reason})
 	}
-	same := len(want) == len(n.Status.Conditions)
+	same := len(want) == len(o.Status.Conditions)
 	for i := 0; same && i < len(want); i++ {
-		c := n.Status.Conditions[i]
+		c := o.Status.Conditions[i]
 		same = c.Type == want[i].Type && c.Status == want[i].Status && c.Reason == want[i].Reason
 	}
 	if same {
@@ -370,9 +285,9 @@ func (d *Driver) conditions(ctx context.Context, n *corev1.Node, h *Host, now ti
 	for i := range want {
 		want[i].LastHeartbeatTime, want[i].LastTransitionTime = metav1.NewTime(now), metav1.NewTime(now)
 	}
-	n = n.DeepCopy()
-	n.Status.Conditions = want
-	_, _ = d.c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	o = o.DeepCopy()
+	o.Status.Conditions = want
+	_, _ = d.c.CoreV1().Nodes().UpdateStatus(ctx, o, metav1.UpdateOptions{})
 }
 
 // Written returns the reports written so far.
@@ -386,5 +301,5 @@ func (d *Driver) Written() []Written {
 func (d *Driver) MemberCount() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.members)
+	return len(d.Members)
 }

@@ -1,7 +1,8 @@
 // Package kubelet does over the API the two things of a kubelet that the
-// simulated fleets (tests/fleetsim, tests/k3sdouble) need: renewing the
-// Node's heartbeat Lease, and deleting the Pods being deleted on a
-// cordoned Node, as a kubelet does once their containers stopped.
+// simulated fleets need: renewing the Node's heartbeat Lease (tests/fleetsim,
+// tests/k3sdouble), and deleting the Pods being deleted on a cordoned
+// Node, as a kubelet does once their containers stopped (tests/k3sdouble;
+// tests/fleetsim has tests/fleetmodel say which).
 package kubelet
 
 import (

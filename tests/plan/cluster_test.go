@@ -86,25 +86,15 @@ func (c *cluster) condition(name, typ string, status corev1.ConditionStatus, rea
 	}
 }
 
-// lists sets what each of the voters' etcd lists: the members, then any
-// learners after a "learner:" marker.
+// lists sets the members each of the voters' etcd lists.
 func (c *cluster) lists(voters []string, members ...string) {
 	var ms []api.Member
-	learner := false
 	for _, m := range members {
-		if m == "learner:" {
-			learner = true
-			continue
-		}
-		ms = append(ms, api.Member{Name: member(m), Learner: learner})
+		ms = append(ms, api.Member{Name: member(m)})
 	}
 	for _, v := range voters {
 		c.probes[v].Members = slices.Clone(ms)
 	}
-}
-
-func (c *cluster) notReady(name string) {
-	c.condition(name, string(corev1.NodeReady), corev1.ConditionFalse, "KubeletNotReady")
 }
 
 func (c *cluster) unhealthy(name string) {

@@ -1,0 +1,376 @@
+// Package fleetmodel is the one model of how a k3s fleet's hosts answer
+// fleet-role, for the suites that play a fleet rather than run one: the
+// planner's own tests (swapplan) and tests/fleetsim, which plays the fleet
+// over the Kubernetes API. It holds the truth (etcd's member list with its
+// learners; each host's units, role file and incarnation; which standbys
+// are staged) and the reactions to it of each host's agent (answering the
+// controller's requests, finishing a demotion, writing probes), of k3s
+// (learners promoted, a member removed on the remove annotation, a
+// server's labels, node-name and EtcdIsVoter) and of the kubelets (Ready,
+// heartbeats, the Pods they delete), over the planner's own value of a
+// Node and a time passed in. It does no I/O and reads no clock.
+//
+// Where the two copies this model replaced differed, it keeps the one
+// closer to k3s (tests/k3sdouble's doc comment says what k3s does, and
+// where); each such place says so.
+package fleetmodel
+
+import (
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// Timing is how fast the modelled parts go.
+type Timing struct {
+	// ProbePeriod: an agent writes a probe once a period.
+	ProbePeriod time.Duration
+	// Heartbeat: a Ready kubelet renews its Lease once a period; zero
+	// renews it at every reaction.
+	Heartbeat time.Duration
+	// CatchUp is how long a learner takes to catch up once its server
+	// started: k3s's leader promotes it then.
+	CatchUp time.Duration
+}
+
+// Fleet is the truth of a fleet and the parts that react to it.
+type Fleet struct {
+	Timing Timing
+	// Hosts by Node name.
+	Hosts map[string]*Host
+	// Members is etcd's member list, in the order members were added.
+	Members []Member
+	// K3sPaused: k3s removes no member while set.
+	K3sPaused bool
+}
+
+// Member is a member of etcd's list.
+type Member struct {
+	Name, Node string
+	Learner    bool
+}
+
+// Host is one host: its units, role file and member, and the faults it
+// has. A fault field's zero value is a host that behaves.
+type Host struct {
+	// Staged: the host is staged to become a server.
+	Staged bool
+	// Server and Agent say which k3s unit runs.
+	Server, Agent bool
+	// RoleFile is the role file's word: "server" or "agent".
+	RoleFile string
+	// Member is the member its server runs as (k3s's
+	// server/db/etcd/name); Incarnation counts its promotions.
+	Member       string
+	Incarnation  int
+	ServerStart  time.Time
+	AgentStart   time.Time
+	LearnerSince time.Time
+	// Handled is the time of the last request the agent read; Swap is
+	// the swap of the last step-down it carried out.
+	Handled time.Time
+	Swap    string
+	// FsyncMs is the fsync p99 its probes measure.
+	FsyncMs float64
+
+	// Paused: the host is frozen: its agent, its k3s and its kubelet do
+	// nothing, and its member does not answer.
+	Paused bool
+	// SilentUntil: its agent writes no probe until then; UnhealthyUntil:
+	// its probes say unhealthy until then.
+	SilentUntil    time.Time
+	UnhealthyUntil time.Time
+	// RefusePromote: its agent refuses a promotion; IgnorePromote and
+	// IgnoreStepDown: it never answers one.
+	RefusePromote  bool
+	IgnorePromote  bool
+	IgnoreStepDown bool
+	// HeartbeatStuck: Ready, but its kubelet's Lease is not renewed;
+	// KubeletDead: never Ready again.
+	HeartbeatStuck bool
+	KubeletDead    bool
+	// NeverJoin: its member stays a learner.
+	NeverJoin bool
+	// NeverReady: its server runs but its apiserver never comes up, so
+	// k3s writes none of its Node's etcd labels and annotations.
+	NeverReady bool
+	// SnapshotNotReady: its agent says a snapshot is done without one.
+	SnapshotNotReady bool
+	// RemoveFails: its agent fails a remove-member request;
+	// RemoveIgnored: it never answers one.
+	RemoveFails   bool
+	RemoveIgnored bool
+	// NoFinish: its agent never reports a finish (it misses member-gone).
+	NoFinish bool
+}
+
+// New returns an empty fleet.
+func New(t Timing) *Fleet {
+	return &Fleet{Timing: t, Hosts: map[string]*Host{}}
+}
+
+// Add adds a host in the role (api.RoleVoter, api.RoleStandby or
+// api.RoleAgent), its unit running since then (a standby's host staged),
+// and returns its Node as k3s and the role label leave it: a voter's with
+// the server labels, its member's name and EtcdIsVoter. Its kubelet and
+// agent write the rest at the first reaction.
+func (f *Fleet) Add(name, role string, since time.Time) swapplan.Node {
+	h := &Host{Agent: true, RoleFile: "agent", AgentStart: since, FsyncMs: 2}
+	n := swapplan.Node{Name: name, Role: role}
+	switch role {
+	case api.RoleVoter:
+		h.Server, h.Agent, h.RoleFile, h.ServerStart, h.AgentStart = true, false, "server", since, time.Time{}
+		h.Member = memberName(name, 0)
+		f.Members = append(f.Members, Member{Name: h.Member, Node: name})
+		n.ServerLabels = slices.Clone(api.ServerLabels)
+		n.MemberName = h.Member
+		n.EtcdIsVoter = swapplan.Condition{Status: "True", Reason: api.ReasonMemberNotLearner}
+	case api.RoleStandby:
+		h.Staged = true
+	}
+	f.Hosts[name] = h
+	return n
+}
+
+// memberName is k3s's name for a member: the Node's name, "-" and 8 hex
+// digits, a new one each time the host joins.
+func memberName(node string, incarnation int) string {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", node, incarnation)
+	return fmt.Sprintf("%s-%08x", node, h.Sum32())
+}
+
+// MemberID is a member's ID in hex, as etcdctl prints it.
+func MemberID(name string) string {
+	h := fnv.New64a()
+	fmt.Fprint(h, name)
+	return fmt.Sprintf("%x", h.Sum64())
+}
+
+// IsMember says etcd lists the member.
+func (f *Fleet) IsMember(name string) bool {
+	return slices.ContainsFunc(f.Members, func(m Member) bool { return m.Name == name })
+}
+
+// React plays one look of every host's agent, of k3s and of every kubelet
+// at now, in that order, on the Nodes as the cluster holds them; a Node
+// of no host of the fleet is left alone. It changes only what those parts
+// write: Report, Probe, ServerLabels, MemberName, RemovedMember,
+// EtcdIsVoter, Ready, Heartbeat, and Pods (those deleted are gone).
+func (f *Fleet) React(now time.Time, nodes []swapplan.Node) {
+	for i := range nodes {
+		if h := f.Hosts[nodes[i].Name]; h != nil {
+			f.agent(now, &nodes[i], h)
+		}
+	}
+	f.k3s(now, nodes)
+	for i := range nodes {
+		if h := f.Hosts[nodes[i].Name]; h != nil {
+			f.kubelet(now, &nodes[i], h)
+			f.probe(now, &nodes[i], h)
+		}
+	}
+}
+
+func report(now time.Time, n *swapplan.Node, r api.Report) {
+	r.At = now
+	n.Report = &r
+}
+
+// agent answers the request on the Node, once, and finishes a demotion,
+// as fleet-role agent does (role.Decide).
+func (f *Fleet) agent(now time.Time, n *swapplan.Node, h *Host) {
+	if h.Paused {
+		return
+	}
+	if q := n.Request; q != nil && !q.At.Equal(h.Handled) {
+		h.Handled = q.At
+		at := q.At
+		switch q.Action {
+		case api.RequestPromote:
+			switch {
+			case h.IgnorePromote:
+			case !h.Staged || h.RefusePromote:
+				report(now, n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateRefused, RequestAt: &at, Message: "not staged"})
+			default:
+				if !h.Server {
+					h.Agent, h.Server, h.ServerStart = false, true, now
+					h.Incarnation++
+					h.Member = memberName(n.Name, h.Incarnation)
+					h.LearnerSince = now
+					f.Members = append(f.Members, Member{Name: h.Member, Node: n.Name, Learner: true})
+				}
+				h.RoleFile = "server"
+				start := h.ServerStart
+				report(now, n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, StartedAt: &start, RequestAt: &at})
+			}
+		case api.RequestStepDown:
+			if h.IgnoreStepDown {
+				break
+			}
+			h.RoleFile, h.Server, h.Swap = "agent", false, q.Swap
+			report(now, n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at})
+		case api.RequestSnapshot:
+			r := api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at}
+			if !h.SnapshotNotReady {
+				r.Snapshot = &api.SnapshotFile{Path: "/var/lib/rancher/k3s/server/db/snapshots/s.db", Size: 4096,
+					SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
+			}
+			report(now, n, r)
+		case api.RequestRemoveMember:
+			// Note: tests/fleetsim's copy never answered this request;
+			// the agent does (role.Decide), so the model does.
+			switch {
+			case h.RemoveIgnored:
+			case h.RemoveFails || !h.Server:
+				report(now, n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateFailed, RequestAt: &at, Message: "etcd member remove: injected failure"})
+			default:
+				report(now, n, f.removeByVoter(h, q))
+			}
+		}
+	}
+	// The demotion finishes once the step-down is carried out, both units
+	// stopped, and the member gone (or member-gone names the swap); a
+	// host with no member finishes at once, as the agent does with no
+	// datastore (role.Decide).
+	if h.NoFinish || h.Swap == "" || h.RoleFile != "agent" || h.Agent || h.Server {
+		return
+	}
+	if h.Member == "" || !f.IsMember(h.Member) || (n.MemberGone != "" && n.MemberGone == h.Swap) {
+		h.Agent, h.AgentStart, h.Member = true, now, ""
+		start := now
+		report(now, n, api.Report{Swap: h.Swap, Action: api.ReportFinish, State: api.StateDone, StartedAt: &start})
+	}
+}
+
+// removeByVoter removes the member a remove-member request names, as the
+// agent does with its etcd client: never its own, never when the voters
+// left that run would not be a quorum; one already gone is done.
+func (f *Fleet) removeByVoter(h *Host, q *api.Request) api.Report {
+	at := q.At
+	r := api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at}
+	i := slices.IndexFunc(f.Members, func(m Member) bool { return m.Name == q.Member && MemberID(m.Name) == q.MemberID })
+	if i < 0 {
+		return r
+	}
+	if f.Members[i].Name == h.Member {
+		r.State, r.Message = api.StateFailed, "the member is this host's own"
+		return r
+	}
+	var voters, up int
+	for j, m := range f.Members {
+		if j == i || m.Learner {
+			continue
+		}
+		voters++
+		if o := f.Hosts[m.Node]; o != nil && o.Server && !o.Paused {
+			up++
+		}
+	}
+	if !f.Members[i].Learner && up < swapplan.Quorum(voters) {
+		r.State, r.Message = api.StateFailed, "the voters left would not be a quorum"
+		return r
+	}
+	f.Members = slices.Delete(f.Members, i, i+1)
+	return r
+}
+
+// serving says the host's server runs its apiserver and controllers,
+// which k3s starts once its member votes (never, for a NeverReady host).
+func (f *Fleet) serving(h *Host) bool {
+	return h.Server && !h.NeverReady && slices.ContainsFunc(f.Members, func(m Member) bool { return m.Name == h.Member && !m.Learner })
+}
+
+// k3s: the leader promotes caught-up learners and removes members on the
+// remove annotation; a serving server keeps its labels and node-name; the
+// leader writes EtcdIsVoter.
+func (f *Fleet) k3s(now time.Time, nodes []swapplan.Node) {
+	for i := range f.Members {
+		m := &f.Members[i]
+		if h := f.Hosts[m.Node]; m.Learner && h != nil && h.Server && !h.NeverJoin && now.Sub(h.LearnerSince) >= f.Timing.CatchUp {
+			m.Learner = false
+		}
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		h := f.Hosts[n.Name]
+		if h == nil {
+			continue
+		}
+		if !f.K3sPaused && n.RemoveRequested && n.MemberName != "" && f.IsMember(n.MemberName) {
+			f.Members = slices.DeleteFunc(f.Members, func(m Member) bool { return m.Name == n.MemberName })
+			n.RemovedMember = n.MemberName
+		}
+		// Note: k3s writes a server's labels and node-name once its
+		// apiserver and controllers run, which needs its member to vote
+		// (tests/fleetsim's copy wrote them as soon as the server ran).
+		if f.serving(h) && !h.Paused {
+			if slices.ContainsFunc(api.ServerLabels, func(l string) bool { return !slices.Contains(n.ServerLabels, l) }) {
+				labels := slices.Clone(n.ServerLabels)
+				for _, l := range api.ServerLabels {
+					if !slices.Contains(labels, l) {
+						labels = append(labels, l)
+					}
+				}
+				n.ServerLabels = labels
+			}
+			n.MemberName = h.Member
+		}
+		// Note: k3s's leader leaves the condition of a Node that is no
+		// etcd Node and matches no member as it is (tests/fleetsim's copy
+		// removed it), and a paused host's member does not answer its
+		// status call: Unhealthy. Still simpler than k3s, which writes
+		// the condition on etcd Nodes only: a learner's Node, which has
+		// no etcd label yet, is said to be a learner.
+		switch idx := slices.IndexFunc(f.Members, func(m Member) bool { return m.Node == n.Name }); {
+		case h.NeverReady && !n.EtcdServer():
+		case idx < 0 && n.EtcdServer():
+			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: api.ReasonNotAMember}
+		case idx < 0:
+		case f.Members[idx].Learner:
+			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: api.ReasonMemberIsLearner}
+		case !h.Server || h.Paused:
+			n.EtcdIsVoter = swapplan.Condition{Status: "False", Reason: api.ReasonUnhealthy}
+		default:
+			n.EtcdIsVoter = swapplan.Condition{Status: "True", Reason: api.ReasonMemberNotLearner}
+		}
+	}
+}
+
+// kubelet sets Ready, renews the heartbeat and deletes the Pods being
+// deleted.
+func (f *Fleet) kubelet(now time.Time, n *swapplan.Node, h *Host) {
+	// Note: a k3s server runs its kubelet once its apiserver serves, which
+	// needs its member to vote: a joining server's Node is not Ready
+	// (k3s-io/k3s pkg/cli/server, run; the k3s double does the same;
+	// tests/fleetsim's copy had it Ready at once).
+	n.Ready = (h.Agent || f.serving(h)) && !h.Paused && !h.KubeletDead
+	if n.Ready && !h.HeartbeatStuck && now.Sub(n.Heartbeat) >= f.Timing.Heartbeat {
+		n.Heartbeat = now
+	}
+	terminating := func(p swapplan.Pod) bool { return p.Terminating }
+	if slices.ContainsFunc(n.Pods, terminating) {
+		n.Pods = slices.DeleteFunc(slices.Clone(n.Pods), terminating)
+	}
+}
+
+// probe: the agent writes its sample when one is due, after k3s acted in
+// the same look; a server's lists etcd's members with their IDs.
+func (f *Fleet) probe(now time.Time, n *swapplan.Node, h *Host) {
+	if h.Paused || now.Before(h.SilentUntil) || (n.Probe != nil && now.Sub(n.Probe.At) < f.Timing.ProbePeriod) {
+		return
+	}
+	p := &api.Probe{At: now, Period: api.Duration(f.Timing.ProbePeriod), Healthy: !now.Before(h.UnhealthyUntil),
+		Staged: h.Staged && !h.Server, FsyncP99Ms: h.FsyncMs, RTTMs: 1}
+	if h.Server {
+		p.Member = h.Member
+		for _, m := range f.Members {
+			p.Members = append(p.Members, api.Member{Name: m.Name, Learner: m.Learner, ID: MemberID(m.Name)})
+		}
+	}
+	n.Probe = p
+}
