@@ -1,0 +1,70 @@
+package controller_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/tests/fleetsim"
+)
+
+func TestPauseHoldsTheAutomaticSwapAndAManualOneUnlessForcedAndResumeLetsItGo(t *testing.T) {
+	e := newEnv(t, 3, 2, 0)
+	e.cfg.DryRun = false
+	e.cfg.Verdicts.Window = 4
+	out, stderr, code := e.cli("pause", "--reason", "kernel upgrades this week")
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `^paused by \S+: no swap starts until fleet-role resume`, out, "who paused, as the API server says")
+	_, stderr, code = e.cli("pause")
+	assert.Equal(t, 2, code, "a pause says why")
+	assert.Contains(t, stderr, "--reason is required")
+
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 35 })
+	e.start()
+	var st api.Status
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return st.Decision != nil && st.Pause != nil
+	}, 30*time.Second, 50*time.Millisecond, "the decision is made and held: %+v", st)
+	assert.Contains(t, st.Reason, "the automatic decision to swap v2 for s1 waits: paused by")
+	assert.Equal(t, "kernel upgrades this week", st.Pause.Reason)
+	screen, _, code := e.cli("status")
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `PAUSED +by \S+ at .*: kernel upgrades this week; fleet-role resume lifts it`, screen)
+
+	_, stderr, code = e.cli("swap", "v1", "s2")
+	assert.Equal(t, 1, code, "a manual swap is refused while paused")
+	assert.Contains(t, stderr, "refused: the controller is paused by")
+	assert.Contains(t, stderr, "swap --force")
+	time.Sleep(3 * time.Second)
+	_, err := e.api.Client.CoordinationV1().Leases(api.Namespace).Get(context.Background(), api.LeaseName, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "no swap started while paused")
+
+	out, stderr, code = e.cli("resume")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "swaps start again")
+	res := e.waitEnd(3 * time.Minute)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.OriginAutomatic, res.Origin)
+	assert.Equal(t, "v2", res.Out)
+
+	// Paused again, a forced manual swap is carried out.
+	_, stderr, code = e.cli("pause", "--reason", "change freeze")
+	require.Equal(t, 0, code, stderr)
+	_, stderr, code = e.cli("swap", "--force", "v1", "s2")
+	require.Equal(t, 0, code, stderr)
+	require.Eventually(t, func() bool { st, _ = e.status(); return st.Swap != nil && st.Swap.Out == "v1" }, 30*time.Second, 50*time.Millisecond)
+	res = e.waitEnd(3 * time.Minute)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.OriginManual, res.Origin)
+	assertCompleted(t, e, "v1", "s2")
+	st, _ = e.status()
+	require.NotNil(t, st.Pause, "the pause outlives the swaps it let through")
+	assert.Equal(t, "change freeze", st.Pause.Reason)
+}
