@@ -75,6 +75,7 @@ func documents() []golden {
 			Result: api.ResultCompleted, EndedAt: ptr(at(12, 10, 0)), Pending: []string{"v1"}}},
 		{file: "request.json", value: api.ManualRequest{V: 1, Out: "v1", In: "s1", At: at(11, 29, 50), By: "alice@ops-1"}},
 		{file: "request-forced.json", later: true, value: api.ManualRequest{V: 1, Out: "v1", In: "s1", At: at(11, 29, 50), By: "alice", Force: true}},
+		{file: "cancel.json", later: true, value: api.Cancel{V: 1, Swap: swap, By: "alice", At: at(11, 35, 0)}},
 		{file: "pause.json", later: true, value: api.Pause{V: 1, By: "alice", Reason: "kernel upgrades this week", At: at(9, 0, 0)}},
 		{file: "status.json", indent: true, value: api.Status{V: 1,
 			Swap: &api.SwapRecord{V: 1, ID: swap, Out: "v1", In: "s1", Origin: api.OriginManual, StartedAt: at(11, 30, 0),

@@ -39,6 +39,11 @@ const (
 	// `fleet-role resume`; read by the controller, which starts no swap
 	// while it is there, and by `fleet-role status`.
 	PauseKey = "pause.json"
+	// CancelKey holds the Cancel: written by `fleet-role swap --cancel`,
+	// read by the controller, which rolls the swap it names back (or
+	// abandons it) while its outgoing voter has not stepped down, and by
+	// `fleet-role status`; a Cancel of a swap that ended is left alone.
+	CancelKey = "cancel.json"
 )
 
 // The names fleet-role writes on Nodes and on its Lease.

@@ -33,6 +33,28 @@ type Pause struct {
 	At     time.Time `json:"at"`
 }
 
+// Cancel asks the controller to take the swap Swap back: written by
+// `fleet-role swap --cancel` in CancelKey, read by the controller.
+type Cancel struct {
+	// V is the format's version (Version when written; 1 when missing).
+	V    int       `json:"v"`
+	Swap string    `json:"swap"`
+	By   string    `json:"by,omitempty"`
+	At   time.Time `json:"at"`
+}
+
+// Validate reports the fields that are missing or wrong.
+func (c Cancel) Validate() error {
+	var errs []error
+	if c.Swap == "" {
+		errs = append(errs, missing("swap"))
+	}
+	if c.At.IsZero() {
+		errs = append(errs, missing("at"))
+	}
+	return joinFields(errs)
+}
+
 // Validate reports the fields that are missing or wrong.
 func (p Pause) Validate() error {
 	var errs []error
@@ -138,7 +160,9 @@ type Status struct {
 	Decision      *Decision          `json:"decision,omitempty"`
 	Request       *ManualRequest     `json:"request,omitempty"`
 	// Pause is the pause in force, if any.
-	Pause  *Pause   `json:"pause,omitempty"`
+	Pause *Pause `json:"pause,omitempty"`
+	// Cancel is the cancel of the swap under way, if any.
+	Cancel *Cancel  `json:"cancel,omitempty"`
 	Voters []string `json:"voters,omitempty"`
 	// Members is the membership each voter lists, by voter.
 	Members    map[string][]Member `json:"members,omitempty"`

@@ -8,7 +8,7 @@ import (
 
 // Version is the format of the JSON documents this build writes: the V
 // ("v") of a Request, Report, Probe, SwapRecord, ManualRequest, Pause,
-// Status and AgentState. A document without one is version 1.
+// Cancel, Status and AgentState. A document without one is version 1.
 const Version = 1
 
 // readVersion is the version of a document read: a missing one is 1.
@@ -205,5 +205,23 @@ func (p *Pause) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*p = Pause(w)
+	return nil
+}
+
+// MarshalJSON writes the cancel with V = Version.
+func (c Cancel) MarshalJSON() ([]byte, error) {
+	type wire Cancel
+	w := wire(c)
+	return writeDoc(&w, &w.V)
+}
+
+// UnmarshalJSON reads a cancel of any version; a missing one is 1.
+func (c *Cancel) UnmarshalJSON(b []byte) error {
+	type wire Cancel
+	w := wire(*c)
+	if err := readDoc(b, &w, &w.V); err != nil {
+		return err
+	}
+	*c = Cancel(w)
 	return nil
 }

@@ -361,11 +361,11 @@ func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]api.Verdict, n
 		s.Lease = l
 	}
 	if c.cm != nil {
-		st, req, pause, err := adapt.Status(c.cm)
+		st, ctl, err := adapt.Status(c.cm)
 		if err != nil {
 			problems = append(problems, err.Error())
 		}
-		s.Status, s.Request, s.Pause = st, req, pause
+		s.Status, s.Request, s.Pause, s.Cancel = st, ctl.Request, ctl.Pause, ctl.Cancel
 	}
 	for i, name := range c.names {
 		n := c.nodes[name]

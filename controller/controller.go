@@ -373,6 +373,10 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 			}
 		}
 		st.Request, st.Pause = snap.Request, snap.Pause
+		st.Cancel = nil
+		if c := snap.Cancel; c != nil && st.Swap != nil && c.Swap == st.Swap.ID {
+			st.Cancel = c // a cancel of a swap that ended is no news
+		}
 		st.Problems = problems
 		if plan.Action.Type != api.ActionNone {
 			la := &api.LastAction{Type: plan.Action.Type, Node: plan.Action.Node, At: snap.Now.UTC()}

@@ -31,6 +31,7 @@ type world struct {
 	status  api.Status
 	request *api.ManualRequest
 	pause   *api.Pause
+	cancel  *api.Cancel
 	// failRate is the chance an action fails (and is not carried out).
 	failRate float64
 	// history of plans, one a pass.
@@ -132,7 +133,7 @@ func (w *world) snapshot() swapplan.Snapshot {
 		rec := *lease.Swap
 		lease.Swap = &rec
 	}
-	return swapplan.Snapshot{Now: w.now, Config: w.cfg, Nodes: nodes, Lease: lease, Status: w.status, Request: req, Pause: w.pause}
+	return swapplan.Snapshot{Now: w.now, Config: w.cfg, Nodes: nodes, Lease: lease, Status: w.status, Request: req, Pause: w.pause, Cancel: w.cancel}
 }
 
 // react runs the faults, lets regrade go when its time is up, has the

@@ -24,6 +24,10 @@ type Snapshot struct {
 	// Pause is the pause in force (api.PauseKey), if any: no swap starts,
 	// but a forced manual request; a swap under way goes on.
 	Pause *api.Pause
+	// Cancel is the cancel of a swap (api.CancelKey), if any: the swap it
+	// names is rolled back (or abandoned) while its outgoing voter has not
+	// stepped down.
+	Cancel *api.Cancel
 }
 
 // Config is what the planner needs of the controller's configuration.

@@ -1,6 +1,7 @@
 package swapplan
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -35,6 +36,17 @@ func (p *planner) forward() Plan {
 			return p.wait(api.StepGates, "the candidate's Node %s is gone after the outgoing voter was touched: waiting for it", p.rec.In)
 		}
 		return p.abandon(fmt.Sprintf("the candidate's Node %s is gone", p.rec.In))
+	}
+	if c := p.s.Cancel; c != nil && c.Swap == id && p.cancelRefused(in, out) == "" {
+		by := c.By
+		if by == "" {
+			by = "someone"
+		}
+		reason := fmt.Sprintf("cancelled by %s at %s", by, stamp(c.At))
+		if in.requested(id, api.RequestPromote) != nil {
+			return p.rollback(reason)
+		}
+		return p.abandon(reason) // nothing changed on a host yet
 	}
 	switch {
 	case in.Role == api.RoleVoter && out.Role == api.RoleStandby:
@@ -375,6 +387,61 @@ func (p *planner) tail(in, out *Node) Plan {
 
 // rollback and abandon mark the swap's phase on the Lease; the next passes
 // carry it out.
+// cancelRefused says why the swap can no longer be taken back; empty while
+// it can. A rollback undoes the candidate's side and the outgoing voter's
+// cordon; it does not start a server that stepped down: from the
+// step-down on, the way back is a new swap once this one ends.
+func (p *planner) cancelRefused(in, out *Node) string {
+	id := p.rec.ID
+	switch {
+	case out.Role == api.RoleStandby:
+		return fmt.Sprintf("the swap is cleaning up: %s is no longer a voter; the way back is a new swap once this one ends", out.Name)
+	case out.MemberGone == id || out.MemberRemoved():
+		return fmt.Sprintf("the outgoing voter %s's member has been removed: the way back is a new swap once this one ends", out.Name)
+	case out.RemoveRequested:
+		return fmt.Sprintf("k3s has been asked to remove the outgoing voter %s's member: the way back is a new swap once this one ends", out.Name)
+	case out.requested(id, api.RequestStepDown) != nil:
+		return fmt.Sprintf("the outgoing voter %s has stepped down (its server is stopped) and its member is to be removed: "+
+			"the way back is a new swap once this one ends", out.Name)
+	}
+	return ""
+}
+
+// CheckCancel says which swap `fleet-role swap --cancel` would take back,
+// or why it cannot: no swap under way, a swap already going back or
+// ending, or one whose outgoing voter stepped down. The planner checks the
+// same again when it reads the cancel.
+func CheckCancel(s Snapshot) (*api.SwapRecord, error) {
+	p := newPlanner(s)
+	var rec *api.SwapRecord
+	switch l := s.Lease; {
+	case p.leaseHeldByOther():
+		return nil, fmt.Errorf("the Lease %s/%s is held by %q: a regrade is under way, not a swap", api.Namespace, api.LeaseName, l.Holder)
+	case l.Holder == api.ControllerHolder && l.Swap != nil:
+		rec = l.Swap
+	case s.Status.Swap != nil && (s.Status.Last == nil || s.Status.Last.ID != s.Status.Swap.ID):
+		rec = s.Status.Swap
+	default:
+		return nil, errors.New("no swap is under way")
+	}
+	switch rec.Phase {
+	case "":
+	case api.PhaseEnd:
+		return rec, fmt.Errorf("swap %s is ending (%s)", rec.ID, rec.Result)
+	default:
+		return rec, fmt.Errorf("swap %s is already going back (%s: %s)", rec.ID, rec.Phase, rec.Reason)
+	}
+	p.rec = rec
+	in, out := p.node(rec.In), p.node(rec.Out)
+	if in == nil || out == nil {
+		return rec, nil // the planner abandons or waits, as it does uncancelled
+	}
+	if why := p.cancelRefused(in, out); why != "" {
+		return rec, fmt.Errorf("swap %s cannot be cancelled: %s", rec.ID, why)
+	}
+	return rec, nil
+}
+
 func (p *planner) rollback(reason string) Plan {
 	rec := *p.rec
 	rec.Phase, rec.Reason = api.PhaseRollback, reason
@@ -410,6 +477,10 @@ func (p *planner) rollingBack() Plan {
 		}
 		if in.CordonedBy == id && in.Unschedulable {
 			return p.act(api.StepRollback, Action{Type: api.ActionUncordon, Node: in.Name}, "rolling back: uncordoning the candidate %s", in.Name)
+		}
+		// A swap cancelled after the outgoing voter was cordoned.
+		if out := p.node(p.rec.Out); out != nil && out.CordonedBy == id && out.Unschedulable {
+			return p.act(api.StepRollback, Action{Type: api.ActionUncordon, Node: out.Name}, "rolling back: uncordoning the outgoing voter %s", out.Name)
 		}
 		// Note: the end clears the member-gone annotation, so the swap
 		// waits for the candidate's agent to read it and report its
@@ -461,6 +532,15 @@ func (p *planner) rollingBack() Plan {
 		rec.Phase, rec.Stuck = api.PhaseRollback, nil
 		p.rec = &rec
 	}
+	// Note: the member lists must be sampled after the candidate's server
+	// stopped. A learner its server added just before is in etcd's list,
+	// though a sample taken earlier does not show it (a swap cancelled
+	// right after the promotion).
+	var stopped time.Time
+	if rep := in.Report; rep != nil && rep.Swap == id && rep.State == api.StateDone &&
+		(rep.Action == api.RequestStepDown || rep.Action == api.ReportFinish) {
+		stopped = rep.At
+	}
 	for _, name := range original {
 		if name == p.rec.Out {
 			continue
@@ -468,6 +548,9 @@ func (p *planner) rollingBack() Plan {
 		v := p.node(name)
 		if v == nil {
 			return p.wait(api.StepRollback, "rolling back: voter %s has no Node", name)
+		}
+		if v.Probe != nil && !v.Probe.At.After(stopped) {
+			return p.wait(api.StepRollback, "rolling back: waiting for %s's member list sampled after the candidate %s stepped down", name, in.Name)
 		}
 		if why := p.membershipProblem(v, original); why != "" {
 			return p.wait(api.StepRollback, "rolling back: waiting until every voter lists the original members and no more: %s", why)

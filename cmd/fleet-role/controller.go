@@ -117,18 +117,37 @@ func newControllerCommand() *cobra.Command {
 
 func newSwapCommand() *cobra.Command {
 	var configFile, kubeconfig string
-	var force bool
+	var force, cancelSwap bool
 	cmd := &cobra.Command{
-		Use:   "swap OUT IN",
-		Short: "Ask the controller to swap the voter OUT for the standby IN",
+		Use:   "swap OUT IN | swap --cancel",
+		Short: "Ask the controller to swap the voter OUT for the standby IN, or to take the swap under way back",
 		Long: `swap checks the request against the cluster (OUT a voter, IN an eligible
 standby, no swap under way) and writes it into the fleet-role-status
 ConfigMap as request.json; the controller carries it out, in a dry run
 too, through every gate but the cooldown and the verdicts. While the
 controller is paused (fleet-role pause) it is refused unless --force.
-The requester is who the API server says the caller is.`,
-		Args: usageArgs(cobra.ExactArgs(2)),
+The requester is who the API server says the caller is.
+
+swap --cancel asks the controller to take the swap under way back from
+the step it is at: abandoned before the candidate's promotion, rolled back
+after it (the candidate's member removed, both Nodes uncordoned). Once the
+outgoing voter has stepped down it is refused, with the reason: from there
+the swap goes on, and the way back is a new swap once it ends.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case cancelSwap && force:
+				return usageError{errors.New("--cancel and --force: one or the other")}
+			case cancelSwap && len(args) > 0:
+				return usageError{fmt.Errorf("--cancel takes the swap under way, no arguments: got %q", args)}
+			case cancelSwap:
+				return nil
+			}
+			return usageArgs(cobra.ExactArgs(2))(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cancelSwap {
+				return cancelTheSwap(cmd, configFile, kubeconfig)
+			}
 			cfg, err := controllerConfig(configFile)
 			if err != nil {
 				return err
@@ -171,8 +190,51 @@ The requester is who the API server says the caller is.`,
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "swap while the controller is paused")
+	cmd.Flags().BoolVar(&cancelSwap, "cancel", false, "take the swap under way back, if its outgoing voter has not stepped down")
 	clusterFlags(cmd, &configFile, &kubeconfig)
 	return cmd
+}
+
+// cancelTheSwap writes cancel.json naming the swap under way, once
+// swapplan.CheckCancel lets it.
+func cancelTheSwap(cmd *cobra.Command, configFile, kubeconfig string) error {
+	cfg, err := controllerConfig(configFile)
+	if err != nil {
+		return err
+	}
+	client, err := kubeClient(kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	defer cancel()
+	by := whoAmI(ctx, client)
+	var c api.Cancel
+	var rec *api.SwapRecord
+	err = retry.OnError(retry.DefaultRetry, statusChanged, func() error {
+		snap, cm, err := readCluster(ctx, client, cfg)
+		if err != nil {
+			return err
+		}
+		if rec, err = swapplan.CheckCancel(snap); err != nil {
+			return fmt.Errorf("refused: %w", err)
+		}
+		c = api.Cancel{Swap: rec.ID, By: by, At: time.Now().UTC().Truncate(time.Second)}
+		b, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		return setStatusKey(ctx, client, cfg.Namespace, cm, api.CancelKey, string(b))
+	})
+	if statusChanged(err) {
+		return errors.New("the status kept changing while the cancel was written: run the command again")
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "cancel requested: swap %s (%s out, %s in) is taken back from where it is (by %s); follow it with fleet-role status --watch\n",
+		rec.ID, rec.Out, rec.In, c.By)
+	return nil
 }
 
 // readCluster reads what a check needs: the Nodes, the kubelets'

@@ -207,6 +207,9 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 	} else {
 		row("SWAP", "none under way")
 	}
+	if c := st.Cancel; c != nil {
+		row("CANCEL", "asked by %s at %s (%s)", c.By, clock(c.At), ago(now, c.At))
+	}
 	if pa := st.Pause; pa != nil {
 		row("PAUSED", "by %s at %s (%s): %s; fleet-role resume lifts it", pa.By, clock(pa.At), ago(now, pa.At), pa.Reason)
 	}

@@ -51,9 +51,9 @@ func Build(in Input, cfg swapplan.Config, runners labels.Selector, now time.Time
 		s.Lease = l
 	}
 	if in.Status != nil {
-		st, req, pause, err := Status(in.Status)
+		st, c, err := Status(in.Status)
 		errs = append(errs, err)
-		s.Status, s.Request, s.Pause = st, req, pause
+		s.Status, s.Request, s.Pause, s.Cancel = st, c.Request, c.Pause, c.Cancel
 	}
 	s.Nodes = make([]swapplan.Node, 0, len(in.Nodes))
 	for _, n := range in.Nodes {
@@ -174,36 +174,40 @@ func Lease(l *coordinationv1.Lease) (swapplan.Lease, error) {
 	return out, nil
 }
 
-// Status reads the status ConfigMap: the status the controller published,
-// the manual request and the pause.
-func Status(cm *corev1.ConfigMap) (api.Status, *api.ManualRequest, *api.Pause, error) {
+// Controls are what people write into the status ConfigMap for the
+// controller: the manual request, the pause and the cancel.
+type Controls struct {
+	Request *api.ManualRequest
+	Pause   *api.Pause
+	Cancel  *api.Cancel
+}
+
+// Status reads the status ConfigMap: the status the controller published
+// and the controls people wrote. A key that does not read is an error
+// naming it, and is left out.
+func Status(cm *corev1.ConfigMap) (api.Status, Controls, error) {
 	var errs []error
 	var st api.Status
+	var c Controls
 	what := "configmap/" + cm.Namespace + "/" + cm.Name
-	if v, ok := cm.Data[api.StatusKey]; ok && strings.TrimSpace(v) != "" {
-		if s, err := decode[api.Status](v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, api.StatusKey, err))
-		} else {
+	read := func(key string, into func(string) error) {
+		if v, ok := cm.Data[key]; ok && strings.TrimSpace(v) != "" {
+			if err := into(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: key %s: %w", what, key, err))
+			}
+		}
+	}
+	read(api.StatusKey, func(v string) error {
+		s, err := decode[api.Status](v)
+		if err == nil {
 			st = *s
 		}
-	}
-	var req *api.ManualRequest
-	if v, ok := cm.Data[api.RequestKey]; ok && strings.TrimSpace(v) != "" {
-		r, err := decode[api.ManualRequest](v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, api.RequestKey, err))
-		}
-		req = r
-	}
-	var pause *api.Pause
-	if v, ok := cm.Data[api.PauseKey]; ok && strings.TrimSpace(v) != "" {
-		pa, err := decode[api.Pause](v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: key %s: %w", what, api.PauseKey, err))
-		}
-		pause = pa
-	}
-	return st, req, pause, errors.Join(errs...)
+		return err
+	})
+	read(api.RequestKey, func(v string) (err error) { c.Request, err = decode[api.ManualRequest](v); return err })
+	read(api.PauseKey, func(v string) (err error) { c.Pause, err = decode[api.Pause](v); return err })
+	read(api.CancelKey, func(v string) (err error) { c.Cancel, err = decode[api.Cancel](v); return err })
+	return st, c, errors.Join(errs...)
 }
 
 // decode unmarshals a JSON value of the wire contract and validates it.

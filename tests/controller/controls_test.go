@@ -68,3 +68,51 @@ func TestPauseHoldsTheAutomaticSwapAndAManualOneUnlessForcedAndResumeLetsItGo(t 
 	require.NotNil(t, st.Pause, "the pause outlives the swaps it let through")
 	assert.Equal(t, "change freeze", st.Pause.Reason)
 }
+
+func TestSwapCancelRollsASwapBackFromItsStepAndIsRefusedOnceTheOutgoingVoterSteppedDown(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	e.start()
+	_, stderr, code := e.cli("swap", "--cancel")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "refused: no swap is under way")
+
+	// Cancelled once the candidate was asked to promote: rolled back.
+	_, stderr, code = e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	var st api.Status
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return st.Swap != nil && (st.Step == api.StepPromote || st.Step == api.StepJoin || st.Step == api.StepGates)
+	}, time.Minute, 20*time.Millisecond, "the promotion: %+v", st)
+	out, stderr, code := e.cli("swap", "--cancel")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "cancel requested: swap "+st.Swap.ID+" (v1 out, s1 in)")
+	res := e.waitEnd(2 * time.Minute)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	assert.Regexp(t, `^cancelled by \S+ at `, res.Reason)
+	v1, s1 := e.node("v1"), e.node("s1")
+	assert.Equal(t, api.RoleVoter, v1.Labels[api.LabelRole])
+	assert.Equal(t, api.RoleStandby, s1.Labels[api.LabelRole])
+	assert.False(t, v1.Spec.Unschedulable)
+	assert.False(t, s1.Spec.Unschedulable)
+	assert.Equal(t, 3, e.d.MemberCount(), "no learner of the candidate left behind")
+
+	// Once the outgoing voter stepped down it is refused; the swap goes
+	// on. k3s is held from removing the member, so that the swap waits
+	// there.
+	e.d.With(func(d *fleetsim.Driver) { d.K3sPaused = true })
+	_, stderr, code = e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return st.Swap != nil && st.Swap.ID != res.ID && st.Step == api.StepRemoveMember
+	}, 2*time.Minute, 20*time.Millisecond, "the removal: %+v", st)
+	_, stderr, code = e.cli("swap", "--cancel")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "cannot be cancelled:")
+	assert.Contains(t, stderr, "the way back is a new swap once this one ends")
+	e.d.With(func(d *fleetsim.Driver) { d.K3sPaused = false })
+	res = e.waitEnd(2 * time.Minute)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assertCompleted(t, e, "v1", "s1")
+}

@@ -1,0 +1,86 @@
+package swapplan_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// cancel writes a cancel as `fleet-role swap --cancel` does, once
+// swapplan.CheckCancel lets it.
+func (w *world) cancelSwap() error {
+	rec, err := swapplan.CheckCancel(w.snapshot())
+	if err != nil {
+		return err
+	}
+	w.cancel = &api.Cancel{Swap: rec.ID, By: "carol", At: w.now}
+	return nil
+}
+
+func TestACancelBeforeThePromotionAbandonsTheSwapAndUncordonsTheCandidate(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(20, acting(api.ActionCordonIn, "s1"))
+	require.NoError(t, w.cancelSwap())
+	res := w.run(50)
+	assert.Equal(t, api.ResultAbandoned, res.Result)
+	assert.Contains(t, res.Reason, "cancelled by carol at")
+	assert.False(t, w.node("s1").Unschedulable, "the candidate uncordoned")
+	assert.NotContains(t, strings.Join(w.actions(), ","), "promote")
+	assert.Equal(t, api.RoleStandby, w.node("s1").Role)
+}
+
+func TestACancelAfterThePromotionRollsTheCandidateBackAndLeavesTheOutgoingVoterAsItWas(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+	require.True(t, w.node("v1").Unschedulable)
+	require.NoError(t, w.cancelSwap())
+	res := w.run(300)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	assert.Contains(t, res.Reason, "cancelled by carol")
+	assert.Contains(t, w.actions(), "remove-member s1", "the candidate's member removed")
+	assert.Contains(t, w.actions(), "uncordon v1", "the outgoing voter uncordoned")
+	assert.False(t, w.node("v1").Unschedulable)
+	assert.False(t, w.node("s1").Unschedulable)
+	assert.Equal(t, api.RoleVoter, w.node("v1").Role)
+	assert.Equal(t, api.RoleStandby, w.node("s1").Role)
+	assert.Equal(t, []string{"v1", "v2", "v3"}, swapplan.Next(w.snapshot()).Voters)
+	assert.NotContains(t, w.actions(), "step-down v1")
+}
+
+func TestACancelIsRefusedOnceTheOutgoingVoterSteppedDownAndTheSwapGoesOn(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
+	err := w.cancelSwap()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the outgoing voter v1 has stepped down")
+	assert.Contains(t, err.Error(), "the way back is a new swap once this one ends")
+	// A cancel written all the same (a race with the step-down) is not
+	// acted on.
+	w.cancel = &api.Cancel{Swap: w.status.Swap.ID, By: "carol", At: w.now}
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
+}
+
+func TestACancelNeedsASwapGoingForward(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	_, err := swapplan.CheckCancel(w.snapshot())
+	assert.EqualError(t, err, "no swap is under way")
+	w.requestSwap("v1", "s1")
+	w.runUntil(20, acting(api.ActionCordonIn, "s1"))
+	require.NoError(t, w.cancelSwap())
+	w.pass()
+	_, err = swapplan.CheckCancel(w.snapshot())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is already going back (abandon: cancelled by carol")
+	w.run(50) // the abandon ends
+	w.cancel = &api.Cancel{Swap: "20260101-000000-v9", By: "carol", At: w.now}
+	w.requestSwap("v2", "s1")
+	assert.Equal(t, api.ResultCompleted, w.run(300).Result, "a cancel of another swap is no concern of this one")
+}
