@@ -23,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -73,7 +72,8 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	}
 	// Note: the fake answers a JSON patch that does not apply with the
 	// patch library's error; the API server answers it 422 Invalid, with
-	// that error as its cause (tests/controller checks it on a real one).
+	// a message that says no more (tests/controller checks it on a real
+	// one).
 	react := k8stesting.ObjectReaction(client.Tracker())
 	client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.(k8stesting.PatchAction).GetPatchType() != types.JSONPatchType {
@@ -82,7 +82,8 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 		_, obj, err := react(a)
 		var status apierrors.APIStatus
 		if err != nil && !errors.As(err, &status) {
-			err = apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", err.Error(), 0, false)
+			err = &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity,
+				Reason: metav1.StatusReasonInvalid, Message: "the server rejected our request due to an error in our request", Details: &metav1.StatusDetails{}}}
 		}
 		return true, obj, err
 	})
