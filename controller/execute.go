@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -33,7 +34,7 @@ const (
 // failureKind sorts an action's error for the failures metric.
 func failureKind(err error) string {
 	switch {
-	case apierrors.IsConflict(err):
+	case errors.Is(err, errNotOurCordon), apierrors.IsConflict(err):
 		return kindConflict
 	case apierrors.IsNotFound(err):
 		return kindNotFound
@@ -114,39 +115,116 @@ func (e *executor) do(ctx context.Context, plan swapplan.Plan, status func(*api.
 		return nil // the record the renewal wrote is the whole of them
 	case api.ActionStart:
 		return e.acquire(ctx, plan.Swap)
-	case api.ActionSnapshot, api.ActionPromote, api.ActionStepDown, api.ActionRemoveByVoter:
-		b, err := json.Marshal(a.Request)
-		if err != nil {
-			return err
-		}
-		return e.patchNode(ctx, a.Node, annotations(map[string]any{api.AnnotationRequest: string(b)}))
-	case api.ActionCordonIn, api.ActionCordonOut:
-		return e.patchNode(ctx, a.Node, map[string]any{
-			"spec":     map[string]any{"unschedulable": true},
-			"metadata": map[string]any{"annotations": map[string]any{api.AnnotationCordonedBy: plan.Swap.ID}},
-		})
+	case api.ActionSnapshot, api.ActionPromote, api.ActionStepDown, api.ActionRemoveByVoter,
+		api.ActionCordonIn, api.ActionCordonOut, api.ActionRemoveMember, api.ActionMemberGone, api.ActionCleanUp:
+		t, _ := e.cache.nodeTaints(a.Node)
+		return e.patchNode(ctx, a.Node, a, plan.Swap.ID, t)
 	case api.ActionUncordon:
-		return e.patchNode(ctx, a.Node, map[string]any{
-			"spec":     map[string]any{"unschedulable": nil},
-			"metadata": map[string]any{"annotations": map[string]any{api.AnnotationCordonedBy: nil}},
-		})
+		return e.uncordon(ctx, a, plan.Swap.ID)
 	case api.ActionDrainIn, api.ActionDrainOut:
 		return e.drain(ctx, a.Node)
-	case api.ActionRemoveMember:
-		return e.patchNode(ctx, a.Node, annotations(map[string]any{api.AnnotationEtcdRemove: "true"}))
-	case api.ActionMemberGone:
-		return e.patchNode(ctx, a.Node, annotations(map[string]any{api.AnnotationMemberGone: plan.Swap.ID}))
-	case api.ActionCleanUp:
-		t, _ := e.cache.nodeTaints(a.Node)
-		return e.patchNode(ctx, a.Node, cleanUp(a.Role, t))
 	case api.ActionEnd:
 		return e.end(ctx, plan, status)
 	}
 	return fmt.Errorf("unknown action %q", a.Type)
 }
 
+// NodePatch is the patch the executor sends for an action to the Node it
+// acts on (for the end, to each Node it clears): its type and body. swap
+// is the swap's ID; taints and resourceVersion are the Node's as last
+// read, of which only the clean-up makes use. It is exported so that
+// tests/controller applies these very bytes to a real API server.
+func NodePatch(a swapplan.Action, swap string, taints []corev1.Taint, resourceVersion string) (types.PatchType, []byte, error) {
+	var patch map[string]any
+	switch a.Type {
+	case api.ActionSnapshot, api.ActionPromote, api.ActionStepDown, api.ActionRemoveByVoter:
+		b, err := json.Marshal(a.Request)
+		if err != nil {
+			return "", nil, err
+		}
+		patch = annotations(map[string]any{api.AnnotationRequest: string(b)})
+	case api.ActionCordonIn, api.ActionCordonOut:
+		patch = map[string]any{
+			"spec":     map[string]any{"unschedulable": true},
+			"metadata": map[string]any{"annotations": map[string]any{api.AnnotationCordonedBy: swap}},
+		}
+	case api.ActionUncordon:
+		b, err := json.Marshal(uncordon(swap))
+		return types.JSONPatchType, b, err
+	case api.ActionRemoveMember:
+		patch = annotations(map[string]any{api.AnnotationEtcdRemove: "true"})
+	case api.ActionMemberGone:
+		patch = annotations(map[string]any{api.AnnotationMemberGone: swap})
+	case api.ActionCleanUp:
+		patch = cleanUp(a.Role, nodeTaints{resourceVersion: resourceVersion, taints: taints})
+	case api.ActionEnd:
+		clear := map[string]any{}
+		for _, a := range api.SwapAnnotations {
+			clear[a] = nil
+		}
+		patch = annotations(clear)
+	default:
+		return "", nil, fmt.Errorf("the action %q patches no Node", a.Type)
+	}
+	b, err := json.Marshal(patch)
+	return types.StrategicMergePatchType, b, err
+}
+
 func annotations(a map[string]any) map[string]any {
 	return map[string]any{"metadata": map[string]any{"annotations": a}}
+}
+
+// jsonPatchOp is one operation of a JSON patch (RFC 6902).
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// uncordon is the patch that lifts the swap's cordon: a JSON patch, so
+// that it can test first that cordoned-by still names the swap. Note: a
+// merge patch cannot carry that condition, and the Node's resourceVersion
+// would be too strict a one (the agent writes its probe sample on the Node
+// every probe period). A failed test fails the whole patch, so a Node
+// cordoned again meanwhile (another swap, another hand) is left as it is.
+// unschedulable is added as false rather than removed: a Node another hand
+// uncordoned meanwhile has no field to remove, and is uncordoned all the
+// same.
+func uncordon(swap string) []jsonPatchOp {
+	by := "/metadata/annotations/" + escapeJSONPointer(api.AnnotationCordonedBy)
+	return []jsonPatchOp{
+		{Op: "test", Path: by, Value: swap},
+		{Op: "remove", Path: by},
+		{Op: "add", Path: "/spec/unschedulable", Value: false},
+	}
+}
+
+// escapeJSONPointer escapes a key as one token of a JSON pointer (RFC
+// 6901): an annotation's key holds a "/".
+func escapeJSONPointer(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
+}
+
+// errNotOurCordon says the Node's cordon is no longer the swap's.
+var errNotOurCordon = errors.New("its cordoned-by no longer names the swap")
+
+// uncordon lifts the swap's cordon from the Node, and only the swap's. The
+// API server answers a failed test as an invalid request (422); the Node
+// is then read once more. Found uncordoned and without cordoned-by, it is
+// done: this uncordon landed before, and the pass was planned on a copy
+// older than it. Found otherwise, the action fails (as a conflict: the
+// Node changed since it was read) and the next pass plans from what the
+// Node says then, which is no uncordon of a Node the swap did not cordon.
+func (e *executor) uncordon(ctx context.Context, a swapplan.Action, swap string) error {
+	err := e.patchNode(ctx, a.Node, a, swap, nodeTaints{})
+	if err == nil || !apierrors.IsInvalid(err) {
+		return err
+	}
+	n, gerr := e.client.CoreV1().Nodes().Get(ctx, a.Node, metav1.GetOptions{})
+	if gerr == nil && !n.Spec.Unschedulable && n.Annotations[api.AnnotationCordonedBy] == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", err, errNotOurCordon)
 }
 
 // cleanUp is the patch of a Node's clean-up: its role, and for a standby
@@ -185,13 +263,13 @@ func cleanUp(role string, t nodeTaints) map[string]any {
 	return patch
 }
 
-// patchNode applies a strategic merge patch to a Node.
-func (e *executor) patchNode(ctx context.Context, node string, patch map[string]any) error {
-	b, err := json.Marshal(patch)
+// patchNode sends the Node the action's patch.
+func (e *executor) patchNode(ctx context.Context, node string, a swapplan.Action, swap string, t nodeTaints) error {
+	typ, b, err := NodePatch(a, swap, t.taints, t.resourceVersion)
 	if err != nil {
 		return err
 	}
-	if _, err := e.client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, b, metav1.PatchOptions{}); err != nil {
+	if _, err := e.client.CoreV1().Nodes().Patch(ctx, node, typ, b, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("patch node %s: %w", node, err)
 	}
 	return nil
@@ -255,12 +333,8 @@ func (e *executor) drain(ctx context.Context, node string) error {
 // the status, and releases the Lease; the record was marked ended by the
 // renewal before, so an end interrupted midway is ended again.
 func (e *executor) end(ctx context.Context, plan swapplan.Plan, status func(*api.Status, error)) error {
-	clear := map[string]any{}
-	for _, a := range api.SwapAnnotations {
-		clear[a] = nil
-	}
 	for _, node := range plan.Action.Clear {
-		if err := e.patchNode(ctx, node, annotations(clear)); err != nil && !apierrors.IsNotFound(err) {
+		if err := e.patchNode(ctx, node, plan.Action, plan.Swap.ID, nodeTaints{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 	}
