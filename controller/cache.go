@@ -405,9 +405,21 @@ func (c *cache) setLease(l *coordinationv1.Lease) {
 // setStatus keeps the status ConfigMap as setLease keeps the Lease.
 func (c *cache) setStatus(m *corev1.ConfigMap) {
 	old, kept := keepNewer(&c.mu, &c.cm, m)
-	if kept && (old == nil || old.Data[api.RequestKey] != m.Data[api.RequestKey]) {
+	if kept && (old == nil || controlsChanged(old.Data, m.Data)) {
 		c.changed()
 	}
+}
+
+// controlsChanged says a key people write for the controller changed: the
+// manual request, the pause or the cancel. The controller's own status
+// changing wakes no pass.
+func controlsChanged(old, new map[string]string) bool {
+	for _, k := range []string{api.RequestKey, api.PauseKey, api.CancelKey} {
+		if old[k] != new[k] {
+			return true
+		}
+	}
+	return false
 }
 
 // keepNewer stores obj in *at unless the object there is newer, and

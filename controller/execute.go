@@ -363,7 +363,8 @@ func (e *executor) end(ctx context.Context, plan swapplan.Plan, status func(*api
 }
 
 // recordEnd writes the swap's result and the cooldown into status.json,
-// and removes the manual request it carried out, in one update.
+// and removes the manual request it carried out and a cancel of it, in one
+// update.
 func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status func(*api.Status, error)) error {
 	rec := plan.Swap
 	return e.updateStatus(ctx, func(st *api.Status, data map[string]string) {
@@ -378,6 +379,13 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 			if json.Unmarshal([]byte(req), &q) == nil && q.At.Equal(*rec.RequestAt) {
 				delete(data, api.RequestKey)
 				st.Request = nil
+			}
+		}
+		if v, ok := data[api.CancelKey]; ok {
+			var c api.Cancel
+			if json.Unmarshal([]byte(v), &c) == nil && c.Swap == rec.ID {
+				delete(data, api.CancelKey)
+				st.Cancel = nil
 			}
 		}
 	})

@@ -600,6 +600,27 @@ func TestTheEndClearsTheNodesRecordsTheResultAndReleasesTheLease(t *testing.T) {
 				body: `{"resourceVersion":"7","data":{"request.json":` + later + `,"status.json":{"v":1,"swap":null,"reason":"the pass's",` + last + `}}}`},
 			release)
 	})
+	t.Run("a cancel of the swap is removed, a pause and a cancel of another swap kept", func(t *testing.T) {
+		cancel := func(id string) string {
+			b, _ := json.Marshal(api.Cancel{Swap: id, By: "carol", At: requestAt})
+			return string(b)
+		}
+		pause := `{"v":1,"by":"alice","reason":"freeze","at":"2026-12-01T09:00:00Z"}`
+		for _, tc := range []struct{ cancel, kept string }{
+			{cancel(rec.ID), ""},
+			{cancel("20261201-080000-v2"), `"cancel.json":` + cancel("20261201-080000-v2") + `,`},
+		} {
+			f := newFixture(t, heldLease("41", &rec), v1, status(map[string]string{api.CancelKey: tc.cancel, api.PauseKey: pause}))
+			require.NoError(t, f.do(plan))
+			f.assertSent(t,
+				renewal("41", endedJSON),
+				nodePatch("v1", types.StrategicMergePatchType, clear),
+				nodePatch("gone", types.StrategicMergePatchType, clear),
+				request{verb: "update", resource: "configmaps", ns: testNS, name: api.StatusConfigMap,
+					body: `{"resourceVersion":"7","data":{` + tc.kept + `"pause.json":` + pause + `,"status.json":{"v":1,"swap":null,"reason":"the pass's",` + last + `}}}`},
+				release)
+		}
+	})
 	t.Run("the status ConfigMap is created when there is none", func(t *testing.T) {
 		f := newFixture(t, heldLease("41", &rec))
 		plan := plan

@@ -90,6 +90,8 @@ func TestSwapCancelRollsASwapBackFromItsStepAndIsRefusedOnceTheOutgoingVoterStep
 	res := e.waitEnd(2 * time.Minute)
 	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
 	assert.Regexp(t, `^cancelled by \S+ at `, res.Reason)
+	_, data := e.status()
+	assert.NotContains(t, data, api.CancelKey, "the cancel goes with the swap it took back")
 	v1, s1 := e.node("v1"), e.node("s1")
 	assert.Equal(t, api.RoleVoter, v1.Labels[api.LabelRole])
 	assert.Equal(t, api.RoleStandby, s1.Labels[api.LabelRole])
