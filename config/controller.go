@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
+	"strings"
 	"text/template"
 	"time"
 
@@ -45,10 +47,60 @@ type Controller struct {
 	DrainTimeout time.Duration `toml:"drain_timeout"`
 	// ListenAddress serves /metrics, /healthz and /readyz; empty serves
 	// nothing.
-	ListenAddress  string         `toml:"listen_address"`
-	LeaderElection LeaderElection `toml:"leader_election"`
-	Verdicts       Verdicts       `toml:"verdicts"`
-	Bounds         Bounds         `toml:"bounds"`
+	ListenAddress     string            `toml:"listen_address"`
+	LeaderElection    LeaderElection    `toml:"leader_election"`
+	Verdicts          Verdicts          `toml:"verdicts"`
+	MaintenanceWindow MaintenanceWindow `toml:"maintenance_window"`
+	Bounds            Bounds            `toml:"bounds"`
+}
+
+// MaintenanceWindow is when an automatic swap may start, as kured's
+// --reboot-days, --start-time, --end-time and --time-zone give its reboot
+// window. A swap started inside goes on outside; a manual swap starts at
+// any time. The defaults (every day, 00:00 to 00:00) are open always.
+type MaintenanceWindow struct {
+	// Days are the days the window opens on: "mon" to "sun".
+	Days []string `toml:"days"`
+	// Start is the time of day it opens, "HH:MM".
+	Start string `toml:"start"`
+	// End is the time of day it closes, "HH:MM": before Start, it closes
+	// the next day; equal to Start, it is open the whole day.
+	End string `toml:"end"`
+	// TimeZone is the IANA name of the clock Start and End are read on.
+	TimeZone string `toml:"time_zone"`
+}
+
+var weekdays = []string{"sun", "mon", "tue", "wed", "thu", "fri", "sat"}
+
+// Parse reads the window: its days by time.Weekday, its start and end
+// since midnight, and its time zone.
+func (m MaintenanceWindow) Parse() (days [7]bool, start, end time.Duration, loc *time.Location, err error) {
+	for _, d := range m.Days {
+		i := slices.Index(weekdays, strings.ToLower(d))
+		if i < 0 {
+			return days, 0, 0, nil, fmt.Errorf("%q is not a day: want one of %s", d, strings.Join(weekdays, ", "))
+		}
+		days[i] = true
+	}
+	if start, err = timeOfDay(m.Start); err != nil {
+		return days, 0, 0, nil, err
+	}
+	if end, err = timeOfDay(m.End); err != nil {
+		return days, 0, 0, nil, err
+	}
+	if loc, err = time.LoadLocation(m.TimeZone); err != nil {
+		return days, 0, 0, nil, fmt.Errorf("time zone %q: %v", m.TimeZone, err)
+	}
+	return days, start, end, loc, nil
+}
+
+// timeOfDay reads "HH:MM" as the time since midnight.
+func timeOfDay(s string) (time.Duration, error) {
+	t, err := time.Parse("15:04", s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a time of day such as \"02:30\"", s)
+	}
+	return time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute, nil
 }
 
 // Verdicts is how a host's fitness is judged over a window of its probe
@@ -144,7 +196,8 @@ func DefaultController() Controller {
 			RenewDeadline: 10 * time.Second,
 			RetryPeriod:   2 * time.Second,
 		},
-		Verdicts: Verdicts{Window: 25, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond},
+		Verdicts:          Verdicts{Window: 25, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond},
+		MaintenanceWindow: MaintenanceWindow{Days: slices.Clone(weekdays[1:]), Start: "00:00", End: "00:00", TimeZone: "UTC"},
 		Bounds: Bounds{
 			Snapshot:   10 * time.Minute,
 			Runners:    time.Hour,
@@ -230,6 +283,9 @@ func (c Controller) Validate() error {
 		p.add("verdicts.window", "must be at least 1 sample, got %d", c.Verdicts.Window)
 	}
 	positive(&p, "verdicts.fsync_limit", c.Verdicts.FsyncLimit)
+	if _, _, _, _, err := c.MaintenanceWindow.Parse(); err != nil {
+		p.add("maintenance_window", "%v", err)
+	}
 	positive(&p, "verdicts.read_limit", c.Verdicts.ReadLimit)
 	if _, err := labels.Parse(c.RunnerSelector); err != nil || c.RunnerSelector == "" {
 		p.add("runner_selector", "%q is not a label selector: %v", c.RunnerSelector, err)
@@ -315,6 +371,16 @@ retry_period = "{{d .LeaderElection.RetryPeriod}}"
 window = {{.Verdicts.Window}}
 fsync_limit = "{{d .Verdicts.FsyncLimit}}"
 read_limit = "{{d .Verdicts.ReadLimit}}"
+
+# When an automatic swap may start, as kured's reboot window: on these days,
+# from start to end on the clock of time_zone (an end before the start
+# closes the next day; an end equal to the start is the whole day). A swap
+# started inside goes on outside; a manual swap starts at any time.
+[maintenance_window]
+days = [{{range $i, $d := .MaintenanceWindow.Days}}{{if $i}}, {{end}}"{{$d}}"{{end}}]
+start = "{{.MaintenanceWindow.Start}}"
+end = "{{.MaintenanceWindow.End}}"
+time_zone = "{{.MaintenanceWindow.TimeZone}}"
 
 # Each step's own bound. A swap's whole wait is their sum.
 [bounds]

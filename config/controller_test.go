@@ -81,3 +81,23 @@ func TestTheRemovalBoundsAreRead(t *testing.T) {
 	assert.Equal(t, 7*time.Minute, c.Bounds.RemoveByVoter)
 	assert.Equal(t, 2*time.Minute, DefaultController().Bounds.RemoveFallback)
 }
+
+func TestTheMaintenanceWindowIsReadAndItsMistakesNamed(t *testing.T) {
+	c, err := ParseController([]byte("version = 1\n[maintenance_window]\ndays = [\"Mon\", \"fri\"]\nstart = \"22:30\"\nend = \"04:00\"\ntime_zone = \"Europe/Berlin\"\n"))
+	require.NoError(t, err)
+	days, start, end, loc, err := c.MaintenanceWindow.Parse()
+	require.NoError(t, err)
+	assert.Equal(t, [7]bool{false, true, false, false, false, true, false}, days)
+	assert.Equal(t, 22*time.Hour+30*time.Minute, start)
+	assert.Equal(t, 4*time.Hour, end)
+	assert.Equal(t, "Europe/Berlin", loc.String())
+
+	for conf, want := range map[string]string{
+		"days = [\"someday\"]":      `maintenance_window: "someday" is not a day`,
+		"start = \"25:00\"":         `maintenance_window: "25:00" is not a time of day`,
+		"time_zone = \"Mars/Base\"": `maintenance_window: time zone "Mars/Base"`,
+	} {
+		_, err := ParseController([]byte("version = 1\n[maintenance_window]\n" + conf + "\n"))
+		assert.ErrorContains(t, err, want)
+	}
+}

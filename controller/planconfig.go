@@ -7,12 +7,19 @@ import (
 
 // PlanConfig is what the planner needs of the controller's configuration:
 // what `fleet-role controller` and `fleet-role plan` plan with.
+// The configuration must have been validated: a window that does not
+// parse is open always.
 func PlanConfig(c config.Controller) swapplan.Config {
 	b := c.Bounds
+	var w swapplan.Window
+	if days, start, end, loc, err := c.MaintenanceWindow.Parse(); err == nil {
+		w = swapplan.Window{Days: days, Start: start, End: end, Location: loc}
+	}
 	return swapplan.Config{
 		DryRun:      c.DryRun,
 		Cooldown:    c.Cooldown,
 		ProbePeriod: c.ProbePeriod,
+		Window:      w,
 		Bounds: swapplan.Bounds{
 			Snapshot: b.Snapshot, Runners: b.Runners, Drain: b.Drain, Promote: b.Promote, Join: b.Join,
 			Gates: b.Gates, StepDown: b.StepDown, MemberGone: b.MemberGone, Uncordon: b.Uncordon, Rollback: b.Rollback,

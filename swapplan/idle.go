@@ -120,6 +120,9 @@ func (p *planner) automatic() Plan {
 	if c := p.s.Status.CooldownUntil; c != nil && p.s.Now.Before(*c) {
 		return plan("the automatic decision to swap %s for %s waits for the cooldown until %s (%s)", out.Name, in.Name, stamp(*c), why)
 	}
+	if w := p.s.Config.Window; !w.Open(p.s.Now) {
+		return plan("the automatic decision to swap %s for %s waits for the maintenance window (%s): %s", out.Name, in.Name, w, why)
+	}
 	if p.s.Config.DryRun {
 		return plan("dry run: would swap %s for %s (%s)", out.Name, in.Name, why)
 	}

@@ -41,7 +41,9 @@ type Config struct {
 	// ProbePeriod is the agents' probe period, used for a sample that does
 	// not say its own.
 	ProbePeriod time.Duration
-	Bounds      Bounds
+	// Window is when an automatic swap may start.
+	Window Window
+	Bounds Bounds
 }
 
 // Bounds are the steps' own bounds. What happens past each is in the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"reflect"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -128,5 +129,5 @@ func (w *configWatch) changed(told *string) bool {
 		return false
 	}
 	*told = ""
-	return c != w.running
+	return !reflect.DeepEqual(c, w.running)
 }

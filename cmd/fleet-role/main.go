@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	_ "time/tzdata" // the maintenance window's time zones, in an image FROM scratch
 
 	"github.com/agnivade/levenshtein"
 	"github.com/spf13/cobra"

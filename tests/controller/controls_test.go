@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/tests/fleetsim"
 )
 
@@ -117,4 +118,27 @@ func TestSwapCancelRollsASwapBackFromItsStepAndIsRefusedOnceTheOutgoingVoterStep
 	res = e.waitEnd(2 * time.Minute)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
+}
+
+func TestOutsideTheMaintenanceWindowTheAutomaticSwapWaitsAndAManualOneGoes(t *testing.T) {
+	e := newEnv(t, 3, 2, 0)
+	e.cfg.DryRun = false
+	e.cfg.Verdicts.Window = 4
+	closed := time.Now().UTC().Add(2 * time.Hour)
+	e.cfg.MaintenanceWindow = config.MaintenanceWindow{Start: closed.Format("15:00"), End: closed.Add(time.Hour).Format("15:00"), TimeZone: "UTC"}
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 35 })
+	e.start()
+	var st api.Status
+	require.Eventually(t, func() bool { st, _ = e.status(); return st.Decision != nil }, 30*time.Second, 50*time.Millisecond)
+	assert.Contains(t, st.Reason, "the automatic decision to swap v2 for s1 waits for the maintenance window (every day "+closed.Format("15:00"))
+	time.Sleep(3 * time.Second)
+	_, err := e.api.Client.CoordinationV1().Leases(api.Namespace).Get(context.Background(), api.LeaseName, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "no swap started outside the window")
+
+	_, stderr, code := e.cli("swap", "v1", "s2")
+	require.Equal(t, 0, code, stderr)
+	res := e.waitEnd(3 * time.Minute)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, api.OriginManual, res.Origin, "a manual swap starts at any time")
+	assertCompleted(t, e, "v1", "s2")
 }

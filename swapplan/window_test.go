@@ -1,0 +1,68 @@
+package swapplan_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+func TestAMaintenanceWindowIsOpenOnItsDaysBetweenItsTimesAndPastMidnightOnTheDayItOpened(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	require.NoError(t, err)
+	weekdays := [7]bool{false, true, true, true, true, true, false}
+	at := func(s string) time.Time {
+		v, err := time.ParseInLocation("Mon 2006-01-02 15:04", s, berlin)
+		require.NoError(t, err)
+		return v.UTC() // the window reads it on its own clock
+	}
+	for _, tc := range []struct {
+		name string
+		w    swapplan.Window
+		t    string
+		open bool
+	}{
+		{"the zero window", swapplan.Window{}, "Sun 2026-11-29 03:00", true},
+		{"inside", swapplan.Window{Days: weekdays, Start: 2 * time.Hour, End: 5 * time.Hour, Location: berlin}, "Tue 2026-12-01 02:00", true},
+		{"at its end", swapplan.Window{Days: weekdays, Start: 2 * time.Hour, End: 5 * time.Hour, Location: berlin}, "Tue 2026-12-01 05:00", false},
+		{"before it", swapplan.Window{Days: weekdays, Start: 2 * time.Hour, End: 5 * time.Hour, Location: berlin}, "Tue 2026-12-01 01:59", false},
+		{"not its day", swapplan.Window{Days: weekdays, Start: 2 * time.Hour, End: 5 * time.Hour, Location: berlin}, "Sun 2026-11-29 03:00", false},
+		{"a whole day", swapplan.Window{Days: weekdays, Location: berlin}, "Fri 2026-12-04 23:59", true},
+		{"past midnight, opened on friday", swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}, "Sat 2026-12-05 03:00", true},
+		{"past midnight, opened on sunday: no", swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}, "Mon 2026-11-30 03:00", false},
+		{"past midnight, friday night", swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}, "Fri 2026-12-04 22:30", true},
+	} {
+		assert.Equal(t, tc.open, tc.w.Open(at(tc.t)), tc.name)
+	}
+	assert.Equal(t, "mon,tue,wed,thu,fri 22:00-04:00 Europe/Berlin",
+		swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}.String())
+}
+
+func TestOutsideTheWindowTheAutomaticSwapWaitsAManualOneGoesAndOneStartedInsideFinishesOutside(t *testing.T) {
+	w := newWorld(t, 3, 2, 0)
+	open := w.now.UTC().Hour()
+	w.cfg.Window = swapplan.Window{Start: time.Duration(open+1) % 24 * time.Hour, End: time.Duration(open+2) % 24 * time.Hour, Location: time.UTC}
+	w.node("v2").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
+	plan := w.pass()
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
+	assert.Contains(t, plan.Reason, "the automatic decision to swap v2 for s1 waits for the maintenance window (every day")
+
+	w.requestSwap("v1", "s2")
+	plan = w.pass()
+	require.Equal(t, api.ActionStart, plan.Action.Type, "a manual swap starts at any time: %s", plan.Reason)
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
+
+	// Inside the window the automatic swap starts, and goes on once the
+	// window has closed.
+	w.status.CooldownUntil = nil
+	w.cfg.Window.Start, w.cfg.Window.End = time.Duration(w.now.UTC().Hour())*time.Hour, time.Duration(w.now.UTC().Hour()+1)%24*time.Hour
+	plan = w.pass()
+	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
+	assert.Equal(t, "v2", plan.Swap.Out)
+	w.cfg.Window.Start, w.cfg.Window.End = w.cfg.Window.End, w.cfg.Window.End+time.Hour
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
+}
