@@ -197,7 +197,7 @@ func DefaultController() Controller {
 			RetryPeriod:   2 * time.Second,
 		},
 		Verdicts:          Verdicts{Window: 25, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond},
-		MaintenanceWindow: MaintenanceWindow{Days: slices.Clone(weekdays[1:]), Start: "00:00", End: "00:00", TimeZone: "UTC"},
+		MaintenanceWindow: MaintenanceWindow{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "00:00", End: "00:00", TimeZone: "UTC"},
 		Bounds: Bounds{
 			Snapshot:   10 * time.Minute,
 			Runners:    time.Hour,
