@@ -83,7 +83,7 @@ func newControllerCommand() *cobra.Command {
 			}
 			host, _ := os.Hostname()
 			c, err := controller.New(controller.Options{Config: cfg, Client: client, Log: log,
-				Identity: host + "-" + strconv.Itoa(os.Getpid())})
+				Identity: host + "-" + strconv.Itoa(os.Getpid()), Registry: newRegistry()})
 			if err != nil {
 				return err
 			}
