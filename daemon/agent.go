@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -40,10 +40,12 @@ type Etcd interface {
 type Options struct {
 	Config   config.Agent
 	Platform platform.Platform
-	Kube     kubernetes.Interface
-	Etcd     Etcd
-	Clock    clock.WithTicker
-	Log      *slog.Logger
+	// Kube is the core/v1 client: the agent's Node, its Events and its
+	// ServiceAccount's tokens are all it reaches of the API.
+	Kube  typedcorev1.CoreV1Interface
+	Etcd  Etcd
+	Clock clock.WithTicker
+	Log   *slog.Logger
 	// Notify sends a state to systemd (sd_notify); nil sends nothing.
 	Notify func(state string) error
 	// WatchdogInterval is systemd's watchdog interval; 0 means none.

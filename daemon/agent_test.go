@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -92,6 +93,13 @@ func (e *fakeEtcd) RemoveMember(_ context.Context, name string, id uint64) (bool
 
 // fixture is one host: its files in a temp dir, the fake platform, a fake
 // API server holding its Node, and the agent running on them.
+// fakeCore is the fake Clientset's core/v1 client, saying, as the
+// Clientset itself does, that its watches send no initial events: an
+// informer then lists and watches rather than waiting on a watch-list.
+type fakeCore struct{ typedcorev1.CoreV1Interface }
+
+func (fakeCore) IsWatchListSemanticsUnSupported() bool { return true }
+
 type fixture struct {
 	t       *testing.T
 	dir     string
@@ -152,7 +160,7 @@ func (f *fixture) datastore(name string) {
 func (f *fixture) start() {
 	f.t.Helper()
 	f.notes = make(chan string, 100)
-	a, err := New(Options{Config: f.cfg, Platform: f.plat, Kube: f.kube, Etcd: f.etcd,
+	a, err := New(Options{Config: f.cfg, Platform: f.plat, Kube: fakeCore{f.kube.CoreV1()}, Etcd: f.etcd,
 		Notify: func(s string) error { f.notes <- s; return nil }})
 	require.NoError(f.t, err)
 	ctx, cancel := context.WithCancel(context.Background())

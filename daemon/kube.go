@@ -9,9 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -23,29 +23,41 @@ import (
 // nodeClient is the agent's part of the API: a watch of its own Node (a
 // field selector, so it lists and watches one object), a merge patch of
 // its annotations, and Events on it.
+//
+// Note: it holds the core/v1 client alone, not a whole Clientset, and
+// builds its one informer itself rather than through an informer factory:
+// a Clientset makes a client for every API group when it is made, which
+// pages in code of the binary the agent never runs (docs/figures.md).
 type nodeClient struct {
-	client   kubernetes.Interface
+	client   typedcorev1.CoreV1Interface
 	name     string
 	log      *slog.Logger
 	informer cache.SharedIndexInformer
-	factory  informers.SharedInformerFactory
 	recorder record.EventRecorder
 	events   record.EventBroadcaster
 	ref      *corev1.ObjectReference
 }
 
-func newNodeClient(client kubernetes.Interface, name string, log *slog.Logger) *nodeClient {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		}))
+func newNodeClient(client typedcorev1.CoreV1Interface, name string, log *slog.Logger) *nodeClient {
+	own := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			own(&o)
+			return client.Nodes().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			own(&o)
+			return client.Nodes().Watch(ctx, o)
+		},
+	}
 	events := record.NewBroadcaster()
 	return &nodeClient{
 		client:   client,
 		name:     name,
 		log:      log,
-		factory:  factory,
-		informer: factory.Core().V1().Nodes().Informer(),
+		informer: cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{}, 0, cache.Indexers{}),
 		events:   events,
 		recorder: events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.EventSourceAgent, Host: name}),
 		// Note: a Node's Events name it by its name as UID, as the kubelet's do.
@@ -63,12 +75,12 @@ func (n *nodeClient) start(ctx context.Context, onChange func()) error {
 	if err != nil {
 		return fmt.Errorf("watch node %s: %w", n.name, err)
 	}
-	n.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: n.client.CoreV1().Events("")})
+	n.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: n.client.Events("")})
 	go func() {
 		<-ctx.Done()
 		n.events.Shutdown()
 	}()
-	n.factory.Start(ctx.Done())
+	go n.informer.RunWithContext(ctx)
 	return nil
 }
 
@@ -91,7 +103,7 @@ func (n *nodeClient) annotate(ctx context.Context, key, value string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := n.client.CoreV1().Nodes().Patch(ctx, n.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := n.client.Nodes().Patch(ctx, n.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("annotate node %s with %s: %w", n.name, key, err)
 	}
 	return nil

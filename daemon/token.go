@@ -12,7 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/fleet-role/fleet-role/api/logkey"
@@ -44,14 +44,14 @@ const tokenRequestTimeout = 30 * time.Second
 // mints a new one when run, as it does for a missing or refused token.
 type tokenRenewer struct {
 	path   string
-	client kubernetes.Interface
+	client typedcorev1.CoreV1Interface
 	clock  clock.WithTicker
 	log    *slog.Logger
 	// told is the last problem logged, so that a lasting one is logged once.
 	told string
 }
 
-func newTokenRenewer(path string, client kubernetes.Interface, clk clock.WithTicker, log *slog.Logger) *tokenRenewer {
+func newTokenRenewer(path string, client typedcorev1.CoreV1Interface, clk clock.WithTicker, log *slog.Logger) *tokenRenewer {
 	return &tokenRenewer{path: path, client: client, clock: clk, log: log}
 }
 
@@ -170,7 +170,7 @@ func (r *tokenRenewer) renew(ctx context.Context, old saToken) (saToken, error) 
 	secs := int64(lifetime / time.Second)
 	ctx, cancel := context.WithTimeout(ctx, tokenRequestTimeout)
 	defer cancel()
-	tr, err := r.client.CoreV1().ServiceAccounts(old.namespace).CreateToken(ctx, old.name, &authenticationv1.TokenRequest{
+	tr, err := r.client.ServiceAccounts(old.namespace).CreateToken(ctx, old.name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{Audiences: old.audiences, ExpirationSeconds: &secs},
 	}, metav1.CreateOptions{})
 	if err != nil {

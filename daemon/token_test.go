@@ -98,7 +98,7 @@ func tokenFixture(t *testing.T, lifetime time.Duration) (*tokenRenewer, *tokenAP
 	path := filepath.Join(t.TempDir(), "token")
 	first := signToken(t, "fleet-role", "fleet-role-agent-h2", []string{"https://kubernetes.default.svc.cluster.local", "k3s"}, start, lifetime, "first")
 	require.NoError(t, os.WriteFile(path, []byte(first+"\n"), 0o600))
-	return newTokenRenewer(path, kube, clk, slog.New(slog.DiscardHandler)), api, clk, first
+	return newTokenRenewer(path, kube.CoreV1(), clk, slog.New(slog.DiscardHandler)), api, clk, first
 }
 
 func readToken(t *testing.T, path string) saToken {
@@ -259,7 +259,7 @@ func TestARenewedTokenOnTheRealAPIServerIsTheOneTheAgentsClientSendsNext(t *test
 	require.Equal(t, "JTI="+first.id, sent(), "the client sends the first token")
 
 	// The agent's own Node client works under its RBAC with that token.
-	nc := newNodeClient(client, "h2", slog.New(slog.DiscardHandler))
+	nc := newNodeClient(client.CoreV1(), "h2", slog.New(slog.DiscardHandler))
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	require.NoError(t, nc.start(runCtx, func() {}))
@@ -269,7 +269,7 @@ func TestARenewedTokenOnTheRealAPIServerIsTheOneTheAgentsClientSendsNext(t *test
 	// Half the lifetime in (the fake clock says so), the agent renews the
 	// token through the same client.
 	clk := clocktesting.NewFakeClock(first.issued.Add(minTokenLifetime/2 + time.Second))
-	r := newTokenRenewer(path, client, clk, slog.New(slog.DiscardHandler))
+	r := newTokenRenewer(path, client.CoreV1(), clk, slog.New(slog.DiscardHandler))
 	renewed, err := r.check(ctx)
 	require.NoError(t, err)
 	require.True(t, renewed)

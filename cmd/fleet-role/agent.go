@@ -5,7 +5,7 @@ import (
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -86,8 +86,10 @@ func newPlatform(cfg config.Agent) (platform.Platform, error) {
 // agentClient reaches the API server by the agent's kubeconfig, or
 // in-cluster when its configuration gives none: the agent looks nowhere
 // else, so a host's other kubeconfigs (k3s's admin one) never stand in
-// for its own, narrower one.
-func agentClient(kubeconfig string) (kubernetes.Interface, error) {
+// for its own, narrower one. It is a core/v1 client, not a Clientset of
+// every API group: the agent reaches nothing else, and a Clientset's
+// making alone pages in megabytes of the binary (docs/figures.md).
+func agentClient(kubeconfig string) (typedcorev1.CoreV1Interface, error) {
 	var rc *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -98,5 +100,5 @@ func agentClient(kubeconfig string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return newKubeClient(rc)
+	return typedcorev1.NewForConfig(withOurDefaults(rc))
 }

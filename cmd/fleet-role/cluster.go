@@ -142,9 +142,15 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 
 // newKubeClient is the one client-go client of a command.
 func newKubeClient(rc *rest.Config) (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(withOurDefaults(rc))
+}
+
+// withOurDefaults sets what every client of fleet-role's sends and may
+// send: its user agent and its rate.
+func withOurDefaults(rc *rest.Config) *rest.Config {
 	rc.UserAgent = "fleet-role/" + build().Version
 	// Note: client-go's default of 5 requests a second would make a pass
 	// that renews the Lease, acts and publishes its status wait on itself.
 	rc.QPS, rc.Burst = 50, 100
-	return kubernetes.NewForConfig(rc)
+	return rc
 }
