@@ -42,6 +42,17 @@ func controllerConfigPath(flag string) string {
 }
 
 // controllerConfig loads the configuration controllerConfigPath names.
+// openCluster is what the commands that reach the cluster start with: the
+// controller's configuration and a client.
+func openCluster(configFile, kubeconfig string) (config.Controller, kubernetes.Interface, error) {
+	cfg, err := controllerConfig(configFile)
+	if err != nil {
+		return cfg, nil, err
+	}
+	client, err := kubeClient(kubeconfig)
+	return cfg, client, err
+}
+
 func controllerConfig(flag string) (config.Controller, error) {
 	path := controllerConfigPath(flag)
 	if path == "" {
@@ -148,11 +159,7 @@ the swap goes on, and the way back is a new swap once it ends.`,
 			if cancelSwap {
 				return cancelTheSwap(cmd, configFile, kubeconfig)
 			}
-			cfg, err := controllerConfig(configFile)
-			if err != nil {
-				return err
-			}
-			client, err := kubeClient(kubeconfig)
+			cfg, client, err := openCluster(configFile, kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -198,11 +205,7 @@ the swap goes on, and the way back is a new swap once it ends.`,
 // cancelTheSwap writes cancel.json naming the swap under way, once
 // swapplan.CheckCancel lets it.
 func cancelTheSwap(cmd *cobra.Command, configFile, kubeconfig string) error {
-	cfg, err := controllerConfig(configFile)
-	if err != nil {
-		return err
-	}
-	client, err := kubeClient(kubeconfig)
+	cfg, client, err := openCluster(configFile, kubeconfig)
 	if err != nil {
 		return err
 	}

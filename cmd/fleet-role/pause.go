@@ -61,11 +61,7 @@ func newResumeCommand() *cobra.Command {
 // setControl sets (or, for "", deletes) pause.json in the status
 // ConfigMap, reading and writing again while the controller changes it.
 func setControl(cmd *cobra.Command, configFile, kubeconfig string, value func(by string) (v, done string, err error)) error {
-	cfg, err := controllerConfig(configFile)
-	if err != nil {
-		return err
-	}
-	client, err := kubeClient(kubeconfig)
+	cfg, client, err := openCluster(configFile, kubeconfig)
 	if err != nil {
 		return err
 	}

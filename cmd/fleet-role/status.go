@@ -42,11 +42,7 @@ change with -o json or yaml).`,
 			if err != nil {
 				return err
 			}
-			cfg, err := controllerConfig(configFile)
-			if err != nil {
-				return err
-			}
-			client, err := kubeClient(kubeconfig)
+			cfg, client, err := openCluster(configFile, kubeconfig)
 			if err != nil {
 				return err
 			}
