@@ -61,6 +61,9 @@ type Agent struct {
 	// KeepRemoved is how many moved-aside datastores (db/etcd-removed-*)
 	// to keep.
 	KeepRemoved int `toml:"keep_removed"`
+	// ListenAddress serves the agent's /metrics and /healthz, host:port;
+	// empty serves nothing.
+	ListenAddress string `toml:"listen_address"`
 	// KeepSnapshots is how many of its own etcd snapshots
 	// (server/db/snapshots/fleet-role-*) the agent keeps; the newest is
 	// never removed, and k3s's own snapshots are never touched.
@@ -278,6 +281,9 @@ func (a Agent) Validate() error {
 		absolute(&p, fmt.Sprintf("staged_files[%d]", i), f)
 	}
 	absolute(&p, "join_file", a.JoinFile)
+	if _, _, err := net.SplitHostPort(a.ListenAddress); err != nil && a.ListenAddress != "" {
+		p.add("listen_address", "%q is not host:port: %v", a.ListenAddress, err)
+	}
 	positive(&p, "probe_period", a.ProbePeriod)
 	positive(&p, "resync_period", a.ResyncPeriod)
 	if a.Debounce < 0 || a.Debounce > time.Second {
@@ -435,6 +441,10 @@ keep_removed = {{.KeepRemoved}}
 # <unix>, taken before each swap) to keep; the newest is never removed and
 # k3s's own snapshots in that directory are never touched.
 keep_snapshots = {{.KeepSnapshots}}
+
+# Serves the agent's /metrics (Prometheus) and /healthz, host:port; empty
+# serves nothing. The Ansible role sets ":9091".
+listen_address = "{{.ListenAddress}}"
 
 # The servers of the inventory, in order. A demoted host's agent joins the
 # first other server that is a current voter (else the first other one).

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/clock"
 
@@ -50,6 +51,8 @@ type Options struct {
 	Notify func(state string) error
 	// WatchdogInterval is systemd's watchdog interval; 0 means none.
 	WatchdogInterval time.Duration
+	// Registry takes the agent's metrics; nil makes a new one.
+	Registry *prometheus.Registry
 }
 
 // Agent is the host daemon.
@@ -68,6 +71,9 @@ type Agent struct {
 	// tokens renews the ServiceAccount token; nil when token_file is "".
 	tokens  *tokenRenewer
 	trigger chan struct{}
+	// woken is when the first change not yet looked at arrived (unix ns).
+	woken   atomic.Int64
+	metrics *metrics
 	// alive is when the loop last made progress, in UnixNano.
 	alive atomic.Int64
 	// problems already told as Events, so a bad annotation is told once.
@@ -88,6 +94,9 @@ func New(o Options) (*Agent, error) {
 	if o.Notify == nil {
 		o.Notify = func(string) error { return nil }
 	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
 	st, err := openStore(o.Config.StateDir)
 	if err != nil {
 		return nil, err
@@ -106,6 +115,7 @@ func New(o Options) (*Agent, error) {
 		node:     newNodeClient(o.Kube, o.Config.NodeName, log),
 		trigger:  make(chan struct{}, 1),
 		told:     map[string]string{},
+		metrics:  newMetrics(o.Registry),
 	}
 	a.reports = newReporter(st, a.node.annotate, log.With(logkey.Part, "reporter"))
 	if o.Config.TokenFile != "" {
@@ -116,6 +126,7 @@ func New(o Options) (*Agent, error) {
 
 // poke asks the loop for a look.
 func (a *Agent) poke() {
+	a.woken.CompareAndSwap(0, a.clock.Now().UnixNano())
 	select {
 	case a.trigger <- struct{}{}:
 	default:
@@ -142,7 +153,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.host.etcdDir(),
 		},
 		debounce: a.cfg.Debounce,
-		trigger:  a.poke,
+		trigger:  func() { a.metrics.fileEvent.Inc(); a.poke() },
 		log:      a.log,
 	}
 	wg.Go(func() { w.run(ctx) })
@@ -295,22 +306,35 @@ func (a *Agent) reconcile(ctx context.Context) {
 	}
 	d := role.Decide(f)
 	a.say(d.Why)
+	woke := a.woken.Swap(0)
 	if len(d.Steps) == 0 && d.Report == nil {
 		return
 	}
 	log := a.log.With(logkey.Action, d.Do, logkey.Swap, f.CurrentSwap())
 	log.Info("decision made", logkey.Steps, d.Steps, logkey.Reason, d.Why)
 	start := a.clock.Now()
+	if woke != 0 && woke <= start.UnixNano() {
+		a.metrics.reaction.Observe(start.Sub(time.Unix(0, woke)).Seconds())
+	}
 	done, err := a.carryOut(ctx, d, f)
 	if ctx.Err() != nil {
 		return // stopped midway: the next run takes it up again
 	}
 	took := a.clock.Since(start).Round(time.Millisecond)
+	a.metrics.took.Observe(took.Seconds())
+	action := d.Do
+	if action == "" {
+		action = "report" // a report of what is already so
+	}
 	switch {
 	case err != nil:
+		a.metrics.actions.WithLabelValues(action, "failed").Inc()
 		log.Error("step failed", logkey.Err, err, logkey.Took, took)
-	case len(d.Steps) > 0:
-		log.Info("steps carried out", logkey.Took, took)
+	default:
+		a.metrics.actions.WithLabelValues(action, "done").Inc()
+		if len(d.Steps) > 0 {
+			log.Info("steps carried out", logkey.Took, took)
+		}
 	}
 	if d.Report == nil {
 		return

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -111,6 +112,8 @@ type fixture struct {
 	cancel  context.CancelFunc
 	done    chan error
 	patches atomic.Int32
+	// registry takes the agent's metrics; nil for a new one.
+	registry *prometheus.Registry
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -161,7 +164,7 @@ func (f *fixture) start() {
 	f.t.Helper()
 	f.notes = make(chan string, 100)
 	a, err := New(Options{Config: f.cfg, Platform: f.plat, Kube: fakeCore{f.kube.CoreV1()}, Etcd: f.etcd,
-		Notify: func(s string) error { f.notes <- s; return nil }})
+		Notify: func(s string) error { f.notes <- s; return nil }, Registry: f.registry})
 	require.NoError(f.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel, f.done = cancel, make(chan error, 1)
@@ -575,4 +578,55 @@ func TestASnapshotIsNamedForK3sAndTheOlderOfOursArePruned(t *testing.T) {
 		left = append(left, e.Name())
 	}
 	assert.ElementsMatch(t, []string{"etcd-snapshot-h2-100", "fleet-role-old-300", filepath.Base(r.Snapshot.Path)}, left)
+}
+
+func TestTheAgentsMetricsCountItsSamplesItsActionsAndItsFileEvents(t *testing.T) {
+	f := newFixture(t)
+	f.staged()
+	f.role("agent")
+	f.plat.Set(platform.Agent, true, time.Now().Add(-time.Hour))
+	reg := prometheus.NewRegistry()
+	f.registry = reg
+	f.start()
+	f.request(api.RequestPromote)
+	f.waitReport(api.RequestPromote, api.StateDone)
+	value := func(name string, labels map[string]string) float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, fam := range families {
+			if fam.GetName() != name {
+				continue
+			}
+		metric:
+			for _, m := range fam.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if labels[l.GetName()] != l.GetValue() {
+						continue metric
+					}
+				}
+				switch {
+				case m.Counter != nil:
+					return m.GetCounter().GetValue()
+				case m.Gauge != nil:
+					return m.GetGauge().GetValue()
+				case m.Histogram != nil:
+					return float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+		return -1
+	}
+	require.Eventually(t, func() bool {
+		return value("fleet_role_agent_actions_total", map[string]string{"action": "promote", "outcome": "done"}) == 1
+	},
+		5*time.Second, 10*time.Millisecond)
+	assert.GreaterOrEqual(t, value("fleet_role_agent_reaction_seconds", nil), 1.0, "the request that woke it")
+	assert.GreaterOrEqual(t, value("fleet_role_agent_action_seconds", nil), 1.0)
+	assert.GreaterOrEqual(t, value("fleet_role_agent_file_events_total", nil), 1.0, "the role file it wrote")
+	require.Eventually(t, func() bool {
+		return value("fleet_role_agent_probe_samples_total", map[string]string{"result": "healthy"}) >= 1
+	},
+		5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1.0, value("fleet_role_agent_probe_healthy", nil))
+	assert.Greater(t, value("fleet_role_agent_probe_fsync_p99_seconds", nil), 0.0)
 }

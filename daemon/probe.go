@@ -161,6 +161,7 @@ func (a *Agent) probeOnce(ctx context.Context, p *prober) {
 		staged, _ = a.platform.Installed(ctx, platform.Server)
 	}
 	s, members := p.sample(ctx, a.clock.Now(), server, staged)
+	a.metrics.sampled(s)
 	if len(members) > 0 {
 		a.keepVoters(members)
 	}
