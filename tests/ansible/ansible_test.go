@@ -361,14 +361,6 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Zero(t, changed(t, playbook(t, args...)), "a second run changes nothing")
 
-	// Check mode on the cluster now: every object tried by the API server,
-	// a change reported, nothing kept.
-	out = playbook(t, append(args, "--check", "-e", "fleet_role_controller_image=fleet-role:next")...)
-	assert.Positive(t, changed(t, out))
-	dep, err = kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, "fleet-role:latest", dep.Spec.Template.Spec.Containers[0].Image, "the dry run kept nothing")
-
 	// The rendered manifests decode strictly into their types, and are the
 	// chart's objects (each agent's RBAC is the agent role's) but for the
 	// configuration, which is the role's, and its checksum.
@@ -377,6 +369,14 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	objs, err := kubeapi.Decode(manifests)
 	require.NoError(t, err)
 	assertTheChartsObjects(t, objs)
+
+	// Check mode on the cluster now: every object tried by the API server,
+	// a change reported, nothing kept.
+	out = playbook(t, append(args, "--check", "-e", "fleet_role_controller_image=fleet-role:next")...)
+	assert.Positive(t, changed(t, out))
+	dep, err = kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "fleet-role:latest", dep.Spec.Template.Spec.Containers[0].Image, "the dry run kept nothing")
 
 	// -e dry_run=false flips exactly the config's line.
 	before, err := os.ReadFile(filepath.Join(render, "controller.toml"))
