@@ -15,14 +15,17 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/platform/docker"
+	"github.com/fleet-role/fleet-role/tests/helm"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -306,9 +309,7 @@ func TestTheAgentRoleInstallsAndStartsTheAgentOnASystemdHost(t *testing.T) {
 func grant(t *testing.T, kube *kubeapi.Server, node string) {
 	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "agent-rbac.yaml.j2"))
 	require.NoError(t, err)
-	ns, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "namespace.yaml"))
-	require.NoError(t, err)
-	kubeapi.Apply(t, kube.Client, ns)
+	kubeapi.Apply(t, kube.Client, []byte("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+api.Namespace+"\n"))
 	kubeapi.Apply(t, kube.Client, []byte(strings.ReplaceAll(string(b), "{{ node_name }}", node)))
 }
 
@@ -360,6 +361,15 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Zero(t, changed(t, playbook(t, args...)), "a second run changes nothing")
 
+	// The rendered manifests decode strictly into their types, and are the
+	// chart's objects (each agent's RBAC is the agent role's) but for the
+	// configuration, which is the role's, and its checksum.
+	manifests, err := os.ReadFile(filepath.Join(render, "fleet-role.yaml"))
+	require.NoError(t, err)
+	objs, err := kubeapi.Decode(manifests)
+	require.NoError(t, err)
+	assertTheChartsObjects(t, objs)
+
 	// Check mode on the cluster now: every object tried by the API server,
 	// a change reported, nothing kept.
 	out = playbook(t, append(args, "--check", "-e", "fleet_role_controller_image=fleet-role:next")...)
@@ -367,13 +377,6 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	dep, err = kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "fleet-role:latest", dep.Spec.Template.Spec.Containers[0].Image, "the dry run kept nothing")
-
-	// The rendered manifests decode strictly into their types.
-	manifests, err := os.ReadFile(filepath.Join(render, "fleet-role.yaml"))
-	require.NoError(t, err)
-	objs, err := kubeapi.Decode(manifests)
-	require.NoError(t, err)
-	assert.Equal(t, 1+7+1+1, len(objs), "the namespace, the controller's RBAC (7), its config, its Deployment; each agent's RBAC is the agent role's")
 
 	// -e dry_run=false flips exactly the config's line.
 	before, err := os.ReadFile(filepath.Join(render, "controller.toml"))
@@ -387,6 +390,33 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	c, err = config.ParseController([]byte(cm.Data["controller.toml"]))
 	require.NoError(t, err)
 	assert.False(t, c.DryRun)
+}
+
+// assertTheChartsObjects asserts that the role's objects are the chart's
+// (tests/helm renders it), the role's configuration and its checksum
+// taken for the chart's.
+func assertTheChartsObjects(t *testing.T, role []runtime.Object) {
+	t.Helper()
+	b, err := helm.Render(api.Namespace, map[string]any{"namespace": map[string]any{"create": true}})
+	require.NoError(t, err)
+	chart, err := kubeapi.Decode(b)
+	require.NoError(t, err)
+	var toml string
+	for _, o := range role {
+		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "fleet-role-controller-config" {
+			toml = cm.Data["controller.toml"]
+		}
+	}
+	require.NotEmpty(t, toml, "the role's configuration")
+	for _, o := range chart {
+		switch v := o.(type) {
+		case *corev1.ConfigMap:
+			v.Data["controller.toml"] = toml
+		case *appsv1.Deployment:
+			v.Spec.Template.Annotations[api.AnnotationConfigChecksum] = sha256Hex(toml)
+		}
+	}
+	assert.Equal(t, chart, role)
 }
 
 // lineDiff lists the lines only in a ("- ") and only in b ("+ ").

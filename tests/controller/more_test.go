@@ -140,18 +140,17 @@ func TestARegradeHoldingTheLeaseBlocksEveryAction(t *testing.T) {
 	assert.Equal(t, before.Swap.ID, res.ID, "the same swap, resumed")
 }
 
-// apply creates the objects of a packaged manifest, strictly decoded.
-func apply(t *testing.T, c kubernetes.Interface, file string) {
-	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", file))
+// applyPackaged creates the objects of the packaged manifests (the chart's
+// render, packaging/kubernetes/controller.yaml), strictly decoded.
+func applyPackaged(t *testing.T, c kubernetes.Interface) {
+	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "controller.yaml"))
 	require.NoError(t, err)
 	kubeapi.Apply(t, c, b)
 }
 
 func TestTheControllerAsItsServiceAccountWithThePackagedRBACCanDoASwapAndNothingElse(t *testing.T) {
 	e := newEnv(t, 3, 1, 0)
-	for _, f := range []string{"namespace.yaml", "controller-rbac.yaml", "controller-config.yaml", "deployment.yaml"} {
-		apply(t, e.api.Client, f)
-	}
+	applyPackaged(t, e.api.Client)
 	dep, err := e.api.Client.AppsV1().Deployments(api.Namespace).Get(context.Background(), "fleet-role-controller", metav1.GetOptions{})
 	require.NoError(t, err, "the API server takes the packaged Deployment")
 	assert.Equal(t, "fleet-role-controller", dep.Spec.Template.Spec.ServiceAccountName)

@@ -36,14 +36,13 @@ func makeImage(t *testing.T) {
 	require.NoError(t, cmd.Run(), out.String())
 }
 
-// apply applies fleet-role's manifests of packaging/kubernetes.
-func apply(t *testing.T, kube *kubeapi.Server, files ...string) {
+// apply applies fleet-role's packaged manifests (the chart's render,
+// packaging/kubernetes/controller.yaml).
+func apply(t *testing.T, kube *kubeapi.Server) {
 	t.Helper()
-	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", f))
-		require.NoError(t, err)
-		kubeapi.Apply(t, kube.Client, b)
-	}
+	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "controller.yaml"))
+	require.NoError(t, err)
+	kubeapi.Apply(t, kube.Client, b)
 }
 
 // status is the Deployment's status, as a line for a failure.
@@ -61,7 +60,7 @@ func TestTheControllersDeploymentRunsBothReplicasUnderItsServiceAccountAndRollsT
 	makeImage(t)
 	nw := testhost.NewNetwork(t)
 	kube := kubeapi.StartOn(t, nw.Gateway)
-	apply(t, kube, "namespace.yaml", "controller-rbac.yaml", "controller-config.yaml", "deployment.yaml")
+	apply(t, kube)
 	u, err := url.Parse(kube.URL)
 	require.NoError(t, err)
 	port, _ := strconv.Atoi(u.Port())

@@ -155,14 +155,20 @@ func TestTheTemplateHashNamesTheTemplateAndChangesWithIt(t *testing.T) {
 }
 
 // controllerTemplate is the pod template of the controller's Deployment
-// in packaging/kubernetes.
+// in packaging/kubernetes/controller.yaml.
 func controllerTemplate(t *testing.T) *corev1.PodTemplateSpec {
-	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "deployment.yaml"))
+	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "controller.yaml"))
 	require.NoError(t, err)
 	objs, err := kubeapi.Decode(b)
 	require.NoError(t, err)
-	require.Len(t, objs, 1)
-	return &objs[0].(*appsv1.Deployment).Spec.Template
+	var deps []*appsv1.Deployment
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			deps = append(deps, d)
+		}
+	}
+	require.Len(t, deps, 1)
+	return &deps[0].Spec.Template
 }
 
 func TestTheControllersPodTemplateIsRunAsTheKubeletWouldRunIt(t *testing.T) {

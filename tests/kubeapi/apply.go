@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,8 +83,12 @@ func create(ctx context.Context, c kubernetes.Interface, obj runtime.Object) err
 		_, err = c.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, o)
 	case *corev1.ConfigMap:
 		_, err = c.CoreV1().ConfigMaps(v.Namespace).Create(ctx, v, o)
+	case *corev1.Service:
+		_, err = c.CoreV1().Services(v.Namespace).Create(ctx, v, o)
 	case *appsv1.Deployment:
 		_, err = c.AppsV1().Deployments(v.Namespace).Create(ctx, v, o)
+	case *policyv1.PodDisruptionBudget:
+		_, err = c.PolicyV1().PodDisruptionBudgets(v.Namespace).Create(ctx, v, o)
 	case *rbacv1.ClusterRole:
 		_, err = c.RbacV1().ClusterRoles().Create(ctx, v, o)
 	case *rbacv1.ClusterRoleBinding:

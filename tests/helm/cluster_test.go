@@ -1,0 +1,154 @@
+package helm_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/tests/kubeapi"
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(testhost.RunWithFleetRole(m, &binary))
+}
+
+// install applies a render to a fresh API server, as helm install would
+// create its objects, and reads them back.
+func install(t *testing.T, values map[string]any) (*kubeapi.Server, *appsv1.Deployment) {
+	t.Helper()
+	kube := kubeapi.Start(t)
+	b, _ := render(t, api.Namespace, values)
+	kubeapi.Apply(t, kube.Client, b)
+	dep, err := kube.Client.AppsV1().Deployments(api.Namespace).Get(context.Background(), "fleet-role-controller", metav1.GetOptions{})
+	require.NoError(t, err, "the API server takes the Deployment")
+	return kube, dep
+}
+
+func TestTheControllersPodsAreAdmittedUnderTheRestrictedPodSecurityProfile(t *testing.T) {
+	kube, dep := install(t, packagedValues)
+	ctx := context.Background()
+	tpl := dep.Spec.Template.Spec
+	require.NotNil(t, tpl.SecurityContext.RunAsNonRoot)
+	assert.True(t, *tpl.SecurityContext.RunAsNonRoot)
+	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, tpl.SecurityContext.SeccompProfile.Type)
+	sc := tpl.Containers[0].SecurityContext
+	assert.True(t, *sc.ReadOnlyRootFilesystem)
+	assert.False(t, *sc.AllowPrivilegeEscalation)
+	assert.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
+
+	// The API server's PodSecurity admission judges a Pod of the template
+	// in a namespace that enforces the restricted profile.
+	ns, err := kube.Client.CoreV1().Namespaces().Get(ctx, api.Namespace, metav1.GetOptions{})
+	require.NoError(t, err)
+	ns.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	_, err = kube.Client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	pod := func(name string, spec corev1.PodSpec) error {
+		_, err := kube.Client.CoreV1().Pods(api.Namespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: dep.Spec.Template.Labels}, Spec: spec}, metav1.CreateOptions{})
+		return err
+	}
+	assert.NoError(t, pod("controller", *tpl.DeepCopy()), "the controller's Pod is admitted")
+	loose := tpl.DeepCopy()
+	loose.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
+	err = pod("loose", *loose)
+	assert.True(t, apierrors.IsForbidden(err), "the profile is enforced: %v", err)
+}
+
+// access is who may use the CLI in these tests.
+var access = map[string]any{"namespace": map[string]any{"create": true}, "access": map[string]any{
+	"operators": []any{map[string]any{"kind": "User", "name": "olivia", "apiGroup": "rbac.authorization.k8s.io"}},
+	"viewers":   []any{map[string]any{"kind": "User", "name": "victor", "apiGroup": "rbac.authorization.k8s.io"}},
+}}
+
+// allowed asks the API server whether user may do what attrs say.
+func allowed(t *testing.T, c kubernetes.Interface, user string, attrs authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	r, err := c.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:authenticated"}, ResourceAttributes: &attrs},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return r.Status.Allowed
+}
+
+func TestTheOperatorAndViewerRolesAllowWhatTheCLIDoesAndNothingMore(t *testing.T) {
+	kube, _ := install(t, access)
+	ns, leases := api.Namespace, api.NodeLeaseNamespace
+	type check struct {
+		verb, group, resource, namespace, name string
+		operator, viewer                       bool
+	}
+	for _, c := range []check{
+		// swap and swap --cancel read the cluster as a pass does...
+		{"list", "", "nodes", "", "", true, false},
+		{"get", "", "nodes", "", "a1", true, false},
+		{"list", "coordination.k8s.io", "leases", leases, "", true, false},
+		{"get", "coordination.k8s.io", "leases", ns, api.LeaseName, true, false},
+		// ...and write their request, cancel or pause into the status.
+		{"get", "", "configmaps", ns, api.StatusConfigMap, true, true},
+		{"update", "", "configmaps", ns, api.StatusConfigMap, true, false},
+		{"create", "", "configmaps", ns, "", true, false},
+		// Nothing the controller alone does.
+		{"patch", "", "nodes", "", "a1", false, false},
+		{"update", "coordination.k8s.io", "leases", ns, api.LeaseName, false, false},
+		{"get", "coordination.k8s.io", "leases", ns, "fleet-role-controller", false, false},
+		{"list", "coordination.k8s.io", "leases", ns, "", false, false},
+		{"delete", "", "configmaps", ns, api.StatusConfigMap, false, false},
+		{"update", "", "configmaps", ns, "fleet-role-controller-config", false, false},
+		{"get", "", "configmaps", ns, "fleet-role-controller-config", false, false},
+		{"list", "", "configmaps", ns, "", false, false},
+		{"get", "", "configmaps", "kube-system", api.StatusConfigMap, false, false},
+		{"get", "", "secrets", ns, "any", false, false},
+		{"create", "", "pods/eviction", "apps", "web", false, false},
+		{"update", "apps", "deployments", ns, "fleet-role-controller", false, false},
+	} {
+		attrs := authorizationv1.ResourceAttributes{Verb: c.verb, Group: c.group, Resource: c.resource, Namespace: c.namespace, Name: c.name}
+		if sub, ok := strings.CutPrefix(c.resource, "pods/"); ok {
+			attrs.Resource, attrs.Subresource = "pods", sub
+		}
+		assert.Equal(t, c.operator, allowed(t, kube.Client, "olivia", attrs), "operator: %+v", c)
+		assert.Equal(t, c.viewer, allowed(t, kube.Client, "victor", attrs), "viewer: %+v", c)
+		assert.False(t, allowed(t, kube.Client, "mallory", attrs), "nobody else: %+v", c)
+	}
+
+	// The CLI itself, as each of them.
+	dir := t.TempDir()
+	cli := func(user string, args ...string) (string, error) {
+		t.Helper()
+		kc := filepath.Join(dir, user+".kubeconfig")
+		require.NoError(t, kube.WriteImpersonatingKubeconfig(kc, user))
+		out, err := exec.Command(binary, append(args, "--kubeconfig", kc)...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := cli("olivia", "pause", "--reason", "maintenance")
+	require.NoError(t, err, "an operator pauses before any status: %s", out)
+	cm, err := kube.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), api.StatusConfigMap, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Contains(t, cm.Data[api.PauseKey], "maintenance", "the pause is written")
+	out, err = cli("victor", "status")
+	require.NoError(t, err, "a viewer reads the status: %s", out)
+	out, err = cli("victor", "resume")
+	require.Error(t, err, "a viewer does not resume: %s", out)
+	assert.Contains(t, out, "forbidden")
+	out, err = cli("olivia", "resume")
+	require.NoError(t, err, "an operator resumes: %s", out)
+	out, err = cli("mallory", "status")
+	require.Error(t, err, "nobody else reads the status: %s", out)
+	assert.Contains(t, out, "forbidden")
+}

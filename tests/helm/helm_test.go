@@ -1,0 +1,207 @@
+package helm_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/tests/helm"
+	"github.com/fleet-role/fleet-role/tests/kubeapi"
+	"github.com/fleet-role/fleet-role/tests/testhost"
+)
+
+var update = flag.Bool("update", false, "rewrite packaging/kubernetes/controller.yaml")
+
+// packagedValues are the values of packaging/kubernetes/controller.yaml:
+// the chart's own, the namespace made.
+var packagedValues = map[string]any{"namespace": map[string]any{"create": true}}
+
+const packagedHeader = `# fleet-role's controller, its configuration and RBAC: the chart
+# packaging/helm/fleet-role rendered in the namespace fleet-role with its
+# default values and namespace.create=true, for kubectl apply -f and for the
+# Ansible role fleet_role_controller. Not to be edited: change the chart.
+# Generated: go test ./tests/helm -run PackagedManifests -update
+`
+
+func render(t *testing.T, namespace string, values map[string]any) ([]byte, []runtime.Object) {
+	t.Helper()
+	b, err := helm.Render(namespace, values)
+	require.NoError(t, err)
+	objs, err := kubeapi.Decode(b)
+	require.NoError(t, err, "every object decodes strictly:\n%s", b)
+	return b, objs
+}
+
+// only is the one object of type T named name in objs.
+func only[T runtime.Object](t *testing.T, objs []runtime.Object, namespace, name string) T {
+	t.Helper()
+	var found []T
+	for _, o := range objs {
+		if v, ok := o.(T); ok {
+			m := o.(metav1.Object)
+			if m.GetName() == name && m.GetNamespace() == namespace {
+				found = append(found, v)
+			}
+		}
+	}
+	require.Len(t, found, 1, "%T %s/%s", *new(T), namespace, name)
+	return found[0]
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func TestThePackagedManifestsAreTheChartsRender(t *testing.T) {
+	b, _ := render(t, api.Namespace, packagedValues)
+	want := packagedHeader + string(b)
+	path := filepath.Join(testhost.Root(), "packaging", "kubernetes", "controller.yaml")
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(want), 0o644))
+	}
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, want, string(got), "regenerate: go test ./tests/helm -run PackagedManifests -update")
+}
+
+func TestTheDefaultRenderIsTheControllerAsPackaged(t *testing.T) {
+	b, objs := render(t, api.Namespace, packagedValues)
+	only[*corev1.Namespace](t, objs, "", api.Namespace)
+	only[*corev1.ServiceAccount](t, objs, api.Namespace, "fleet-role-controller")
+
+	cm := only[*corev1.ConfigMap](t, objs, api.Namespace, "fleet-role-controller-config")
+	require.Equal(t, []string{"controller.toml"}, keys(cm.Data))
+	c, err := config.ParseController([]byte(cm.Data["controller.toml"]))
+	require.NoError(t, err, "the rendered configuration is valid")
+	assert.True(t, c.DryRun, "a dry run until told otherwise")
+	assert.Equal(t, api.Namespace, c.Namespace)
+	assert.Equal(t, ":9090", c.ListenAddress)
+
+	dep := only[*appsv1.Deployment](t, objs, api.Namespace, "fleet-role-controller")
+	require.NotNil(t, dep.Spec.Replicas)
+	assert.EqualValues(t, 2, *dep.Spec.Replicas, "two replicas, one leading")
+	pod := dep.Spec.Template.Spec
+	assert.Equal(t, "fleet-role-controller", pod.ServiceAccountName)
+	require.Len(t, pod.Containers, 1)
+	assert.Equal(t, "fleet-role:latest", pod.Containers[0].Image, "the appVersion's tag, no registry")
+	assert.Equal(t, corev1.PullIfNotPresent, pod.Containers[0].ImagePullPolicy)
+	assert.Equal(t, sha256Hex(cm.Data["controller.toml"]), dep.Spec.Template.Annotations[api.AnnotationConfigChecksum],
+		"the pod template carries the configuration's checksum")
+	assert.NotEmpty(t, pod.Containers[0].Resources.Requests)
+	assert.NotEmpty(t, pod.Containers[0].Resources.Limits)
+
+	pdb := only[*policyv1.PodDisruptionBudget](t, objs, api.Namespace, "fleet-role-controller")
+	assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MinAvailable)
+	assert.Equal(t, dep.Spec.Selector, pdb.Spec.Selector)
+
+	svc := only[*corev1.Service](t, objs, api.Namespace, "fleet-role-controller-metrics")
+	assert.Equal(t, dep.Spec.Selector.MatchLabels, svc.Spec.Selector)
+	require.Len(t, svc.Spec.Ports, 1)
+	assert.EqualValues(t, 9090, svc.Spec.Ports[0].Port, "the port of listen_address")
+	assert.Equal(t, intstr.FromString("http"), svc.Spec.Ports[0].TargetPort)
+	assert.Equal(t, int32(9090), pod.Containers[0].Ports[0].ContainerPort)
+
+	assert.NotContains(t, string(b), "kind: ServiceMonitor", "no ServiceMonitor unless asked")
+}
+
+func TestAServiceMonitorScrapesTheMetricsServiceWhenAsked(t *testing.T) {
+	b, err := helm.Render(api.Namespace, map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{
+		"enabled": true, "labels": map[string]any{"release": "prometheus"}}}})
+	require.NoError(t, err)
+	var monitors []map[string]any
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var o map[string]any
+		require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &o))
+		if o["kind"] == "ServiceMonitor" {
+			monitors = append(monitors, o)
+		}
+	}
+	require.Len(t, monitors, 1)
+	var m struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string
+		Metadata   metav1.ObjectMeta
+		Spec       struct {
+			Selector  metav1.LabelSelector
+			Endpoints []struct{ Port, Path, Interval string }
+		}
+	}
+	j, err := yaml.Marshal(monitors[0])
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(j, &m))
+	assert.Equal(t, "monitoring.coreos.com/v1", m.APIVersion)
+	assert.Equal(t, api.Namespace, m.Metadata.Namespace)
+	assert.Equal(t, "prometheus", m.Metadata.Labels["release"], "its labels, for the Prometheus that selects it")
+	_, objs := render(t, api.Namespace, nil)
+	svc := only[*corev1.Service](t, objs, api.Namespace, "fleet-role-controller-metrics")
+	for k, v := range m.Spec.Selector.MatchLabels {
+		assert.Equal(t, v, svc.Labels[k], "it selects the metrics Service: %s", k)
+	}
+	require.Len(t, m.Spec.Endpoints, 1)
+	assert.Equal(t, "http", m.Spec.Endpoints[0].Port)
+	assert.Equal(t, "/metrics", m.Spec.Endpoints[0].Path)
+}
+
+func keys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+func TestARenderInAnotherNamespacePutsEverythingAndTheConfigurationThere(t *testing.T) {
+	_, objs := render(t, "ops", map[string]any{"config": map[string]any{"dryRun": false, "extra": "[verdicts]\nwindow = 10\n"}})
+	for _, o := range objs {
+		m := o.(metav1.Object)
+		if m.GetNamespace() != "" && m.GetNamespace() != api.NodeLeaseNamespace {
+			assert.Equal(t, "ops", m.GetNamespace(), "%T %s", o, m.GetName())
+		}
+		if b, ok := o.(*rbacv1.RoleBinding); ok {
+			for _, s := range b.Subjects {
+				if s.Kind == rbacv1.ServiceAccountKind {
+					assert.Equal(t, "ops", s.Namespace)
+				}
+			}
+		}
+	}
+	cm := only[*corev1.ConfigMap](t, objs, "ops", "fleet-role-controller-config")
+	c, err := config.ParseController([]byte(cm.Data["controller.toml"]))
+	require.NoError(t, err)
+	assert.Equal(t, "ops", c.Namespace, "the controller's namespace is the release's")
+	assert.False(t, c.DryRun)
+	assert.Equal(t, 10, c.Verdicts.Window, "the extra TOML is the configuration's too")
+}
+
+func TestTheChartsTarArchiveIsAChartHelmLoads(t *testing.T) {
+	// docs/deploying.md's archive for a k3s HelmChart's chartContent.
+	tgz := filepath.Join(t.TempDir(), "fleet-role.tgz")
+	out, err := exec.Command("tar", "czf", tgz, "-C", filepath.Dir(helm.ChartDir()), "fleet-role").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	ch, err := loader.Load(tgz)
+	require.NoError(t, err)
+	assert.Equal(t, "fleet-role", ch.Name())
+	dir, err := loader.Load(helm.ChartDir())
+	require.NoError(t, err)
+	assert.Equal(t, len(dir.Templates), len(ch.Templates), "every template is in it")
+}
