@@ -33,6 +33,7 @@ const evalInterval = time.Minute
 // alert that fire: their labels, sorted.
 func firing(t *testing.T, series, alert string, at ...time.Duration) map[time.Duration][]string {
 	t.Helper()
+	// A blank line ends a load block: the series' leading one goes.
 	suite, err := promqltest.NewLazyLoader("load 1m\n"+strings.TrimLeft(series, "\n"), promqltest.LazyLoaderOpts{EnableAtModifier: true, EnableNegativeOffset: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, suite.Close()) })
