@@ -98,8 +98,8 @@ func firing(t *testing.T, series, alert string, at ...time.Duration) map[time.Du
 	require.NoError(t, err)
 	defer q.Close()
 	set := q.Select(suite.Context(), false, nil,
-		labels.MustNewMatcher(labels.MatchRegexp, labels.MetricName, ".+"),
-		labels.MustNewMatcher(labels.MatchNotRegexp, labels.MetricName, "ALERTS.*"))
+		labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".+"),
+		labels.MustNewMatcher(labels.MatchNotRegexp, model.MetricNameLabel, "ALERTS.*"))
 	loaded := 0
 	for set.Next() {
 		loaded++
