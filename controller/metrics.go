@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -40,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		voters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_voters", Help: "Nodes whose etcd members vote."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_leader", Help: "1 while this replica leads."}),
 		verdicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_verdict",
-			Help: "1 for each host's verdict."}, []string{"node", "state"}),
+			Help: "1 for each host's verdict; role is voter when the host's member votes, else standby."}, []string{"node", "role", "state"}),
 		dryRun: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_role_dry_run_decisions_total",
 			Help: "Automatic decisions a dry run only reported, each counted once, by the voter out and the standby in."}, []string{"out", "in"}),
 		wouldSwap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_dry_run_would_swap",
@@ -61,6 +63,10 @@ func (m *metrics) observe(plan swapplan.Plan, stepSeconds float64, verdicts map[
 	m.voters.Set(float64(len(plan.Voters)))
 	m.verdicts.Reset()
 	for node, v := range verdicts {
-		m.verdicts.WithLabelValues(node, v.State).Set(1)
+		role := api.RoleStandby // the controller judges only voters and standbys
+		if slices.Contains(plan.Voters, node) {
+			role = api.RoleVoter
+		}
+		m.verdicts.WithLabelValues(node, role, v.State).Set(1)
 	}
 }

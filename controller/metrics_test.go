@@ -1,0 +1,39 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+func TestAVerdictSaysWhetherItsHostVotes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+	m.observe(swapplan.Plan{Voters: []string{"v1", "v2"}}, 0, map[string]api.Verdict{
+		"v1": {State: api.VerdictFit}, "v2": {State: api.VerdictUnfit}, "s1": {State: api.VerdictPartial},
+	})
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fleet_role_verdict 1 for each host's verdict; role is voter when the host's member votes, else standby.
+# TYPE fleet_role_verdict gauge
+fleet_role_verdict{node="s1",role="standby",state="partial"} 1
+fleet_role_verdict{node="v1",role="voter",state="fit"} 1
+fleet_role_verdict{node="v2",role="voter",state="unfit"} 1
+`), "fleet_role_verdict"))
+
+	// A swap under way: IN's member votes before its label says so.
+	m.observe(swapplan.Plan{Voters: []string{"v1", "s1"}}, 0, map[string]api.Verdict{
+		"v1": {State: api.VerdictFit}, "s1": {State: api.VerdictFit},
+	})
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fleet_role_verdict 1 for each host's verdict; role is voter when the host's member votes, else standby.
+# TYPE fleet_role_verdict gauge
+fleet_role_verdict{node="s1",role="voter",state="fit"} 1
+fleet_role_verdict{node="v1",role="voter",state="fit"} 1
+`), "fleet_role_verdict"))
+}
