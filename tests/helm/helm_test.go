@@ -205,3 +205,47 @@ func TestTheChartsTarArchiveIsAChartHelmLoads(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, len(dir.Templates), len(ch.Templates), "every template is in it")
 }
+
+func TestThePrometheusRuleAndTheDashboardAreTheChartsFilesWhenAsked(t *testing.T) {
+	b, err := helm.Render(api.Namespace, map[string]any{"metrics": map[string]any{
+		"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
+		"dashboard":      map[string]any{"enabled": true}}})
+	require.NoError(t, err)
+	chart := filepath.Join(testhost.Root(), "packaging", "helm", "fleet-role", "files")
+	var rules, dashboards int
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var o map[string]any
+		require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &o))
+		switch o["kind"] {
+		case "PrometheusRule":
+			rules++
+			meta := o["metadata"].(map[string]any)
+			assert.Equal(t, api.Namespace, meta["namespace"])
+			assert.Equal(t, "prometheus", meta["labels"].(map[string]any)["release"])
+			file, err := os.ReadFile(filepath.Join(chart, "prometheus-rules.yaml"))
+			require.NoError(t, err)
+			var want map[string]any
+			require.NoError(t, yaml.UnmarshalStrict(file, &want))
+			assert.Equal(t, want, o["spec"], "the rules file, whole")
+		case "ConfigMap":
+			if !strings.HasSuffix(o["metadata"].(map[string]any)["name"].(string), "-dashboard") {
+				continue
+			}
+			dashboards++
+			var cm corev1.ConfigMap
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &cm))
+			assert.Equal(t, "1", cm.Labels["grafana_dashboard"], "the label Grafana's sidecar looks for")
+			file, err := os.ReadFile(filepath.Join(chart, "grafana-dashboard.json"))
+			require.NoError(t, err)
+			assert.JSONEq(t, string(file), cm.Data["fleet-role.json"])
+		}
+	}
+	assert.Equal(t, 1, rules)
+	assert.Equal(t, 1, dashboards)
+	_, objs := render(t, api.Namespace, nil)
+	for _, o := range objs {
+		if cm, ok := o.(*corev1.ConfigMap); ok {
+			assert.NotContains(t, cm.Name, "dashboard", "none unless asked")
+		}
+	}
+}
