@@ -25,7 +25,7 @@ var errConfigChanged = errors.New("the configuration changed")
 // ConfigMap, mounted as a volume, changes in place (the kubelet swaps the
 // directory's ..data link), and the Ansible role's checksum on the pod
 // template only rolls the Pods when the role applies the change: a
-// `kubectl apply` of packaging/kubernetes or a `kubectl edit` does not.
+// `kubectl apply` of packaging/kubernetes/controller.yaml or a `kubectl edit` does not.
 // So the controller exits, cleanly (its leadership released), once its
 // file says something new, and is started again with it, as kube-proxy
 // does with its own configuration file. An exit rather than a reload in
