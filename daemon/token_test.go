@@ -222,7 +222,9 @@ func TestARenewedTokenOnTheRealAPIServerIsTheOneTheAgentsClientSendsNext(t *test
 	ctx := context.Background()
 	_, err := api.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h2"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	ns, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "namespace.yaml"))
+	// fleet-role's namespace and the rest of the controller's objects, as
+	// packaged (the chart's render), then the agent's RBAC.
+	ns, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "controller.yaml"))
 	require.NoError(t, err)
 	kubeapi.Apply(t, api.Client, ns)
 	rbac, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "agent-rbac.yaml.j2"))
