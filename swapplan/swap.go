@@ -385,8 +385,6 @@ func (p *planner) tail(in, out *Node) Plan {
 	return p.end(api.ResultCompleted, nil, "")
 }
 
-// rollback and abandon mark the swap's phase on the Lease; the next passes
-// carry it out.
 // cancelRefused says why the swap can no longer be taken back; empty while
 // it can. A rollback undoes the candidate's side and the outgoing voter's
 // cordon; it does not start a server that stepped down: from the
@@ -442,6 +440,8 @@ func CheckCancel(s Snapshot) (*api.SwapRecord, error) {
 	return rec, nil
 }
 
+// rollback and abandon mark the swap's phase on the Lease; the next passes
+// carry it out.
 func (p *planner) rollback(reason string) Plan {
 	rec := *p.rec
 	rec.Phase, rec.Reason = api.PhaseRollback, reason
