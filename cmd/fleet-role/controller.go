@@ -41,7 +41,6 @@ func controllerConfigPath(flag string) string {
 	return defaultControllerConfig
 }
 
-// controllerConfig loads the configuration controllerConfigPath names.
 // openCluster is what the commands that reach the cluster start with: the
 // controller's configuration and a client.
 func openCluster(configFile, kubeconfig string) (config.Controller, kubernetes.Interface, error) {
@@ -53,6 +52,7 @@ func openCluster(configFile, kubeconfig string) (config.Controller, kubernetes.I
 	return cfg, client, err
 }
 
+// controllerConfig loads the configuration controllerConfigPath names.
 func controllerConfig(flag string) (config.Controller, error) {
 	path := controllerConfigPath(flag)
 	if path == "" {
