@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/clock"
 
@@ -72,8 +75,9 @@ type Agent struct {
 	tokens  *tokenRenewer
 	trigger chan struct{}
 	// woken is when the first change not yet looked at arrived (unix ns).
-	woken   atomic.Int64
-	metrics *metrics
+	woken    atomic.Int64
+	registry *prometheus.Registry
+	metrics  *metrics
 	// alive is when the loop last made progress, in UnixNano.
 	alive atomic.Int64
 	// problems already told as Events, so a bad annotation is told once.
@@ -115,6 +119,7 @@ func New(o Options) (*Agent, error) {
 		node:     newNodeClient(o.Kube, o.Config.NodeName, log),
 		trigger:  make(chan struct{}, 1),
 		told:     map[string]string{},
+		registry: o.Registry,
 		metrics:  newMetrics(o.Registry),
 	}
 	a.reports = newReporter(st, a.node.annotate, log.With(logkey.Part, "reporter"))
@@ -133,12 +138,29 @@ func (a *Agent) poke() {
 	}
 }
 
+// Handler serves /metrics and /healthz.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	return mux
+}
+
 // Run runs the agent until ctx ends; an ended ctx is a clean exit. It
 // tells systemd READY after the first full look, pings its watchdog while
 // the loop makes progress, and tells it STOPPING on the way out.
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if a.cfg.ListenAddress != "" {
+		l, err := net.Listen("tcp", a.cfg.ListenAddress)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", a.cfg.ListenAddress, err)
+		}
+		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Close()
+	}
 	if err := a.node.start(ctx, a.poke); err != nil {
 		return err
 	}

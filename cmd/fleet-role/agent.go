@@ -51,20 +51,14 @@ func newAgentCommand() *cobra.Command {
 			}
 			defer etcd.Close()
 			watchdog, _ := sddaemon.SdWatchdogEnabled(false)
-			reg := newRegistry()
 			a, err := daemon.New(daemon.Options{
 				Config: cfg, Platform: plat, Kube: kube, Etcd: etcd, Log: log,
 				Notify:           func(state string) error { _, err := sddaemon.SdNotify(false, state); return err },
 				WatchdogInterval: watchdog,
-				Registry:         reg,
+				Registry:         newRegistry(),
 			})
 			if err != nil {
 				return err
-			}
-			if cfg.ListenAddress != "" {
-				if err := serveMetrics(cmd.Context(), cfg.ListenAddress, reg, log); err != nil {
-					return err
-				}
 			}
 			return a.Run(cmd.Context())
 		},
