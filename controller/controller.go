@@ -49,7 +49,10 @@ type Options struct {
 // Controller reads the cluster, asks the planner, and carries out exactly
 // the action returned, one a pass.
 type Controller struct {
-	cfg      config.Controller
+	cfg config.Controller
+	// plan is what the planner needs of cfg, read once (the maintenance
+	// window's time zone among it).
+	plan     swapplan.Config
 	client   kubernetes.Interface
 	log      *slog.Logger
 	identity string
@@ -104,7 +107,7 @@ func New(o Options) (*Controller, error) {
 	}
 	log := o.Log.With(logkey.Component, "controller")
 	c := &Controller{
-		cfg: o.Config, client: o.Client, log: log, identity: o.Identity, now: o.Now,
+		cfg: o.Config, plan: PlanConfig(o.Config), client: o.Client, log: log, identity: o.Identity, now: o.Now,
 		registry: o.Registry, metrics: newMetrics(o.Registry), trigger: make(chan struct{}, 1),
 	}
 	c.cache = newCache(o.Client, o.Config.Namespace, runners, log, c.poke)
@@ -244,7 +247,7 @@ func (c *Controller) pass(ctx context.Context) {
 		from = c.acted // a change that came while the last action ran
 	}
 	now := c.now()
-	cfg := PlanConfig(c.cfg)
+	cfg := c.plan
 	verdicts := c.windows.verdicts(now, VerdictConfig(c.cfg))
 	snap, problems := c.cache.snapshot(cfg, verdicts, now)
 	in, out := swapNodes(snap)
