@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/controller"
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // replica is a second controller of the same fleet.
@@ -147,7 +147,7 @@ func TestFleetRoleStatusWatchRedrawsOnATerminalAndPrintsPlainLinesIntoAPipe(t *t
 	// Into a pipe: no terminal escapes, the status printed once while it
 	// does not change, and again when it does.
 	cmd = watch()
-	var piped syncBuffer
+	var piped testhost.SyncBuffer
 	cmd.Stdout = &piped
 	require.NoError(t, cmd.Start())
 	time.Sleep(1500 * time.Millisecond)
@@ -180,16 +180,3 @@ func TestFleetRoleStatusWatchRedrawsOnATerminalAndPrintsPlainLinesIntoAPipe(t *t
 		assert.Equal(t, "3\n", string(n))
 	}
 }
-
-// syncBuffer is a bytes.Buffer a process writes while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

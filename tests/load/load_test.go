@@ -2,7 +2,6 @@ package load_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -91,7 +90,7 @@ listen_address = "127.0.0.1:%d"
 [bounds]
 join = "1m"
 `, port)), 0o600)
-	var logs syncBuffer
+	var logs testhost.SyncBuffer
 	cmd := exec.Command(bin, "controller", "--config", conf, "--kubeconfig", kube.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -273,7 +272,7 @@ func metric(url, name string) float64 {
 	return 0
 }
 
-func waitFor(b *testing.B, d time.Duration, cond func() bool, logs *syncBuffer) {
+func waitFor(b *testing.B, d time.Duration, cond func() bool, logs *testhost.SyncBuffer) {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -294,21 +293,4 @@ func freePort(b *testing.B) int {
 		b.Fatal(err)
 	}
 	return p
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

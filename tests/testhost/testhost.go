@@ -323,3 +323,23 @@ func FreePort() (int, error) {
 	}
 	return 0, fmt.Errorf("no free port on loopback between 20000 and 32767")
 }
+
+// SyncBuffer is a bytes.Buffer that one goroutine (a process's output, a
+// logger) writes while a test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String is what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
