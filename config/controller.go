@@ -59,7 +59,8 @@ type Controller struct {
 // window. A swap started inside goes on outside; a manual swap starts at
 // any time. The defaults (every day, 00:00 to 00:00) are open always.
 type MaintenanceWindow struct {
-	// Days are the days the window opens on: "mon" to "sun".
+	// Days are the days the window opens on: "mon" to "sun"; none listed
+	// is every day.
 	Days []string `toml:"days"`
 	// Start is the time of day it opens, "HH:MM".
 	Start string `toml:"start"`
