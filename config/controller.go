@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -51,8 +52,55 @@ type Controller struct {
 	LeaderElection    LeaderElection    `toml:"leader_election"`
 	Verdicts          Verdicts          `toml:"verdicts"`
 	MaintenanceWindow MaintenanceWindow `toml:"maintenance_window"`
+	Holds             Holds             `toml:"holds"`
+	Notify            Notify            `toml:"notify"`
 	Bounds            Bounds            `toml:"bounds"`
 }
+
+// Holds are what else, when configured, holds the start of a swap
+// (automatic or manual; swap --force passes): kured's reboot lock, a
+// system-upgrade-controller Plan applying to a server, or Prometheus
+// alerts, as kured holds a reboot for them. A swap under way goes on. A
+// hold that cannot be read holds, and says why.
+type Holds struct {
+	// KuredDaemonSet is kured's DaemonSet, "namespace/name" (kured's
+	// --ds-namespace and --ds-name): while its lock annotation names a
+	// holder whose TTL has not run out, a node is rebooting or about to.
+	// Empty: no hold.
+	KuredDaemonSet string `toml:"kured_daemonset"`
+	// KuredLockAnnotation is kured's --lock-annotation.
+	KuredLockAnnotation string `toml:"kured_lock_annotation"`
+	// UpgradePlansNamespace is the system-upgrade-controller's namespace:
+	// while a Plan in it is applying to a Node of the fleet (a server or a
+	// standby), that Node is being upgraded. Empty: no hold.
+	UpgradePlansNamespace string `toml:"upgrade_plans_namespace"`
+	// PrometheusURL: while an alert is active there, as kured's
+	// --prometheus-url, filtered as its --alert-filter-regexp,
+	// --alert-filter-match-only and --alert-firing-only filter. Empty: no
+	// hold.
+	PrometheusURL string `toml:"prometheus_url"`
+	// AlertFilterRegexp: alerts whose name it matches do not hold (or,
+	// with alert_filter_match_only, only they do). Empty: every alert.
+	AlertFilterRegexp    string `toml:"alert_filter_regexp"`
+	AlertFilterMatchOnly bool   `toml:"alert_filter_match_only"`
+	// AlertFiringOnly: pending alerts do not hold.
+	AlertFiringOnly bool `toml:"alert_firing_only"`
+}
+
+// Notify is where a swap's start, end, rollback, abandon and stuck are
+// told, by shoutrrr URLs (as kured's --notify-url): "generic://host/path"
+// for a webhook, "slack://…", "teams://…", "smtp://…" and the rest of
+// shoutrrr's services.
+type Notify struct {
+	// URLs are written here; a URL with a token in it belongs in URLsFile.
+	URLs []string `toml:"urls"`
+	// URLsFile is a file of more URLs, one a line (a mounted Secret, say);
+	// blank lines and lines starting with "#" are skipped.
+	URLsFile string `toml:"urls_file"`
+}
+
+// DefaultKuredLockAnnotation is kured's default --lock-annotation.
+const DefaultKuredLockAnnotation = "weave.works/kured-node-lock"
 
 // MaintenanceWindow is when an automatic swap may start, as kured's
 // --reboot-days, --start-time, --end-time and --time-zone give its reboot
@@ -199,6 +247,7 @@ func DefaultController() Controller {
 		},
 		Verdicts:          Verdicts{Window: 25, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond},
 		MaintenanceWindow: MaintenanceWindow{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "00:00", End: "00:00", TimeZone: "UTC"},
+		Holds:             Holds{KuredLockAnnotation: DefaultKuredLockAnnotation},
 		Bounds: Bounds{
 			Snapshot:   10 * time.Minute,
 			Runners:    time.Hour,
@@ -288,6 +337,7 @@ func (c Controller) Validate() error {
 		p.add("maintenance_window", "%v", err)
 	}
 	positive(&p, "verdicts.read_limit", c.Verdicts.ReadLimit)
+	c.Holds.validate(&p)
 	if _, err := labels.Parse(c.RunnerSelector); err != nil || c.RunnerSelector == "" {
 		p.add("runner_selector", "%q is not a label selector: %v", c.RunnerSelector, err)
 	}
@@ -304,6 +354,34 @@ func (c Controller) Validate() error {
 		positive(&p, "bounds."+d.key, d.v)
 	}
 	return p.err()
+}
+
+func (h Holds) validate(p *problems) {
+	if h.KuredDaemonSet != "" {
+		if ns, name, ok := strings.Cut(h.KuredDaemonSet, "/"); !ok || !dnsLabel.MatchString(ns) || name == "" {
+			p.add("holds.kured_daemonset", "%q is not \"namespace/name\"", h.KuredDaemonSet)
+		}
+		if h.KuredLockAnnotation == "" {
+			p.add("holds.kured_lock_annotation", "must name kured's lock annotation")
+		}
+	}
+	if h.UpgradePlansNamespace != "" && !dnsLabel.MatchString(h.UpgradePlansNamespace) {
+		p.add("holds.upgrade_plans_namespace", "%q is not a valid namespace name", h.UpgradePlansNamespace)
+	}
+	if h.PrometheusURL != "" {
+		if u, err := url.Parse(h.PrometheusURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.add("holds.prometheus_url", "%q is not an http(s) URL", h.PrometheusURL)
+		}
+	}
+	if _, err := regexp.Compile(h.AlertFilterRegexp); err != nil {
+		p.add("holds.alert_filter_regexp", "%v", err)
+	}
+}
+
+// KuredDaemonSetName splits holds.kured_daemonset; both are empty when it is.
+func (h Holds) KuredDaemonSetName() (namespace, name string) {
+	ns, n, _ := strings.Cut(h.KuredDaemonSet, "/")
+	return ns, n
 }
 
 func positive(p *problems, key string, d time.Duration) {
@@ -382,6 +460,32 @@ days = [{{range $i, $d := .MaintenanceWindow.Days}}{{if $i}}, {{end}}"{{$d}}"{{e
 start = "{{.MaintenanceWindow.Start}}"
 end = "{{.MaintenanceWindow.End}}"
 time_zone = "{{.MaintenanceWindow.TimeZone}}"
+
+# What else holds the start of a swap, automatic or manual (swap --force
+# passes), each off while empty; a swap under way goes on, and a hold that
+# cannot be read holds. kured_daemonset ("namespace/name", e.g.
+# "kube-system/kured"): while kured's reboot lock is held.
+# upgrade_plans_namespace (e.g. "system-upgrade"): while a
+# system-upgrade-controller Plan there is applying to a server or a
+# standby. prometheus_url: while an alert is active there, filtered as
+# kured's --alert-filter-regexp, --alert-filter-match-only and
+# --alert-firing-only filter.
+[holds]
+kured_daemonset = "{{.Holds.KuredDaemonSet}}"
+kured_lock_annotation = "{{.Holds.KuredLockAnnotation}}"
+upgrade_plans_namespace = "{{.Holds.UpgradePlansNamespace}}"
+prometheus_url = "{{.Holds.PrometheusURL}}"
+alert_filter_regexp = "{{.Holds.AlertFilterRegexp}}"
+alert_filter_match_only = {{.Holds.AlertFilterMatchOnly}}
+alert_firing_only = {{.Holds.AlertFiringOnly}}
+
+# Where a swap's start, end, rollback, abandon and stuck are told: shoutrrr
+# URLs, as kured's --notify-url ("generic://host/path" posts to a webhook;
+# "slack://…", "teams://…", "smtp://…"). A URL with a token in it belongs
+# in urls_file, one URL a line, a mounted Secret, say.
+[notify]
+urls = []
+urls_file = "{{.Notify.URLsFile}}"
 
 # Each step's own bound. A swap's whole wait is their sum.
 [bounds]

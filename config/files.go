@@ -58,3 +58,16 @@ func readable(path string) error {
 	}
 	return nil
 }
+
+// CheckFiles checks the files the controller's configuration names: the
+// notification URLs' file must be there and readable, and each URL in it
+// one shoutrrr knows is checked where it is used.
+func (c Controller) CheckFiles() error {
+	var p problems
+	if f := c.Notify.URLsFile; f != "" {
+		if err := readable(f); err != nil {
+			p.add("notify.urls_file", "%v", err)
+		}
+	}
+	return p.err()
+}

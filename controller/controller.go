@@ -62,6 +62,10 @@ type Controller struct {
 	cache    *cache
 	windows  *windows
 	exec     *executor
+	// holds are read when a swap would start; nil when none is configured.
+	holds *holds
+	// notifier tells a swap's start and end; nil when no URL is configured.
+	notifier *Notifier
 	trigger  chan struct{}
 	// woken is when the first change not yet looked at arrived (unix ns);
 	// acted is when the last action ended.
@@ -115,6 +119,15 @@ func New(o Options) (*Controller, error) {
 	c.cache.sampled, c.cache.gone = c.windows.add, c.windows.forget
 	c.exec = &executor{client: o.Client, ns: o.Config.Namespace, cache: c.cache,
 		leaseDuration: o.Config.LeaseDuration, drainTimeout: o.Config.DrainTimeout, now: o.Now}
+	if c.holds, err = newHolds(o.Config.Holds, o.Client, o.Registry); err != nil {
+		return nil, err
+	}
+	if c.notifier, err = NewNotifier(o.Config.Notify, log); err != nil {
+		return nil, err
+	}
+	if c.notifier != nil {
+		c.notifier.register(o.Registry)
+	}
 	c.events = record.NewBroadcaster()
 	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.EventSourceController})
 	return c, nil
@@ -167,6 +180,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
+	}
+	if c.notifier != nil {
+		go c.notifier.run(ctx.Done())
 	}
 	c.cache.start(ctx)
 	le := c.cfg.LeaderElection
@@ -263,6 +279,15 @@ func (c *Controller) pass(ctx context.Context) {
 		snap, problems = c.cache.snapshot(cfg, verdicts, now)
 	}
 	plan := swapplan.Next(snap)
+	if c.holds != nil {
+		if plan.Action.Type == api.ActionStart {
+			if snap.Holds = c.holds.check(ctx, snap); len(snap.Holds) > 0 {
+				plan = swapplan.Next(snap)
+			}
+		} else {
+			c.holds.clear()
+		}
+	}
 	decide := time.Since(start)
 	acting := time.Now()
 	var err error
@@ -290,6 +315,7 @@ func (c *Controller) pass(ctx context.Context) {
 		c.metrics.reaction.Observe(acting.Sub(from).Seconds())
 		log.Info("action taken", logkey.Reason, plan.Reason, logkey.Took, time.Since(start).Round(time.Microsecond),
 			logkey.Reaction, acting.Sub(from).Round(time.Microsecond))
+		c.notifier.told(plan)
 		if ref := eventObject(plan); ref != nil {
 			kind := corev1.EventTypeNormal
 			if a.Type == api.ActionStuck {

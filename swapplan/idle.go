@@ -3,6 +3,7 @@ package swapplan
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -14,6 +15,9 @@ func (p *planner) idle() Plan {
 	if q := p.s.Request; q != nil && !p.consumed(q) {
 		if pa := p.s.Pause; pa != nil && !q.Force {
 			return p.wait("", "the manual request to swap %s for %s waits: %s; fleet-role resume, or swap --force", q.Out, q.In, paused(pa))
+		}
+		if h := p.s.Holds; len(h) > 0 && !q.Force {
+			return p.wait("", "the manual request to swap %s for %s waits: %s; or swap --force", q.Out, q.In, held(h))
 		}
 		return p.manual(q)
 	}
@@ -27,6 +31,11 @@ func paused(pa *api.Pause) string {
 		by = "someone"
 	}
 	return fmt.Sprintf("paused by %s at %s: %s", by, stamp(pa.At), pa.Reason)
+}
+
+// held says what holds the start of a swap.
+func held(holds []string) string {
+	return "held: " + strings.Join(holds, "; ")
 }
 
 // consumed says the request already started a swap.
@@ -128,6 +137,9 @@ func (p *planner) automatic() Plan {
 	}
 	if pa := p.s.Pause; pa != nil {
 		return plan("the automatic decision to swap %s for %s waits: %s", out.Name, in.Name, paused(pa))
+	}
+	if h := p.s.Holds; len(h) > 0 {
+		return plan("the automatic decision to swap %s for %s waits: %s", out.Name, in.Name, held(h))
 	}
 	if gate := p.startGates(out); gate != "" {
 		return plan("the automatic decision to swap %s for %s waits: %s", out.Name, in.Name, gate)

@@ -48,3 +48,24 @@ func TestAPauseTakenMidSwapLetsTheSwapEndAndHoldsTheNextAutomaticOne(t *testing.
 	plan = w.pass()
 	assert.NotContains(t, plan.Reason, "paused")
 }
+
+func TestAHoldKeepsAnySwapFromStartingButAForcedRequestAndLetsASwapUnderWayEnd(t *testing.T) {
+	w := newWorld(t, 3, 2, 0)
+	w.holds = []string{"kured's reboot lock is held by v3", "the Plan system-upgrade/server-plan is applying to v3"}
+	w.node("v2").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
+	plan := w.pass()
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
+	require.NotNil(t, plan.Decision, "the decision is still made and shown")
+	assert.Contains(t, plan.Reason, "the automatic decision to swap v2 for s1 waits: held: kured's reboot lock is held by v3; the Plan system-upgrade/server-plan is applying to v3")
+	w.requestSwap("v1", "s2")
+	plan = w.pass()
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
+	assert.Contains(t, plan.Reason, "the manual request to swap v1 for s2 waits: held: kured's reboot lock")
+	assert.Contains(t, plan.Reason, "swap --force")
+	w.request.Force = true
+	plan = w.pass()
+	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
+	w.runUntil(50, acting(api.ActionPromote, "s2"))
+	w.holds = []string{"the alert EtcdHighFsyncDurations is firing"}
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result, "a swap under way goes on while held")
+}

@@ -31,6 +31,7 @@ type world struct {
 	status  api.Status
 	request *api.ManualRequest
 	pause   *api.Pause
+	holds   []string
 	cancel  *api.Cancel
 	// failRate is the chance an action fails (and is not carried out).
 	failRate float64
@@ -133,7 +134,7 @@ func (w *world) snapshot() swapplan.Snapshot {
 		rec := *lease.Swap
 		lease.Swap = &rec
 	}
-	return swapplan.Snapshot{Now: w.now, Config: w.cfg, Nodes: nodes, Lease: lease, Status: w.status, Request: req, Pause: w.pause, Cancel: w.cancel}
+	return swapplan.Snapshot{Now: w.now, Config: w.cfg, Nodes: nodes, Lease: lease, Status: w.status, Request: req, Pause: w.pause, Cancel: w.cancel, Holds: w.holds}
 }
 
 // react runs the faults, lets regrade go when its time is up, has the

@@ -28,6 +28,11 @@ type Snapshot struct {
 	// names is rolled back (or abandoned) while its outgoing voter has not
 	// stepped down.
 	Cancel *api.Cancel
+	// Holds say what else holds the start of a swap now (kured's reboot
+	// lock, an upgrade applying, an alert firing), each a sentence: no
+	// swap starts but a forced manual request; a swap under way goes on.
+	// The controller reads them only when a swap would start.
+	Holds []string
 }
 
 // Config is what the planner needs of the controller's configuration.

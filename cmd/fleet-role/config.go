@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/controller"
 )
 
 func newConfigCommand() *cobra.Command {
@@ -27,7 +28,9 @@ by --kind. For an agent's configuration it also checks, on the host it
 runs on, the files the configuration names: the role file, the kubeconfig
 and its token must be there and readable; etcd's client certificates and
 the files the agent writes itself must be readable where they are there
-already (on a host that has never been a server they are not). --files=false
+already (on a host that has never been a server they are not). For a
+controller's, its notification URLs must be ones shoutrrr knows, and the
+file of more of them readable. --files=false
 leaves the files alone, to check a configuration made for another host.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -53,7 +56,13 @@ leaves the files alone, to check a configuration made for another host.`,
 				}
 			case "controller", "":
 				k = "controller"
-				_, err = config.LoadController(path)
+				var c config.Controller
+				if c, err = config.LoadController(path); err == nil && files {
+					err = c.CheckFiles()
+				}
+				if err == nil && files {
+					_, err = controller.NewNotifier(c.Notify, nil)
+				}
 			default:
 				return usageError{fmt.Errorf("--kind %q: want agent or controller", kind)}
 			}
@@ -65,7 +74,7 @@ leaves the files alone, to check a configuration made for another host.`,
 		},
 	}
 	validate.Flags().StringVar(&kind, "kind", "", "agent or controller (default: told by the keys)")
-	validate.Flags().BoolVar(&files, "files", true, "check the files an agent's configuration names, on this host")
+	validate.Flags().BoolVar(&files, "files", true, "check the files a configuration names, on this host (a controller's: its notification URLs too)")
 	cmd.AddCommand(&cobra.Command{
 		Use:       "default agent|controller",
 		Short:     "Print the commented default configuration",

@@ -1,0 +1,241 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// The holds on a real API server (kured's DaemonSet, the Plans) are
+// tests/controller's part; here, what each hold makes of what it reads.
+
+func kuredDaemonSet(lock string) *appsv1.DaemonSet {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kured"}}
+	if lock != "" {
+		ds.Annotations = map[string]string{config.DefaultKuredLockAnnotation: lock}
+	}
+	return ds
+}
+
+func kuredHolds(t *testing.T, ds *appsv1.DaemonSet) *holds {
+	t.Helper()
+	client := k8sfake.NewClientset()
+	if ds != nil {
+		client = k8sfake.NewClientset(ds)
+	}
+	h, err := newHolds(config.Holds{KuredDaemonSet: "kube-system/kured", KuredLockAnnotation: config.DefaultKuredLockAnnotation}, client, prometheus.NewRegistry())
+	require.NoError(t, err)
+	return h
+}
+
+func TestKuredsLockHoldsWhileAHolderWhoseTTLHasNotRunOutIsNamedInEitherForm(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	created := now.Add(-10 * time.Minute).Format(time.RFC3339)
+	for _, c := range []struct {
+		name, lock, want string
+	}{
+		{"no annotation", "", ""},
+		{"released (an empty multi-lock)", `{"maxOwners":2,"locks":null}`, ""},
+		{"one holder, no TTL", `{"nodeID":"v3","metadata":{"unschedulable":false},"created":"` + created + `","TTL":0}`, "kured's reboot lock is held by v3"},
+		{"one holder, TTL running", `{"nodeID":"v3","created":"` + created + `","TTL":3600000000000}`, "kured's reboot lock is held by v3"},
+		{"one holder, TTL run out", `{"nodeID":"v3","created":"` + created + `","TTL":60000000000}`, ""},
+		{"several holders, one run out", `{"maxOwners":3,"locks":[{"nodeID":"a1","created":"` + created + `","TTL":0},{"nodeID":"v2","created":"` + created + `","TTL":60000000000},{"nodeID":"s1","created":"` + created + `","TTL":0}]}`, "kured's reboot lock is held by a1, s1"},
+		{"not JSON", `v3`, "kured's lock weave.works/kured-node-lock on kube-system/kured cannot be read: invalid character"},
+		{"no holder named", `{"created":"` + created + `"}`, "cannot be read: no nodeID"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := kuredHolds(t, kuredDaemonSet(c.lock)).check(context.Background(), swapplan.Snapshot{Now: now})
+			if c.want == "" {
+				assert.Empty(t, got)
+				return
+			}
+			require.Len(t, got, 1)
+			assert.Contains(t, got[0], c.want)
+		})
+	}
+	t.Run("the DaemonSet missing holds, and says so", func(t *testing.T) {
+		got := kuredHolds(t, nil).check(context.Background(), swapplan.Snapshot{Now: now})
+		require.Len(t, got, 1)
+		assert.Contains(t, got[0], `kured's lock on the DaemonSet kube-system/kured cannot be read: daemonsets.apps "kured" not found`)
+	})
+}
+
+// prometheusQueryAPI answers /api/v1/query as Prometheus's HTTP API does
+// (web/api/v1: {"status":"success","data":{"resultType":"vector",...}}),
+// with the ALERTS series given; a status other than 200 answers an error.
+func prometheusQueryAPI(t *testing.T, status int, series ...string) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/query" {
+			http.NotFound(w, r)
+			return
+		}
+		_ = r.ParseForm()
+		assert.Equal(t, "ALERTS", r.Form.Get("query"))
+		w.Header().Set("Content-Type", "application/json")
+		if status != http.StatusOK {
+			w.WriteHeader(status)
+			fmt.Fprint(w, `{"status":"error","errorType":"internal","error":"the TSDB is closed"}`)
+			return
+		}
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[%s]}}`, strings.Join(series, ","))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func alert(name, state string, value int) string {
+	return fmt.Sprintf(`{"metric":{"__name__":"ALERTS","alertname":%q,"alertstate":%q,"severity":"warning"},"value":[1764583200,"%d"]}`, name, state, value)
+}
+
+func TestPrometheusAlertsHoldAsKuredFiltersThem(t *testing.T) {
+	srv := prometheusQueryAPI(t, http.StatusOK,
+		alert("EtcdHighFsyncDurations", "firing", 1), alert("EtcdNoLeader", "pending", 1),
+		alert("Watchdog", "firing", 1), alert("Gone", "firing", 0))
+	for _, c := range []struct {
+		name string
+		cfg  config.Holds
+		want string
+	}{
+		{"every active alert", config.Holds{}, "EtcdHighFsyncDurations, EtcdNoLeader, Watchdog"},
+		{"but those the filter names", config.Holds{AlertFilterRegexp: "^Watchdog$"}, "EtcdHighFsyncDurations, EtcdNoLeader"},
+		{"only those the filter names", config.Holds{AlertFilterRegexp: "^Etcd", AlertFilterMatchOnly: true}, "EtcdHighFsyncDurations, EtcdNoLeader"},
+		{"only firing ones the filter names", config.Holds{AlertFilterRegexp: "^Etcd", AlertFilterMatchOnly: true, AlertFiringOnly: true}, "EtcdHighFsyncDurations"},
+		{"none the filter names", config.Holds{AlertFilterRegexp: "^Kube", AlertFilterMatchOnly: true}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.PrometheusURL = srv.URL
+			h, err := newHolds(c.cfg, k8sfake.NewClientset(), prometheus.NewRegistry())
+			require.NoError(t, err)
+			got := h.check(context.Background(), swapplan.Snapshot{})
+			if c.want == "" {
+				assert.Empty(t, got)
+				return
+			}
+			assert.Equal(t, []string{"alerts are active at " + srv.URL + ": " + c.want}, got)
+		})
+	}
+	t.Run("Prometheus failing holds, and says so", func(t *testing.T) {
+		bad := prometheusQueryAPI(t, http.StatusServiceUnavailable)
+		h, err := newHolds(config.Holds{PrometheusURL: bad.URL}, k8sfake.NewClientset(), prometheus.NewRegistry())
+		require.NoError(t, err)
+		got := h.check(context.Background(), swapplan.Snapshot{})
+		require.Len(t, got, 1)
+		assert.Contains(t, got[0], "the alerts at "+bad.URL+" cannot be read: ")
+		assert.Contains(t, got[0], "503")
+	})
+}
+
+func TestNoHoldConfiguredReadsNothing(t *testing.T) {
+	h, err := newHolds(config.Holds{KuredLockAnnotation: config.DefaultKuredLockAnnotation}, nil, prometheus.NewRegistry())
+	require.NoError(t, err)
+	assert.Nil(t, h)
+}
+
+// webhook records the bodies posted to it.
+type webhook struct {
+	mu     sync.Mutex
+	bodies []string
+	srv    *httptest.Server
+}
+
+func newWebhook(t *testing.T) *webhook {
+	w := &webhook{}
+	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.mu.Lock()
+		w.bodies = append(w.bodies, r.Method+" "+r.URL.Path+" "+string(body))
+		w.mu.Unlock()
+	}))
+	t.Cleanup(w.srv.Close)
+	return w
+}
+
+func (w *webhook) received() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.bodies...)
+}
+
+// url is the webhook as shoutrrr's generic service names it.
+func (w *webhook) url(path string) string {
+	return "generic://" + strings.TrimPrefix(w.srv.URL, "http://") + path + "?disabletls=yes&template=json"
+}
+
+func TestTheNotifierPostsEachNewsOfASwapInOrderToEveryURL(t *testing.T) {
+	a, b := newWebhook(t), newWebhook(t)
+	file := filepath.Join(t.TempDir(), "urls")
+	require.NoError(t, os.WriteFile(file, []byte("# the on-call channel\n\n"+b.url("/hooks/oncall")+"\n"), 0o600))
+	n, err := NewNotifier(config.Notify{URLs: []string{a.url("/hooks/fleet")}, URLsFile: file}, nil)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	n.register(reg)
+	stop := make(chan struct{})
+	defer close(stop)
+	go n.run(stop)
+
+	rec := &api.SwapRecord{ID: "20261201-100000-v2", Out: "v2", In: "s1", Origin: api.OriginAutomatic}
+	ended := *rec
+	ended.Phase, ended.Result = api.PhaseEnd, api.ResultRolledBack
+	ended.Reason = "s1 did not join within 10m"
+	for _, p := range []swapplan.Plan{
+		{Action: swapplan.Action{Type: api.ActionStart}, Swap: rec, Reason: "swapping v2 for s1: v2 is unfit"},
+		{Action: swapplan.Action{Type: api.ActionPromote, Node: "s1"}, Swap: rec, Reason: "no news"},
+		{Action: swapplan.Action{Type: api.ActionRollback}, Swap: rec, Reason: "s1 did not join within 10m"},
+		{Action: swapplan.Action{Type: api.ActionEnd}, Swap: &ended, Reason: "ends"},
+	} {
+		n.told(p)
+	}
+	want := []string{
+		"fleet-role: swap 20261201-100000-v2 (v2 out, s1 in, automatic) started: swapping v2 for s1: v2 is unfit",
+		"fleet-role: swap 20261201-100000-v2 (v2 out, s1 in, automatic) is rolling back: s1 did not join within 10m",
+		"fleet-role: swap 20261201-100000-v2 (v2 out, s1 in, automatic) ended rolled-back: s1 did not join within 10m",
+	}
+	for _, w := range []struct {
+		hook *webhook
+		path string
+	}{{a, "/hooks/fleet"}, {b, "/hooks/oncall"}} {
+		require.Eventually(t, func() bool { return len(w.hook.received()) == len(want) }, 30*time.Second, 10*time.Millisecond)
+		for i, got := range w.hook.received() {
+			assert.True(t, strings.HasPrefix(got, "POST "+w.path+" "), got)
+			assert.Contains(t, got, want[i])
+		}
+	}
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fleet_role_notifications_total Notifications of a swap's start, end, rollback, abandon and stuck, by outcome: sent, failed (by a URL) or dropped (the queue full).
+# TYPE fleet_role_notifications_total counter
+fleet_role_notifications_total{outcome="sent"} 6
+`), "fleet_role_notifications_total"))
+}
+
+func TestANotificationURLShoutrrrDoesNotKnowIsABadConfigurationThatDoesNotShowTheURL(t *testing.T) {
+	_, err := NewNotifier(config.Notify{URLs: []string{"generic://example.org/hook", "nosuchservice://hunter2@example.org/"}}, nil)
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "notify.urls[1] (nosuchservice://…)")
+	assert.NotContains(t, err.Error(), "hunter2", "a token in a URL is not shown")
+	_, err = NewNotifier(config.Notify{URLsFile: filepath.Join(t.TempDir(), "missing")}, nil)
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "notify.urls_file: open ")
+	n, err := NewNotifier(config.Notify{}, nil)
+	require.NoError(t, err)
+	assert.Nil(t, n, "no URL, no notifier")
+}
