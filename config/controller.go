@@ -248,6 +248,7 @@ func DefaultController() Controller {
 		Verdicts:          Verdicts{Window: 25, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond},
 		MaintenanceWindow: MaintenanceWindow{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "00:00", End: "00:00", TimeZone: "UTC"},
 		Holds:             Holds{KuredLockAnnotation: DefaultKuredLockAnnotation},
+		Notify:            Notify{URLs: []string{}},
 		Bounds: Bounds{
 			Snapshot:   10 * time.Minute,
 			Runners:    time.Hour,

@@ -101,3 +101,25 @@ func TestTheMaintenanceWindowIsReadAndItsMistakesNamed(t *testing.T) {
 		assert.ErrorContains(t, err, want)
 	}
 }
+
+func TestTheHoldsAreReadAndTheirMistakesNamed(t *testing.T) {
+	c, err := ParseController([]byte("version = 1\n[holds]\nkured_daemonset = \"kube-system/kured\"\nupgrade_plans_namespace = \"system-upgrade\"\nprometheus_url = \"http://prometheus.monitoring:9090\"\nalert_filter_regexp = \"^Etcd\"\nalert_filter_match_only = true\n[notify]\nurls = [\"generic://hooks.example.org/fleet\"]\n"))
+	require.NoError(t, err)
+	ns, name := c.Holds.KuredDaemonSetName()
+	assert.Equal(t, "kube-system", ns)
+	assert.Equal(t, "kured", name)
+	assert.Equal(t, DefaultKuredLockAnnotation, c.Holds.KuredLockAnnotation)
+	assert.Equal(t, []string{"generic://hooks.example.org/fleet"}, c.Notify.URLs)
+
+	for conf, want := range map[string]string{
+		"kured_daemonset = \"kured\"":                             `holds.kured_daemonset: "kured" is not "namespace/name"`,
+		"kured_daemonset = \"a/b\"\nkured_lock_annotation = \"\"": `holds.kured_lock_annotation: must name`,
+		"upgrade_plans_namespace = \"System_Upgrade\"":            `holds.upgrade_plans_namespace: "System_Upgrade" is not a valid namespace name`,
+		"prometheus_url = \"prometheus:9090\"":                    `holds.prometheus_url: "prometheus:9090" is not an http(s) URL`,
+		"alert_filter_regexp = \"(\"":                             `holds.alert_filter_regexp: error parsing regexp`,
+	} {
+		_, err := ParseController([]byte("version = 1\n[holds]\n" + conf + "\n"))
+		assert.ErrorContains(t, err, want)
+		assert.ErrorIs(t, err, ErrInvalid)
+	}
+}

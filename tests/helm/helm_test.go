@@ -249,3 +249,56 @@ func TestThePrometheusRuleAndTheDashboardAreTheChartsFilesWhenAsked(t *testing.T
 		}
 	}
 }
+
+func TestTheHoldsAndNotificationsAreConfiguredAndGrantedOnlyWhenAsked(t *testing.T) {
+	_, objs := render(t, api.Namespace, map[string]any{
+		"holds": map[string]any{
+			"kured":                 map[string]any{"namespace": "kube-system"},
+			"upgradePlansNamespace": "system-upgrade",
+			"prometheus":            map[string]any{"url": "http://prometheus.monitoring:9090", "alertFilterRegexp": "^Etcd", "alertFilterMatchOnly": true},
+		},
+		"notify": map[string]any{"urls": []any{"generic://hooks.example.org/fleet"}, "secretName": "fleet-role-notify"},
+	})
+	cm := only[*corev1.ConfigMap](t, objs, api.Namespace, "fleet-role-controller-config")
+	c, err := config.ParseController([]byte(cm.Data["controller.toml"]))
+	require.NoError(t, err, cm.Data["controller.toml"])
+	assert.Equal(t, config.Holds{
+		KuredDaemonSet: "kube-system/kured", KuredLockAnnotation: config.DefaultKuredLockAnnotation,
+		UpgradePlansNamespace: "system-upgrade", PrometheusURL: "http://prometheus.monitoring:9090",
+		AlertFilterRegexp: "^Etcd", AlertFilterMatchOnly: true,
+	}, c.Holds)
+	assert.Equal(t, []string{"generic://hooks.example.org/fleet"}, c.Notify.URLs)
+
+	kured := only[*rbacv1.Role](t, objs, "kube-system", "fleet-role-controller-kured")
+	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"kured"}, Verbs: []string{"get"}}}, kured.Rules)
+	only[*rbacv1.RoleBinding](t, objs, "kube-system", "fleet-role-controller-kured")
+	plans := only[*rbacv1.Role](t, objs, "system-upgrade", "fleet-role-controller-upgrades")
+	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{"upgrade.cattle.io"}, Resources: []string{"plans"}, Verbs: []string{"list"}}}, plans.Rules)
+	only[*rbacv1.RoleBinding](t, objs, "system-upgrade", "fleet-role-controller-upgrades")
+
+	d := only[*appsv1.Deployment](t, objs, api.Namespace, "fleet-role-controller")
+	pod := d.Spec.Template.Spec
+	var secret *corev1.SecretVolumeSource
+	for _, v := range pod.Volumes {
+		if v.Secret != nil {
+			secret = v.Secret
+		}
+	}
+	require.NotNil(t, secret, "the Secret of the URLs is mounted")
+	assert.Equal(t, "fleet-role-notify", secret.SecretName)
+	mounted := false
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if m.MountPath+"/urls" == c.Notify.URLsFile {
+			mounted = true
+		}
+	}
+	assert.True(t, mounted, "urls_file %s is where the Secret is mounted", c.Notify.URLsFile)
+
+	// Asked for none, the chart grants nothing outside its namespaces.
+	_, objs = render(t, api.Namespace, nil)
+	for _, o := range objs {
+		if r, ok := o.(*rbacv1.Role); ok {
+			assert.Contains(t, []string{api.Namespace, api.NodeLeaseNamespace}, r.Namespace, r.Name)
+		}
+	}
+}

@@ -23,6 +23,33 @@ cooldown = {{ .Values.config.cooldown | quote }}
 probe_period = {{ .Values.config.probePeriod | quote }}
 runner_selector = {{ .Values.config.runnerSelector | quote }}
 listen_address = ":{{ .Values.metrics.port }}"
+{{- with .Values.holds }}
+{{- if or .kured.namespace .upgradePlansNamespace .prometheus.url }}
+
+[holds]
+{{- if .kured.namespace }}
+kured_daemonset = {{ printf "%s/%s" .kured.namespace .kured.name | quote }}
+kured_lock_annotation = {{ .kured.lockAnnotation | quote }}
+{{- end }}
+{{- with .upgradePlansNamespace }}
+upgrade_plans_namespace = {{ . | quote }}
+{{- end }}
+{{- if .prometheus.url }}
+prometheus_url = {{ .prometheus.url | quote }}
+alert_filter_regexp = {{ .prometheus.alertFilterRegexp | quote }}
+alert_filter_match_only = {{ .prometheus.alertFilterMatchOnly }}
+alert_firing_only = {{ .prometheus.alertFiringOnly }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if or .Values.notify.urls .Values.notify.secretName }}
+
+[notify]
+urls = [{{ range $i, $u := .Values.notify.urls }}{{ if $i }}, {{ end }}{{ $u | quote }}{{ end }}]
+{{- if .Values.notify.secretName }}
+urls_file = "/etc/fleet-role-notify/urls"
+{{- end }}
+{{- end }}
 {{- with .Values.config.extra }}
 
 {{ . | trim }}
