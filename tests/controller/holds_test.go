@@ -1,0 +1,180 @@
+package controller_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/tests/fleetsim"
+)
+
+var (
+	crdGVR  = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	planGVR = schema.GroupVersionResource{Group: "upgrade.cattle.io", Version: "v1", Resource: "plans"}
+)
+
+// planCRD is the system-upgrade-controller's Plan as its CRD serves it:
+// namespaced, upgrade.cattle.io/v1, status a subresource (written only
+// through /status). The schema keeps what the controller writes.
+var planCRD = map[string]any{
+	"apiVersion": "apiextensions.k8s.io/v1",
+	"kind":       "CustomResourceDefinition",
+	"metadata":   map[string]any{"name": "plans.upgrade.cattle.io"},
+	"spec": map[string]any{
+		"group": "upgrade.cattle.io",
+		"names": map[string]any{"kind": "Plan", "plural": "plans", "singular": "plan", "listKind": "PlanList"},
+		"scope": "Namespaced",
+		"versions": []any{map[string]any{
+			"name": "v1", "served": true, "storage": true,
+			"subresources": map[string]any{"status": map[string]any{}},
+			"schema": map[string]any{"openAPIV3Schema": map[string]any{
+				"type": "object",
+				"properties": map[string]any{
+					"spec": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+					"status": map[string]any{"type": "object", "properties": map[string]any{
+						"applying":      map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
+						"latestVersion": map[string]any{"type": "string"},
+						"latestHash":    map[string]any{"type": "string"},
+					}},
+				},
+			}},
+		}},
+	},
+}
+
+// webhook records what is posted to it.
+type webhook struct {
+	mu     sync.Mutex
+	bodies []string
+	srv    *httptest.Server
+}
+
+func newWebhook(t *testing.T) *webhook {
+	w := &webhook{}
+	w.srv = httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.mu.Lock()
+		w.bodies = append(w.bodies, string(body))
+		w.mu.Unlock()
+	}))
+	t.Cleanup(w.srv.Close)
+	return w
+}
+
+func (w *webhook) received() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.bodies, "\n")
+}
+
+func TestKuredsLockAndAnUpgradeApplyingToAServerHoldTheStartAndTheSwapIsToldToAWebhook(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 3, 2, 0)
+	dyn, err := dynamic.NewForConfig(e.rest)
+	require.NoError(t, err)
+
+	// kured's DaemonSet, its lock taken by v3 (kured's pkg/daemonsetlock
+	// writes it so); the Plan's CRD and a Plan applying to v3 and to a
+	// Node outside the fleet.
+	locked := `{"nodeID":"v3","metadata":{"unschedulable":false},"created":"` + time.Now().UTC().Format(time.RFC3339) + `","TTL":0}`
+	labels := map[string]string{"name": "kured"}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kured", Annotations: map[string]string{config.DefaultKuredLockAnnotation: locked}},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "kured", Image: "kured:test"}}}},
+		},
+	}
+	_, err = e.api.Client.AppsV1().DaemonSets("kube-system").Create(ctx, ds, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = e.api.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "system-upgrade"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = dyn.Resource(crdGVR).Create(ctx, &unstructured.Unstructured{Object: planCRD}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	plans := dyn.Resource(planGVR).Namespace("system-upgrade")
+	var plan *unstructured.Unstructured
+	require.Eventually(t, func() bool {
+		plan, err = plans.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "upgrade.cattle.io/v1", "kind": "Plan",
+			"metadata": map[string]any{"name": "k3s-server"},
+			"spec":     map[string]any{"concurrency": 1, "version": "v1.37.2+k3s1"},
+			"status":   map[string]any{"applying": []any{"v3"}},
+		}}, metav1.CreateOptions{})
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "the CRD is served: %v", err)
+	assert.Nil(t, plan.Object["status"], "the status is a subresource: a create does not write it")
+	setApplying := func(nodes ...any) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			p, err := plans.Get(ctx, "k3s-server", metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			_ = unstructured.SetNestedSlice(p.Object, nodes, "status", "applying")
+			_, err = plans.UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			return err == nil
+		}, 10*time.Second, 50*time.Millisecond)
+	}
+	setApplying("v3", "runner-7")
+
+	hook := newWebhook(t)
+	e.cfg.DryRun = false
+	e.cfg.Verdicts.Window = 4
+	e.cfg.Holds = config.Holds{KuredDaemonSet: "kube-system/kured", KuredLockAnnotation: config.DefaultKuredLockAnnotation, UpgradePlansNamespace: "system-upgrade"}
+	e.cfg.Notify.URLs = []string{"generic://" + strings.TrimPrefix(hook.srv.URL, "http://") + "/hooks/fleet?disabletls=yes"}
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 35 })
+	e.start()
+
+	var st api.Status
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return st.Decision != nil && strings.Contains(st.Reason, "held:")
+	}, 30*time.Second, 50*time.Millisecond, "the decision is made and held: %+v", st)
+	assert.Contains(t, st.Reason, "the automatic decision to swap v2 for s1 waits: held: kured's reboot lock is held by v3; the Plan system-upgrade/k3s-server is applying to v3")
+	assert.NotContains(t, st.Reason, "runner-7", "a Node outside the fleet is none of a swap's business")
+
+	// kured releases its lock (deleting the annotation, as its Release
+	// does): the Plan still holds.
+	got, err := e.api.Client.AppsV1().DaemonSets("kube-system").Get(ctx, "kured", metav1.GetOptions{})
+	require.NoError(t, err)
+	delete(got.Annotations, config.DefaultKuredLockAnnotation)
+	_, err = e.api.Client.AppsV1().DaemonSets("kube-system").Update(ctx, got, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return strings.Contains(st.Reason, "held:") && !strings.Contains(st.Reason, "kured")
+	}, 30*time.Second, 50*time.Millisecond, "the Plan alone holds: %s", st.Reason)
+	assert.Contains(t, st.Reason, "held: the Plan system-upgrade/k3s-server is applying to v3")
+	_, err = e.api.Client.CoordinationV1().Leases(api.Namespace).Get(ctx, api.LeaseName, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "no swap started while held")
+	assert.Empty(t, hook.received(), "nothing to tell yet")
+
+	// The upgrade done, the swap starts, ends, and both are told.
+	setApplying()
+	res := e.waitEnd(3 * time.Minute)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, "v2", res.Out)
+	require.Eventually(t, func() bool { return strings.Contains(hook.received(), " ended ") }, 30*time.Second, 50*time.Millisecond, "told: %s", hook.received())
+	told := hook.received()
+	assert.Contains(t, told, "fleet-role: swap "+res.ID+" (v2 out, s1 in, automatic) started: swapping v2 for s1")
+	assert.Contains(t, told, "fleet-role: swap "+res.ID+" (v2 out, s1 in, automatic) ended completed")
+	assert.Less(t, strings.Index(told, " started: "), strings.Index(told, " ended "), "in order")
+}
