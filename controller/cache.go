@@ -61,6 +61,9 @@ type cache struct {
 	// sampled is told of each new probe sample of a Node, and of a Node gone.
 	sampled func(n swapplan.Node)
 	gone    func(name string)
+	// now is the controller's clock, for when a probe or a report was
+	// seen.
+	now func() time.Time
 }
 
 // podWatch is an informer of one Node's Pods.
@@ -74,7 +77,7 @@ func newCache(client kubernetes.Interface, ns string, runners labels.Selector, l
 		client: client, ns: ns, runners: runners, log: log, changed: changed,
 		nodes: map[string]swapplan.Node{}, taints: map[string]nodeTaints{}, problems: map[string]string{}, beats: map[string]time.Time{},
 		watched: map[string]bool{}, pods: map[string]*podWatch{},
-		sampled: func(swapplan.Node) {}, gone: func(string) {},
+		sampled: func(swapplan.Node) {}, gone: func(string) {}, now: time.Now,
 	}
 	all := informers.NewSharedInformerFactory(client, 0)
 	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(api.NodeLeaseNamespace))
@@ -206,8 +209,10 @@ func (c *cache) nodeChanged(obj any) {
 		return
 	}
 	n, err := adapt.Node(node)
+	now := c.now()
 	c.mu.Lock()
 	old, existed := c.nodes[n.Name]
+	n.ProbeSeen, n.ReportSeen = seen(existed, old.Probe, n.Probe, old.ProbeSeen, now), seen(existed, old.Report, n.Report, old.ReportSeen, now)
 	c.nodes[n.Name] = n
 	c.taints[n.Name] = nodeTaints{resourceVersion: node.ResourceVersion, taints: node.Spec.Taints}
 	if !existed {
@@ -233,10 +238,24 @@ func (c *cache) nodeChanged(obj any) {
 	}
 }
 
+// seen is when the controller saw the value change: now when it changed
+// since the Node was first seen, the time kept when it did not, and
+// unknown (zero) for the value the Node held when first seen.
+func seen[T any](existed bool, was, is *T, kept, now time.Time) time.Time {
+	switch {
+	case is == nil || !existed:
+		return time.Time{}
+	case was != nil && reflect.DeepEqual(*was, *is):
+		return kept
+	}
+	return now
+}
+
 // differs compares two versions of a Node but for the probe and the
 // Ready condition's heartbeat.
 func differs(a, b swapplan.Node) bool {
 	a.Probe, b.Probe = nil, nil
+	a.ProbeSeen, b.ProbeSeen = time.Time{}, time.Time{}
 	a.Heartbeat, b.Heartbeat = time.Time{}, time.Time{}
 	return !reflect.DeepEqual(a, b)
 }

@@ -117,6 +117,7 @@ func New(o Options) (*Controller, error) {
 	c.cache = newCache(o.Client, o.Config.Namespace, runners, log, c.poke)
 	c.windows = newWindows(o.Config.Verdicts.Window)
 	c.cache.sampled, c.cache.gone = c.windows.add, c.windows.forget
+	c.cache.now = o.Now
 	c.exec = &executor{client: o.Client, ns: o.Config.Namespace, cache: c.cache,
 		leaseDuration: o.Config.LeaseDuration, drainTimeout: o.Config.DrainTimeout, now: o.Now}
 	if c.holds, err = newHolds(o.Config.Holds, o.Client, o.Registry); err != nil {

@@ -560,3 +560,60 @@ func TestARollbackEndsOnceTheCandidateFinishedItsDemotionOrLeavesItPending(t *te
 		assert.Contains(t, res.Reason, "s1 did not finish its demotion")
 	})
 }
+
+func TestAJumpOfAHostsClockNeitherHoldsASwapForeverNorMakesASilentVoterLookAlive(t *testing.T) {
+	for _, jump := range []time.Duration{-10 * time.Minute, 10 * time.Minute} {
+		t.Run(jump.String(), func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.observe = true
+			w.requestSwap("v1", "s1")
+			w.runUntil(50, acting(api.ActionPromote, "s1"))
+			for _, h := range []string{"v2", "v3", "s1"} {
+				w.Hosts[h].ClockOffset = jump
+			}
+			res := w.run(400)
+			assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+		})
+	}
+	for _, jump := range []time.Duration{-10 * time.Minute, 10 * time.Minute} {
+		t.Run("a rollback, "+jump.String(), func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.observe = true
+			w.Hosts["s1"].NeverJoin = true
+			w.requestSwap("v1", "s1")
+			w.runUntil(50, acting(api.ActionPromote, "s1"))
+			w.Hosts["s1"].ClockOffset = jump
+			w.Hosts["v3"].ClockOffset = -jump
+			res := w.run(600)
+			assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+			assert.Equal(t, 3, len(w.Members), "the candidate's member is gone")
+		})
+	}
+	t.Run("judged by the stamps alone, a clock set back holds the swap", func(t *testing.T) {
+		w := newWorld(t, 3, 1, 0)
+		w.requestSwap("v1", "s1")
+		w.runUntil(50, acting(api.ActionPromote, "s1"))
+		w.Hosts["v2"].ClockOffset = -10 * time.Minute
+		for range 100 {
+			w.pass()
+		}
+		assert.Nil(t, w.status.Last, "no end: %s", w.status.Reason)
+		assert.Contains(t, w.status.Reason, "v2")
+	})
+	t.Run("a silent voter whose last sample is stamped ahead is silent", func(t *testing.T) {
+		w := newWorld(t, 3, 1, 0)
+		w.observe = true
+		w.Hosts["v2"].ClockOffset = 10 * time.Minute
+		for range 5 {
+			w.pass()
+		}
+		w.Hosts["v2"].Cut = true // its agent writes nothing more
+		for range 8 {
+			w.pass()
+		}
+		w.requestSwap("v1", "s1")
+		plan := w.pass()
+		assert.Equal(t, api.ActionNone, plan.Action.Type)
+		assert.Contains(t, plan.Reason, "voter v2's probe has been silent since")
+	})
+}

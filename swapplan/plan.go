@@ -262,14 +262,30 @@ func (p *planner) period(n *Node) time.Duration {
 	return p.s.Config.ProbePeriod
 }
 
+// sampledAt is when the Node's sample was taken: the agent's stamp, but
+// when the stamp is ahead of the time the controller saw the sample, or a
+// period or more behind it, the host's clock is off (it jumped, or is
+// wrong) and the controller's own is taken, as the node lifecycle
+// controller judges a kubelet's heartbeats by when it saw them on its own
+// clock (kubernetes pkg/controller/nodelifecycle/node_lifecycle_controller.go,
+// tryUpdateNodeHealth, probeTimestamp). A sample the controller found at
+// its start is judged by its stamp.
+func (p *planner) sampledAt(n *Node) time.Time {
+	at, seen := n.Probe.At, n.ProbeSeen
+	if !seen.IsZero() && (at.After(seen) || seen.Sub(at) >= p.period(n)) {
+		return seen
+	}
+	return at
+}
+
 // fresh: the sample is at most two periods old (one may be in flight).
 func (p *planner) fresh(n *Node) bool {
-	return n.Probe != nil && p.s.Now.Sub(n.Probe.At) <= 2*p.period(n)
+	return n.Probe != nil && p.s.Now.Sub(p.sampledAt(n)) <= 2*p.period(n)
 }
 
 // silent: no sample for three periods.
 func (p *planner) silent(n *Node) bool {
-	return n.Probe == nil || p.s.Now.Sub(n.Probe.At) > 3*p.period(n)
+	return n.Probe == nil || p.s.Now.Sub(p.sampledAt(n)) > 3*p.period(n)
 }
 
 // unhealthy says why the Node is not a healthy voter: Ready, a fresh

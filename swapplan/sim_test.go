@@ -3,6 +3,7 @@ package swapplan_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -45,6 +46,17 @@ type world struct {
 	// hooks run after the world reacted, before the planner plans.
 	faults []func(w *world)
 	hooks  []func(w *world)
+	// observe: the snapshot carries when each probe and report was seen
+	// to change, as the controller's cache stamps them on its clock.
+	observe bool
+	seen    map[string]seenAt
+}
+
+// seenAt is what the controller's cache last saw of a Node, and when.
+type seenAt struct {
+	probe                 *api.Probe
+	rep                   *api.Report
+	probeSeen, reportSeen time.Time
 }
 
 var epoch = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
@@ -124,6 +136,9 @@ func (w *world) snapshot() swapplan.Snapshot {
 		nodes[i].ServerLabels = slices.Clone(n.ServerLabels)
 		nodes[i].Pods = slices.Clone(n.Pods)
 	}
+	if w.observe {
+		w.stampSeen(nodes)
+	}
 	var req *api.ManualRequest
 	if w.request != nil {
 		r := *w.request
@@ -135,6 +150,28 @@ func (w *world) snapshot() swapplan.Snapshot {
 		lease.Swap = &rec
 	}
 	return swapplan.Snapshot{Now: w.now, Config: w.cfg, Nodes: nodes, Lease: lease, Status: w.status, Request: req, Pause: w.pause, Cancel: w.cancel, Holds: w.holds}
+}
+
+// stampSeen sets when each Node's probe and report were seen to change,
+// as the controller's cache does: unknown for what a Node held when first
+// seen.
+func (w *world) stampSeen(nodes []swapplan.Node) {
+	if w.seen == nil {
+		w.seen = map[string]seenAt{}
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		was, ok := w.seen[n.Name]
+		is := seenAt{probe: n.Probe, rep: n.Report, probeSeen: was.probeSeen, reportSeen: was.reportSeen}
+		if ok && n.Probe != nil && (was.probe == nil || !reflect.DeepEqual(*was.probe, *n.Probe)) {
+			is.probeSeen = w.now
+		}
+		if ok && n.Report != nil && (was.rep == nil || !reflect.DeepEqual(*was.rep, *n.Report)) {
+			is.reportSeen = w.now
+		}
+		w.seen[n.Name] = is
+		n.ProbeSeen, n.ReportSeen = is.probeSeen, is.reportSeen
+	}
 }
 
 // react runs the faults, lets regrade go when its time is up, has the

@@ -119,8 +119,12 @@ type Node struct {
 	Request       *api.Request
 	Report        *api.Report
 	Probe         *api.Probe
-	Verdict       api.Verdict
-	Pods          []Pod
+	// ProbeSeen and ReportSeen are when the controller saw the Probe and
+	// the Report change, on its own clock; zero when it cannot tell (a
+	// Node as it found it at its start, or fleet-role plan's input).
+	ProbeSeen, ReportSeen time.Time
+	Verdict               api.Verdict
+	Pods                  []Pod
 }
 
 // Pod is what the planner knows of a Pod on a Node.

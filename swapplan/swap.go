@@ -536,10 +536,13 @@ func (p *planner) rollingBack() Plan {
 	// stopped. A learner its server added just before is in etcd's list,
 	// though a sample taken earlier does not show it (a swap cancelled
 	// right after the promotion).
-	var stopped time.Time
+	// The report's and the samples' stamps are of different hosts'
+	// clocks: where they disagree with the controller's, a sample seen a
+	// period after the report was seen was taken after it was written.
+	var stopped, stoppedSeen time.Time
 	if rep := in.Report; rep != nil && rep.Swap == id && rep.State == api.StateDone &&
 		(rep.Action == api.RequestStepDown || rep.Action == api.ReportFinish) {
-		stopped = rep.At
+		stopped, stoppedSeen = rep.At, in.ReportSeen
 	}
 	for _, name := range original {
 		if name == p.rec.Out {
@@ -549,7 +552,8 @@ func (p *planner) rollingBack() Plan {
 		if v == nil {
 			return p.wait(api.StepRollback, "rolling back: voter %s has no Node", name)
 		}
-		if v.Probe != nil && !v.Probe.At.After(stopped) {
+		seenAfter := !stoppedSeen.IsZero() && !v.ProbeSeen.IsZero() && v.ProbeSeen.Sub(stoppedSeen) >= p.period(v)
+		if v.Probe != nil && !v.Probe.At.After(stopped) && !seenAfter {
 			return p.wait(api.StepRollback, "rolling back: waiting for %s's member list sampled after the candidate %s stepped down", name, in.Name)
 		}
 		if why := p.membershipProblem(v, original); why != "" {

@@ -80,6 +80,17 @@ type Host struct {
 	// Paused: the host is frozen: its agent, its k3s and its kubelet do
 	// nothing, and its member does not answer.
 	Paused bool
+	// Cut: its agent cannot reach the API server: it reads no request
+	// and writes no report or probe, but its k3s and kubelet go on. Once
+	// no longer cut it writes what it has, as a real agent's retried
+	// writes land.
+	Cut bool
+	// ClockOffset is how far its agent's wall clock is off: the times
+	// the agent writes (its probes', its reports') are off by it.
+	ClockOffset time.Duration
+	// probed and beat are when it last wrote a probe and renewed its
+	// kubelet's Lease, on the true clock.
+	probed, beat time.Time
 	// SilentUntil: its agent writes no probe until then; UnhealthyUntil:
 	// its probes say unhealthy until then.
 	SilentUntil    time.Time
@@ -184,9 +195,13 @@ func report(now time.Time, n *swapplan.Node, r api.Report) {
 // agent answers the request on the Node, once, and finishes a demotion,
 // as fleet-role agent does (role.Decide).
 func (f *Fleet) agent(now time.Time, n *swapplan.Node, h *Host) {
-	if h.Paused {
+	if h.Paused || h.Cut {
 		return
 	}
+	// The host's state keeps the true time; what the agent writes, its
+	// own clock's.
+	stamp := func(t time.Time) *time.Time { t = t.Add(h.ClockOffset); return &t }
+	report := func(now time.Time, n *swapplan.Node, r api.Report) { report(*stamp(now), n, r) }
 	if q := n.Request; q != nil && !q.At.Equal(h.Handled) {
 		h.Handled = q.At
 		at := q.At
@@ -205,8 +220,7 @@ func (f *Fleet) agent(now time.Time, n *swapplan.Node, h *Host) {
 					f.Members = append(f.Members, Member{Name: h.Member, Node: n.Name, Learner: true})
 				}
 				h.RoleFile = "server"
-				start := h.ServerStart
-				report(now, n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, StartedAt: &start, RequestAt: &at})
+				report(now, n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, StartedAt: stamp(h.ServerStart), RequestAt: &at})
 			}
 		case api.RequestStepDown:
 			if h.IgnoreStepDown {
@@ -242,8 +256,7 @@ func (f *Fleet) agent(now time.Time, n *swapplan.Node, h *Host) {
 	}
 	if h.Member == "" || !f.IsMember(h.Member) || (n.MemberGone != "" && n.MemberGone == h.Swap) {
 		h.Agent, h.AgentStart, h.Member = true, now, ""
-		start := now
-		report(now, n, api.Report{Swap: h.Swap, Action: api.ReportFinish, State: api.StateDone, StartedAt: &start})
+		report(now, n, api.Report{Swap: h.Swap, Action: api.ReportFinish, State: api.StateDone, StartedAt: stamp(now)})
 	}
 }
 
@@ -349,8 +362,11 @@ func (f *Fleet) kubelet(now time.Time, n *swapplan.Node, h *Host) {
 	// (k3s-io/k3s pkg/cli/server, run; the k3s double does the same;
 	// tests/fleetsim's copy had it Ready at once).
 	n.Ready = (h.Agent || f.serving(h)) && !h.Paused && !h.KubeletDead
-	if n.Ready && !h.HeartbeatStuck && now.Sub(n.Heartbeat) >= f.Timing.Heartbeat {
-		n.Heartbeat = now
+	// The kubelet shares the agent's clock (ClockOffset), and paces its
+	// renewals on the monotonic one.
+	if n.Ready && !h.HeartbeatStuck && (now.Sub(h.beat) >= f.Timing.Heartbeat || n.Heartbeat.IsZero()) {
+		h.beat = now
+		n.Heartbeat = now.Add(h.ClockOffset)
 	}
 	terminating := func(p swapplan.Pod) bool { return p.Terminating }
 	if slices.ContainsFunc(n.Pods, terminating) {
@@ -361,9 +377,16 @@ func (f *Fleet) kubelet(now time.Time, n *swapplan.Node, h *Host) {
 // probe: the agent writes its sample when one is due, after k3s acted in
 // the same look; a server's lists etcd's members with their IDs.
 func (f *Fleet) probe(now time.Time, n *swapplan.Node, h *Host) {
-	if h.Paused || now.Before(h.SilentUntil) || (n.Probe != nil && now.Sub(n.Probe.At) < f.Timing.ProbePeriod) {
+	if h.Paused || h.Cut || now.Before(h.SilentUntil) {
 		return
 	}
+	// The agent's probe period is a ticker's, on the monotonic clock: a
+	// jump of its wall clock moves the samples' times, not their pace.
+	if n.Probe != nil && now.Sub(h.probed) < f.Timing.ProbePeriod {
+		return
+	}
+	h.probed = now
+	now = now.Add(h.ClockOffset)
 	p := &api.Probe{At: now, Period: api.Duration(f.Timing.ProbePeriod), Healthy: !now.Before(h.UnhealthyUntil),
 		Staged: h.Staged && !h.Server, FsyncP99Ms: h.FsyncMs, RTTMs: 1}
 	if h.Server {
