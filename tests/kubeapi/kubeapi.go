@@ -12,6 +12,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -65,6 +66,9 @@ type Server struct {
 	dir    string
 	procs  []*exec.Cmd
 	once   sync.Once
+	// apiArgs start the API server again (StartAPIServer), as before.
+	apiArgs []string
+	bins    string
 }
 
 // Start starts etcd and the API server in a temporary directory, the API
@@ -108,7 +112,7 @@ func StartOn(tb testhost.T, address string) *Server {
 }
 
 func (s *Server) run(bin string, log string, args ...string) (*exec.Cmd, error) {
-	f, err := os.Create(filepath.Join(s.dir, log))
+	f, err := os.OpenFile(filepath.Join(s.dir, log), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +155,8 @@ func (s *Server) start(bins, address string) error {
 		return err
 	}
 	certs := filepath.Join(s.dir, "certs")
-	api, err := s.run(filepath.Join(bins, "kube-apiserver"), "kube-apiserver.log",
+	s.bins = bins
+	s.apiArgs = []string{
 		"--etcd-servers", etcdURL,
 		"--bind-address", address, "--advertise-address", address, "--secure-port", strconv.Itoa(apiPort),
 		"--cert-dir", certs,
@@ -164,7 +169,8 @@ func (s *Server) start(bins, address string) error {
 		"--disable-admission-plugins", "ServiceAccount",
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type", "none",
-		"--v", "0")
+		"--v", "0"}
+	api, err := s.run(filepath.Join(bins, "kube-apiserver"), "kube-apiserver.log", s.apiArgs...)
 	if err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
 	}
@@ -180,13 +186,10 @@ func (s *Server) start(bins, address string) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	ca, err := os.ReadFile(s.CAFile)
+	hc, err := s.adminHTTP()
 	if err != nil {
 		return err
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	hc := &http.Client{Transport: &bearer{token: AdminToken, rt: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
 	if err := waitHTTP(hc, s.URL+"/readyz", api, 90*time.Second); err != nil {
 		return fmt.Errorf("kube-apiserver: %w (log in %s)", err, s.dir)
 	}
@@ -196,6 +199,34 @@ func (s *Server) start(bins, address string) error {
 	}
 	s.Kubeconfig = filepath.Join(s.dir, "kubeconfig")
 	return s.WriteKubeconfig(s.Kubeconfig, "admin", AdminToken)
+}
+
+// StopAPIServer kills the API server (etcd goes on), as a crash or a
+// host's restart would: every client's requests fail until
+// StartAPIServer.
+func (s *Server) StopAPIServer() {
+	p := s.procs[len(s.procs)-1]
+	_ = p.Process.Kill()
+	_ = p.Wait()
+}
+
+// StartAPIServer starts the API server again on the same address, etcd
+// and certificates, and waits until it is ready.
+func (s *Server) StartAPIServer() error {
+	p := s.procs[len(s.procs)-1]
+	if !exited(p) {
+		return errors.New("the API server is running")
+	}
+	s.procs = s.procs[:len(s.procs)-1]
+	api, err := s.run(filepath.Join(s.bins, "kube-apiserver"), "kube-apiserver.log", s.apiArgs...)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	hc, err := s.adminHTTP()
+	if err != nil {
+		return err
+	}
+	return waitHTTP(hc, s.URL+"/readyz", api, 90*time.Second)
 }
 
 // WriteKubeconfig writes a kubeconfig for the server with a token.
@@ -269,6 +300,18 @@ func (s *Server) Stop() {
 // which its error names.
 func (s *Server) keep() {
 	s.once.Do(s.kill)
+}
+
+// adminHTTP is an HTTP client of the administrator that trusts the
+// serving certificate.
+func (s *Server) adminHTTP() (*http.Client, error) {
+	ca, err := os.ReadFile(s.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	return &http.Client{Transport: &bearer{token: AdminToken, rt: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}, nil
 }
 
 func (s *Server) kill() {
