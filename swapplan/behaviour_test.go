@@ -617,3 +617,22 @@ func TestAJumpOfAHostsClockNeitherHoldsASwapForeverNorMakesASilentVoterLookAlive
 		assert.Contains(t, plan.Reason, "voter v2's probe has been silent since")
 	})
 }
+
+func TestARequestWaitingToBeCarriedOutIsNotReplacedButOneThePlannerRefusesIs(t *testing.T) {
+	w := newWorld(t, 3, 2, 1)
+	w.pause = &api.Pause{By: "carol", Reason: "freeze", At: w.now}
+	w.request = &api.ManualRequest{Out: "v1", In: "s1", At: w.now, By: "alice"}
+	s := w.snapshot()
+	assert.ErrorContains(t, swapplan.CheckRequest(s, "v2", "s2"), "alice's request to swap v1 for s1 (at ")
+	assert.ErrorContains(t, swapplan.CheckRequest(s, "v2", "s2"), "swap --cancel withdraws it")
+	assert.NoError(t, swapplan.CheckRequest(s, "v1", "s1"), "the same request again")
+	assert.Equal(t, w.request, swapplan.PendingRequest(s))
+
+	w.request = &api.ManualRequest{Out: "v1", In: "a1", At: w.now, By: "alice"}
+	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s2"), "a request the planner refuses is replaced")
+
+	w.pause = nil
+	w.request = &api.ManualRequest{Out: "v1", In: "s1", At: w.now, By: "alice"}
+	require.Equal(t, api.ResultCompleted, w.run(200).Result)
+	assert.Nil(t, swapplan.PendingRequest(w.snapshot()), "a request that started its swap is no longer pending")
+}

@@ -214,5 +214,21 @@ func CheckRequest(s Snapshot, out, in string) error {
 	if why := p.refusal(out, in, p.node(out), p.node(in), false); why != "" {
 		return errors.New(why)
 	}
+	// Another request that waits to be carried out is not replaced: of
+	// two people asking at once, the first wins. One the planner refuses
+	// may be.
+	if q := PendingRequest(s); q != nil && (q.Out != out || q.In != in) && p.refusal(q.Out, q.In, p.node(q.Out), p.node(q.In), false) == "" {
+		return fmt.Errorf("%s's request to swap %s for %s (at %s) waits to be carried out: fleet-role swap --cancel withdraws it",
+			q.By, q.Out, q.In, stamp(q.At))
+	}
+	return nil
+}
+
+// PendingRequest is the manual request that has not started a swap, if
+// any.
+func PendingRequest(s Snapshot) *api.ManualRequest {
+	if q := s.Request; q != nil && !newPlanner(s).consumed(q) {
+		return q
+	}
 	return nil
 }

@@ -143,7 +143,11 @@ swap --cancel asks the controller to take the swap under way back from
 the step it is at: abandoned before the candidate's promotion, rolled back
 after it (the candidate's member removed, both Nodes uncordoned). Once the
 outgoing voter has stepped down it is refused, with the reason: from there
-the swap goes on, and the way back is a new swap once it ends.`,
+the swap goes on, and the way back is a new swap once it ends. With no
+swap under way it withdraws a request that has not started one.
+
+Of two people asking at once, the first wins: a request that waits to be
+carried out is not replaced by another (one the controller refuses is).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case cancelSwap && force:
@@ -214,12 +218,20 @@ func cancelTheSwap(cmd *cobra.Command, configFile, kubeconfig string) error {
 	by := whoAmI(ctx, client)
 	var c api.Cancel
 	var rec *api.SwapRecord
+	var withdrawn *api.ManualRequest
 	err = retry.OnError(retry.DefaultRetry, statusChanged, func() error {
 		snap, cm, err := readCluster(ctx, client, cfg)
 		if err != nil {
 			return err
 		}
+		withdrawn = nil
 		if rec, err = swapplan.CheckCancel(snap); err != nil {
+			// No swap under way: a request that has not started one is
+			// withdrawn.
+			if q := swapplan.PendingRequest(snap); q != nil && rec == nil {
+				withdrawn = q
+				return setStatusKey(ctx, client, cfg.Namespace, cm, api.RequestKey, "")
+			}
 			return fmt.Errorf("refused: %w", err)
 		}
 		c = api.Cancel{Swap: rec.ID, By: by, At: time.Now().UTC().Truncate(time.Second)}
@@ -234,6 +246,10 @@ func cancelTheSwap(cmd *cobra.Command, configFile, kubeconfig string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if q := withdrawn; q != nil {
+		fmt.Fprintf(cmd.OutOrStdout(), "withdrawn: %s's request to swap %s for %s (at %s), which had started no swap\n", q.By, q.Out, q.In, q.At.Format(time.RFC3339))
+		return nil
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "cancel requested: swap %s (%s out, %s in) is taken back from where it is (by %s); follow it with fleet-role status --watch\n",
 		rec.ID, rec.Out, rec.In, c.By)
