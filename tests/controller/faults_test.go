@@ -1,0 +1,228 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/controller"
+	"github.com/fleet-role/fleet-role/tests/fleetsim"
+)
+
+// Faults mid-swap on the simulated fleet: the API server restarted at
+// every step, two people asking at once, an agent cut off from the API
+// server, a host's clock jumped. docs/hostile.md lists them with their
+// outcomes.
+
+// supervise runs the controller as its Deployment does: started again
+// when it exits (its leadership lost while the API server was down),
+// until the test ends. It returns how many times it exited.
+func (e *env) supervise() *atomic.Int64 {
+	var exits atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for n := 0; ctx.Err() == nil; n++ {
+			c, err := controller.New(controller.Options{Config: e.cfg, Client: e.client(), Identity: fmt.Sprintf("replica-%d", n)})
+			if err != nil {
+				e.t.Error(err)
+				return
+			}
+			if err := c.Run(ctx); err != nil {
+				exits.Add(1)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second): // the kubelet's restart back-off, shortened
+			}
+		}
+	}()
+	e.t.Cleanup(func() { cancel(); <-done })
+	return &exits
+}
+
+// answered counts the reports the agents wrote for the swap, by host and
+// action: each request of a swap is answered once unless it is repeated.
+func answered(e *env, swap string) map[string]int {
+	n := map[string]int{}
+	for _, w := range e.d.Written() {
+		if w.Swap == swap {
+			n[w.Node+" "+w.Action+" "+w.State]++
+		}
+	}
+	return n
+}
+
+func TestTheAPIServerRestartedAtEveryStepRepeatsNoActionAndTheSwapFinishes(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	exits := e.supervise()
+	_, stderr, code := e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	var seen []string
+	last := ""
+	deadline := time.Now().Add(6 * time.Minute)
+	for time.Now().Before(deadline) {
+		st, _ := e.status()
+		if st.Last != nil && st.Swap == nil {
+			break
+		}
+		if st.Step != "" && st.Step != last {
+			last = st.Step
+			seen = append(seen, st.Step)
+			e.api.StopAPIServer()
+			time.Sleep(time.Second)
+			require.NoError(t, e.api.StartAPIServer())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res := e.waitEnd(2 * time.Minute)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assertCompleted(t, e, "v1", "s1")
+	t.Logf("the API server restarted at %d steps: %v; the controller exited %d times", len(seen), seen, exits.Load())
+	assert.GreaterOrEqual(t, len(seen), 6)
+	for key, n := range answered(e, res.ID) {
+		assert.Equal(t, 1, n, "%s answered more than once: a request repeated", key)
+	}
+	for _, want := range []string{"s1 promote done", "v1 step-down done", "v1 finish done"} {
+		assert.Contains(t, answered(e, res.ID), want)
+	}
+}
+
+func TestTwoPeopleAskingForDifferentSwapsAtOnceOneWinsAndTheOtherIsRefusedWithTheReason(t *testing.T) {
+	e := newEnv(t, 3, 2, 0)
+	race := func() (winner, loser string) {
+		t.Helper()
+		asks := [][]string{{"v1", "s1"}, {"v2", "s2"}}
+		type result struct {
+			out, stderr string
+			code        int
+		}
+		results := make([]result, len(asks))
+		var start, wg sync.WaitGroup
+		start.Add(1)
+		for i, a := range asks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start.Wait()
+				out, stderr, code := e.cli("swap", a[0], a[1])
+				results[i] = result{out, stderr, code}
+			}()
+		}
+		start.Done()
+		wg.Wait()
+		var won, lost []string
+		for i, r := range results {
+			switch r.code {
+			case 0:
+				won = append(won, asks[i][0])
+			case 1:
+				lost = append(lost, asks[i][0])
+				assert.Regexp(t, `refused: \S+'s request to swap (v1 for s1|v2 for s2) \(at .*\) waits to be carried out: fleet-role swap --cancel withdraws it`, r.stderr)
+			default:
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+		}
+		require.Len(t, won, 1, "exactly one wins: %+v", results)
+		require.Len(t, lost, 1)
+		return won[0], lost[0]
+	}
+	// With no controller running the request waits, and each race is
+	// decided by the API server's conditional update alone.
+	for range 4 {
+		winner, _ := race()
+		st, _ := e.status()
+		require.NotNil(t, st.Request)
+		assert.Equal(t, winner, st.Request.Out, "the request in force is the winner's")
+		out, stderr, code := e.cli("swap", "--cancel")
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, out, "withdrawn: ")
+	}
+	e.start()
+	winner, loser := race()
+	res := e.waitEnd(3 * time.Minute)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, winner, res.Out)
+	time.Sleep(3 * time.Second)
+	st, _ := e.status()
+	assert.Nil(t, st.Swap, "the loser's swap never starts")
+	assert.NotEqual(t, loser, st.Last.Out)
+}
+
+func TestAVotersAgentCutOffFromTheAPIServerMidSwapHoldsItAndItsReportsArriveOnceItIsBack(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	e.start()
+	_, stderr, code := e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	var st api.Status
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return st.Swap != nil && st.Step == api.StepJoin
+	}, time.Minute, 20*time.Millisecond, "the join: %+v", st)
+	cut := time.Now()
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].Cut = true })
+	// Cut off for longer than every bound of a step it could stop at: the
+	// swap holds, and nothing removes a member meanwhile.
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return strings.Contains(st.Reason, "voter v2's probe has been silent")
+	}, time.Minute, 50*time.Millisecond, "held for v2: %s", st.Reason)
+	time.Sleep(30 * time.Second)
+	st, _ = e.status()
+	assert.Contains(t, st.Reason, "voter v2's probe has been silent", "still held")
+	assert.Equal(t, 4, e.d.MemberCount(), "no member removed while a voter is silent")
+	assert.False(t, e.node("v1").Annotations[api.AnnotationEtcdRemove] == "true", "OUT's removal not asked")
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].Cut = false })
+	back := time.Now()
+	res := e.waitEnd(3 * time.Minute)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assertCompleted(t, e, "v1", "s1")
+	t.Logf("cut off for %s", back.Sub(cut).Round(time.Second))
+	n, err := e.api.Client.CoreV1().Nodes().Get(context.Background(), "v2", metav1.GetOptions{})
+	require.NoError(t, err)
+	var p api.Probe
+	require.NoError(t, json.Unmarshal([]byte(n.Annotations[api.AnnotationProbe]), &p))
+	assert.True(t, p.At.After(back), "v2's samples arrive once it is back")
+}
+
+func TestAHostsClockJumpedMidSwapNeitherStopsTheSwapNorHidesASilentVoter(t *testing.T) {
+	e := newEnv(t, 3, 2, 0)
+	e.start()
+	for _, jump := range []time.Duration{-10 * time.Minute, 10 * time.Minute} {
+		out, in := "v1", "s1"
+		if jump > 0 {
+			out, in = "v2", "s2"
+		}
+		_, stderr, code := e.cli("swap", out, in)
+		require.Equal(t, 0, code, stderr)
+		var st api.Status
+		require.Eventually(t, func() bool {
+			st, _ = e.status()
+			return st.Swap != nil && st.Swap.Out == out && st.Step == api.StepJoin
+		}, time.Minute, 20*time.Millisecond, "the join: %+v", st)
+		e.d.With(func(d *fleetsim.Driver) {
+			for _, h := range []string{"v3", in} {
+				d.Hosts[h].ClockOffset = jump
+			}
+		})
+		res := e.waitEnd(3 * time.Minute)
+		assert.Equal(t, api.ResultCompleted, res.Result, "jump %s: %s", jump, res.Reason)
+		assertCompleted(t, e, out, in)
+		e.d.With(func(d *fleetsim.Driver) {
+			for _, h := range d.Hosts {
+				h.ClockOffset = 0
+			}
+		})
+	}
+}
