@@ -52,6 +52,9 @@ type cache struct {
 	names    []string // sorted names of nodes
 	problems map[string]string
 	beats    map[string]time.Time
+	// beatSeen is when a kubelet's renewal was seen, on the controller's
+	// clock; none for the renewal found at the start.
+	beatSeen map[string]time.Time
 	lease    *coordinationv1.Lease
 	cm       *corev1.ConfigMap
 	// watched are the Nodes whose kubelet heartbeats and Pods matter
@@ -75,7 +78,7 @@ type podWatch struct {
 func newCache(client kubernetes.Interface, ns string, runners labels.Selector, log *slog.Logger, changed func()) *cache {
 	c := &cache{
 		client: client, ns: ns, runners: runners, log: log, changed: changed,
-		nodes: map[string]swapplan.Node{}, taints: map[string]nodeTaints{}, problems: map[string]string{}, beats: map[string]time.Time{},
+		nodes: map[string]swapplan.Node{}, taints: map[string]nodeTaints{}, problems: map[string]string{}, beats: map[string]time.Time{}, beatSeen: map[string]time.Time{},
 		watched: map[string]bool{}, pods: map[string]*podWatch{},
 		sampled: func(swapplan.Node) {}, gone: func(string) {}, now: time.Now,
 	}
@@ -280,7 +283,11 @@ func (c *cache) beatChanged(obj any) {
 	if !ok || l.Spec.RenewTime == nil {
 		return
 	}
+	now := c.now()
 	c.mu.Lock()
+	if was, ok := c.beats[l.Name]; ok && !was.Equal(l.Spec.RenewTime.Time) {
+		c.beatSeen[l.Name] = now
+	}
 	c.beats[l.Name] = l.Spec.RenewTime.Time
 	watched := c.watched[l.Name]
 	c.mu.Unlock()
@@ -389,7 +396,7 @@ func (c *cache) snapshot(cfg swapplan.Config, verdicts map[string]api.Verdict, n
 	for i, name := range c.names {
 		n := c.nodes[name]
 		if hb, ok := c.beats[name]; ok {
-			n.Heartbeat = hb
+			n.Heartbeat, n.HeartbeatSeen = hb, c.beatSeen[name]
 		}
 		n.Verdict = verdicts[name]
 		if w, ok := c.pods[name]; ok {

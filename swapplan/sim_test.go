@@ -57,6 +57,7 @@ type seenAt struct {
 	probe                 *api.Probe
 	rep                   *api.Report
 	probeSeen, reportSeen time.Time
+	beat, beatSeen        time.Time
 }
 
 var epoch = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
@@ -162,7 +163,10 @@ func (w *world) stampSeen(nodes []swapplan.Node) {
 	for i := range nodes {
 		n := &nodes[i]
 		was, ok := w.seen[n.Name]
-		is := seenAt{probe: n.Probe, rep: n.Report, probeSeen: was.probeSeen, reportSeen: was.reportSeen}
+		is := seenAt{probe: n.Probe, rep: n.Report, probeSeen: was.probeSeen, reportSeen: was.reportSeen, beat: n.Heartbeat, beatSeen: was.beatSeen}
+		if ok && !n.Heartbeat.Equal(was.beat) {
+			is.beatSeen = w.now
+		}
 		if ok && n.Probe != nil && (was.probe == nil || !reflect.DeepEqual(*was.probe, *n.Probe)) {
 			is.probeSeen = w.now
 		}
@@ -170,7 +174,7 @@ func (w *world) stampSeen(nodes []swapplan.Node) {
 			is.reportSeen = w.now
 		}
 		w.seen[n.Name] = is
-		n.ProbeSeen, n.ReportSeen = is.probeSeen, is.reportSeen
+		n.ProbeSeen, n.ReportSeen, n.HeartbeatSeen = is.probeSeen, is.reportSeen, is.beatSeen
 	}
 }
 

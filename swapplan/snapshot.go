@@ -111,8 +111,11 @@ type Node struct {
 	RemoveRequested bool
 	EtcdIsVoter     Condition
 	Ready           bool
-	// Heartbeat is the renew time of the kubelet's Lease.
+	// Heartbeat is the renew time of the kubelet's Lease; HeartbeatSeen
+	// when the controller saw it renewed, on its own clock (zero when it
+	// cannot tell).
 	Heartbeat     time.Time
+	HeartbeatSeen time.Time
 	Unschedulable bool
 	CordonedBy    string
 	MemberGone    string

@@ -210,11 +210,23 @@ func (p *planner) notVoting(in, out *Node, rep *api.Report) string {
 	if rep.StartedAt == nil {
 		return fmt.Sprintf("%s's report of the promotion says no server start", in.Name)
 	}
-	if !in.Ready || !in.Heartbeat.After(*rep.StartedAt) {
+	if !in.Ready || !beatAfter(in, *rep.StartedAt) {
 		return fmt.Sprintf("%s is not Ready on a kubelet heartbeat after its server started at %s (Ready %t, heartbeat %s)",
 			in.Name, stamp(*rep.StartedAt), in.Ready, stamp(in.Heartbeat))
 	}
 	return ""
+}
+
+// beatAfter says the Node's kubelet renewed its Lease after the start its
+// agent reported: by the host's own clock (the kubelet's renewal and the
+// agent's start are stamped by one clock), or, when the clock jumped
+// between the two, by the controller's: a renewal seen after the report
+// was seen was made after the report was written, so after the start.
+func beatAfter(n *Node, start time.Time) bool {
+	if n.Heartbeat.After(start) {
+		return true
+	}
+	return !n.HeartbeatSeen.IsZero() && !n.ReportSeen.IsZero() && n.HeartbeatSeen.After(n.ReportSeen)
 }
 
 // gates: with N+1 voters, every voter but OUT healthy and fresh, each
@@ -368,7 +380,7 @@ func (p *planner) tail(in, out *Node) Plan {
 		return p.end(api.ResultCompleted, []string{out.Name}, fmt.Sprintf("%s did not finish its demotion: it is left to node recovery", out.Name))
 	}
 	if out.CordonedBy == id && out.Unschedulable {
-		if rep.StartedAt != nil && out.Ready && out.Heartbeat.After(*rep.StartedAt) {
+		if rep.StartedAt != nil && out.Ready && beatAfter(out, *rep.StartedAt) {
 			return p.act(api.StepUncordon, Action{Type: api.ActionUncordon, Node: out.Name},
 				"%s is Ready on a heartbeat after its agent started: uncordoning it", out.Name)
 		}

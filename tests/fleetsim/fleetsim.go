@@ -48,6 +48,15 @@ type Driver struct {
 	beats map[string]time.Time
 	// reports are the reports written, in order.
 	reports []Written
+	// unwritten are the writes to each Node that failed, to be made again.
+	unwritten map[string]*unwritten
+}
+
+// unwritten is what was not written on a Node: its annotations and
+// labels, and the report among them.
+type unwritten struct {
+	ann, labels map[string]any
+	report      *Written
 }
 
 // Label marks the Nodes the driver plays; other Nodes (a load test's)
@@ -75,7 +84,7 @@ const (
 // it, its agents probing every period.
 func New(tb testhost.T, c kubernetes.Interface, period time.Duration, voters, standbys, agents int) *Driver {
 	d := &Driver{t: tb, c: c, Fleet: fleetmodel.New(fleetmodel.Timing{ProbePeriod: period, Heartbeat: heartbeat, CatchUp: catchUp}),
-		beats: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+		beats: map[string]time.Time{}, unwritten: map[string]*unwritten{}, stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
 	for _, ns := range []string{api.Namespace, api.NodeLeaseNamespace, "apps", "arc-runners"} {
 		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
@@ -246,11 +255,45 @@ func (d *Driver) write(ctx context.Context, o *corev1.Node, was, n swapplan.Node
 			labels[l] = "true"
 		}
 	}
+	// A write that failed (the API server down) is made again with the
+	// next, as the agent and k3s retry theirs; a newer value of a key
+	// goes over the one not written.
+	if u := d.unwritten[o.Name]; u != nil {
+		for k, v := range u.ann {
+			if _, newer := ann[k]; !newer {
+				ann[k] = v
+			}
+		}
+		for k, v := range u.labels {
+			if _, newer := labels[k]; !newer {
+				labels[k] = v
+			}
+		}
+	}
 	if len(ann) > 0 || len(labels) > 0 {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann, "labels": labels}})
 		_, err := d.c.CoreV1().Nodes().Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if r := n.Report; r != was.Report && err == nil {
-			d.reports = append(d.reports, Written{At: time.Now(), Node: o.Name, Action: r.Action, State: r.State, Swap: r.Swap})
+		switch {
+		case err != nil:
+			u := d.unwritten[o.Name]
+			if u == nil {
+				u = &unwritten{}
+				d.unwritten[o.Name] = u
+			}
+			u.ann, u.labels = ann, labels
+			if r := n.Report; r != was.Report {
+				u.report = &Written{Node: o.Name, Action: r.Action, State: r.State, Swap: r.Swap}
+			}
+		default:
+			r := n.Report
+			if u := d.unwritten[o.Name]; u != nil && u.report != nil && (r == was.Report) {
+				w := *u.report
+				w.At = time.Now()
+				d.reports = append(d.reports, w)
+			} else if r != was.Report {
+				d.reports = append(d.reports, Written{At: time.Now(), Node: o.Name, Action: r.Action, State: r.State, Swap: r.Swap})
+			}
+			delete(d.unwritten, o.Name)
 		}
 	}
 	d.conditions(ctx, o, n, now)
