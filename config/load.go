@@ -95,7 +95,7 @@ func keyLine(data []byte, key toml.Key) int {
 }
 
 // MaxFileSize is the most a configuration file may hold. The defaults with
-// their comments are some 10 KiB; a file far larger is a wrong path, and
+// their comments are some 5 KiB; a file far larger is a wrong path, and
 // is refused before it is read whole.
 const MaxFileSize = 1 << 20
 
