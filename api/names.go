@@ -72,8 +72,9 @@ const (
 	// read by the controller.
 	AnnotationReport = "fleet-role.io/report"
 	// AnnotationProbe carries the agent's latest Probe sample: written by
-	// the agent every probe period, read by the controller (its verdicts
-	// and gates).
+	// the agent every probe period, and at once when its role file turns
+	// corrupt or is mended; read by the controller (its verdicts and
+	// gates).
 	AnnotationProbe = "fleet-role.io/probe"
 	// AnnotationCordonedBy names the swap that cordoned the Node: written
 	// and read by the controller, which uncordons only what it cordoned.

@@ -189,6 +189,13 @@ type Probe struct {
 	RTTMs float64 `json:"rttMs,omitempty"`
 	// Error says what could not be sampled (etcd unreachable, say).
 	Error string `json:"error,omitempty"`
+	// RoleFileError says, while the host's role file is corrupt, what is
+	// wrong with it: the agent changes nothing on the host until it is
+	// mended, so the host keeps KeptRole, the role file's last good word
+	// ("" when the agent has read none since it started). Both are empty
+	// when the role file is good or missing.
+	RoleFileError string   `json:"roleFileError,omitempty"`
+	KeptRole      HostRole `json:"keptRole,omitempty"`
 }
 
 // Validate reports the fields that are missing or wrong.

@@ -239,7 +239,7 @@ func DefaultAgent() Agent {
 // LoadAgent reads, strictly decodes and validates an agent configuration
 // file. Errors wrap ErrInvalid and name the key.
 func LoadAgent(path string) (Agent, error) {
-	data, err := readFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return Agent{}, err
 	}

@@ -273,7 +273,7 @@ func DefaultController() Controller {
 // LoadController reads, strictly decodes and validates a controller
 // configuration file. Errors wrap ErrInvalid and name the key.
 func LoadController(path string) (Controller, error) {
-	data, err := readFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return Controller{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -93,11 +94,34 @@ func keyLine(data []byte, key toml.Key) int {
 	return 0
 }
 
-// readFile reads a configuration file, naming it in the error.
-func readFile(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+// MaxFileSize is the most a configuration file may hold. The defaults with
+// their comments are some 5 KiB; a file far larger is a wrong path, and
+// is refused before it is read whole.
+const MaxFileSize = 1 << 20
+
+// ReadFile reads a configuration file whole, refusing one that is empty,
+// a directory, or larger than MaxFileSize. Its errors are ErrInvalid; the
+// caller names the file.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	defer f.Close()
+	// Note: a regular file's size is known before it is read; a pipe's
+	// (`config validate <(...)`) is found by reading one byte past the
+	// limit.
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxFileSize {
+		return nil, fmt.Errorf("%w: %d bytes, larger than the %d bytes (1 MiB) a configuration may be", ErrInvalid, fi.Size(), MaxFileSize)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	case len(data) > MaxFileSize:
+		return nil, fmt.Errorf("%w: larger than the %d bytes (1 MiB) a configuration may be", ErrInvalid, MaxFileSize)
+	case len(bytes.TrimSpace(data)) == 0:
+		return nil, fmt.Errorf("%w: the file is empty", ErrInvalid)
 	}
 	return data, nil
 }

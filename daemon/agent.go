@@ -85,6 +85,20 @@ type Agent struct {
 	told map[string]string
 	// status is the status line last sent to systemd; the loop's alone.
 	status string
+	// lastRole is the role file's last good word since the agent started
+	// ("" before one); the loop's alone.
+	lastRole api.HostRole
+	// roleFault is what is wrong with the role file while it is corrupt,
+	// for the probe to publish; nil while it is good or missing.
+	roleFault atomic.Pointer[roleFault]
+	// probeNow asks the probe loop for a sample now, out of its period.
+	probeNow chan struct{}
+}
+
+// roleFault is a corrupt role file and the role the host keeps meanwhile.
+type roleFault struct {
+	err  string
+	kept api.HostRole
 }
 
 // New assembles an agent; nothing runs until Run.
@@ -118,6 +132,7 @@ func New(o Options) (*Agent, error) {
 		st:       st,
 		node:     newNodeClient(o.Kube, o.Config.NodeName, log),
 		trigger:  make(chan struct{}, 1),
+		probeNow: make(chan struct{}, 1),
 		told:     map[string]string{},
 		registry: o.Registry,
 		metrics:  newMetrics(o.Registry),
@@ -260,6 +275,29 @@ func (a *Agent) untell(key string) {
 	delete(a.told, key)
 }
 
+// keeps says which role the host keeps while its role file is corrupt:
+// Note: nothing is done on the host meanwhile (role.Decide), so its units
+// stay as the last good role left them.
+func (a *Agent) keeps() string {
+	if a.lastRole == "" {
+		return ""
+	}
+	return "; the host keeps its last good role, " + string(a.lastRole)
+}
+
+// setRoleFault sets what is wrong with the role file (nil: nothing) and,
+// when that changed, asks the probe loop to publish it at once.
+func (a *Agent) setRoleFault(rf *roleFault) {
+	old := a.roleFault.Swap(rf)
+	if (old == nil) == (rf == nil) && (old == nil || *old == *rf) {
+		return
+	}
+	select {
+	case a.probeNow <- struct{}{}:
+	default:
+	}
+}
+
 // look gathers the facts of the host.
 func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 	var f role.Facts
@@ -267,9 +305,14 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 	switch {
 	case err != nil:
 		f.RoleErr = err
-		a.tell("role", api.EventCorruptRoleFile, err.Error()+": not acted on until it is mended")
+		a.setRoleFault(&roleFault{err: err.Error(), kept: a.lastRole})
+		a.tell("role", api.EventCorruptRoleFile, err.Error()+": not acted on until it is mended"+a.keeps())
 	default:
 		f.Role, f.RoleMissing = r, missing
+		if !missing {
+			a.lastRole = r
+		}
+		a.setRoleFault(nil)
 		a.untell("role")
 	}
 	f.NodeRead = a.node.synced()
@@ -327,7 +370,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 		return
 	}
 	d := role.Decide(f)
-	a.say(d.Why)
+	if f.RoleErr != nil {
+		a.say(d.Why + a.keeps())
+	} else {
+		a.say(d.Why)
+	}
 	woke := a.woken.Swap(0)
 	if len(d.Steps) == 0 && d.Report == nil {
 		return

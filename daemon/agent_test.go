@@ -649,3 +649,75 @@ func TestTheAgentsMetricsCountItsSamplesItsActionsAndItsFileEvents(t *testing.T)
 	body, _ := io.ReadAll(resp.Body)
 	assert.Contains(t, string(body), `fleet_role_agent_actions_total{action="promote",outcome="done"} 1`, "served as scraped")
 }
+
+// probe is the probe sample on the Node, nil if none.
+func (f *fixture) probe() *api.Probe {
+	n, err := f.kube.CoreV1().Nodes().Get(context.Background(), "h2", metav1.GetOptions{})
+	require.NoError(f.t, err)
+	v, ok := n.Annotations[api.AnnotationProbe]
+	if !ok {
+		return nil
+	}
+	var p api.Probe
+	require.NoError(f.t, json.Unmarshal([]byte(v), &p))
+	return &p
+}
+
+// statusLines are the status lines the agent sent to systemd so far.
+func (f *fixture) statusLines(seen *[]string) []string {
+	for {
+		select {
+		case n := <-f.notes:
+			if s, ok := strings.CutPrefix(n, "STATUS="); ok {
+				*seen = append(*seen, s)
+			}
+		default:
+			return *seen
+		}
+	}
+}
+
+func TestGarbageOverAGoodRoleFileKeepsTheLastGoodRoleAndSaysSoUntilItIsMended(t *testing.T) {
+	f := newFixture(t)
+	f.role("server")
+	f.datastore("h2-0a1b2c3d")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	f.start()
+	require.Eventually(t, func() bool { p := f.probe(); return p != nil }, 5*time.Second, 20*time.Millisecond)
+	assert.Empty(t, f.probe().RoleFileError)
+	var lines []string
+
+	f.write(f.cfg.RoleFile, "\xff\xfe\x00garbage\n")
+	require.Eventually(t, func() bool { p := f.probe(); return p != nil && p.RoleFileError != "" }, 5*time.Second, 20*time.Millisecond,
+		"the probe publishes the corrupt role file at once, not a probe period later")
+	p := f.probe()
+	assert.Contains(t, p.RoleFileError, "corrupt role file")
+	assert.Equal(t, api.HostServer, p.KeptRole)
+	require.Eventually(t, func() bool { return len(f.events(api.EventCorruptRoleFile)) == 1 }, 5*time.Second, 20*time.Millisecond)
+	assert.Contains(t, f.events(api.EventCorruptRoleFile)[0].Message, "the host keeps its last good role, server")
+	corrupt := "the role file " + f.cfg.RoleFile + `: corrupt role file: want "server" or "agent", found "\xff\xfe\x00garbage": nothing is done until it is mended; the host keeps its last good role, server`
+	require.Eventually(t, func() bool { return slices.Contains(f.statusLines(&lines), corrupt) }, 5*time.Second, 20*time.Millisecond,
+		"status lines: %q", lines)
+
+	// A tombstone would have a host whose role file says agent finish a
+	// demotion; with a corrupt one, nothing is done.
+	f.write(filepath.Join(f.etcdDir(), "tombstone"), "")
+	time.Sleep(3 * f.cfg.ResyncPeriod)
+	assert.Empty(t, f.plat.Calls(), "no step from garbage: the server runs on")
+	assert.Len(t, f.events(api.EventCorruptRoleFile), 1, "told once, not every resync")
+	require.NoError(t, os.Remove(filepath.Join(f.etcdDir(), "tombstone")))
+
+	f.role("server")
+	require.Eventually(t, func() bool { p := f.probe(); return p != nil && p.RoleFileError == "" }, 5*time.Second, 20*time.Millisecond,
+		"mending the file clears it from the probe")
+	assert.Empty(t, f.probe().KeptRole)
+	require.Eventually(t, func() bool {
+		l := f.statusLines(&lines)
+		return l[len(l)-1] == "the role file says server: the server runs"
+	}, 5*time.Second, 20*time.Millisecond, "status lines: %q", lines)
+	assert.Empty(t, f.plat.Calls())
+
+	f.write(f.cfg.RoleFile, "agnet\n")
+	require.Eventually(t, func() bool { return len(f.events(api.EventCorruptRoleFile)) == 2 }, 5*time.Second, 20*time.Millisecond,
+		"garbage again after a mend is told again")
+}

@@ -130,8 +130,9 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 func round(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
-// probeLoop samples the host every probe period and writes the sample on
-// the Node; a sample that cannot be written is dropped, the next one comes.
+// probeLoop samples the host every probe period, and at once when the role
+// file turns corrupt or is mended, and writes the sample on the Node; a
+// sample that cannot be written is dropped, the next one comes.
 func (a *Agent) probeLoop(ctx context.Context) {
 	dir := a.cfg.DataDir
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
@@ -147,6 +148,7 @@ func (a *Agent) probeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+		case <-a.probeNow:
 		}
 	}
 }
@@ -161,6 +163,9 @@ func (a *Agent) probeOnce(ctx context.Context, p *prober) {
 		staged, _ = a.platform.Installed(ctx, platform.Server)
 	}
 	s, members := p.sample(ctx, a.clock.Now(), server, staged)
+	if rf := a.roleFault.Load(); rf != nil {
+		s.RoleFileError, s.KeptRole = rf.err, rf.kept
+	}
 	a.metrics.sampled(s)
 	if len(members) > 0 {
 		a.keepVoters(members)

@@ -95,7 +95,7 @@ func agentClient(kubeconfig string) (typedcorev1.CoreV1Interface, error) {
 	var err error
 	if kubeconfig == "" {
 		rc, err = rest.InClusterConfig()
-	} else {
+	} else if err = checkKubeconfig(kubeconfig); err == nil {
 		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 	}
 	if err != nil {

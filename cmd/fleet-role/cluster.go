@@ -55,11 +55,11 @@ func findCluster(explicit string) (*rest.Config, error) {
 	rc, absent, err := fromFiles(rules)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("%s: %w", place, err)
+		return nil, usageError{fmt.Errorf("%s: %w", place, err)}
 	case absent == "":
 		return rc, nil
 	case explicit != "":
-		return nil, fmt.Errorf("%s: %s", place, absent)
+		return nil, usageError{fmt.Errorf("%s: %s", place, absent)}
 	}
 	tried = append(tried, place+": "+absent)
 
@@ -70,7 +70,7 @@ func findCluster(explicit string) (*rest.Config, error) {
 		rc, absent, err = fromFiles(k3s)
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("%s: %w", k3sKubeconfig, err)
+			return nil, usageError{fmt.Errorf("%s: %w", k3sKubeconfig, err)}
 		case absent == "":
 			return rc, nil
 		}
@@ -94,6 +94,11 @@ func findCluster(explicit string) (*rest.Config, error) {
 // fromFiles loads the files of rules. absent says why they hold no
 // configuration at all; err is for one that is there but broken.
 func fromFiles(rules *clientcmd.ClientConfigLoadingRules) (rc *rest.Config, absent string, err error) {
+	for _, f := range append([]string{rules.ExplicitPath}, rules.Precedence...) {
+		if err := checkKubeconfig(f); err != nil {
+			return nil, "", err
+		}
+	}
 	raw, err := rules.Load()
 	if err != nil {
 		return nil, "", err
@@ -118,6 +123,31 @@ func fromFiles(rules *clientcmd.ClientConfigLoadingRules) (rc *rest.Config, abse
 		return nil, "", errors.New("no current context, or its cluster has no server")
 	}
 	return rc, "", err
+}
+
+// maxKubeconfig is the most a kubeconfig may hold. One with a cluster's
+// certificates in it is some 10 KiB, a merged one of many clusters some
+// hundreds; client-go reads it whole, so a file far larger (a wrong path)
+// is refused before it is read.
+const maxKubeconfig = 4 << 20
+
+// checkKubeconfig refuses a kubeconfig that client-go could only read to
+// fail, or read whole at a great cost: a directory, a file over
+// maxKubeconfig. One that is not there is left to client-go.
+func checkKubeconfig(path string) error {
+	if path == "" {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory", path)
+	case fi.Mode().IsRegular() && fi.Size() > maxKubeconfig:
+		return fmt.Errorf("%s: %d bytes, larger than the %d bytes (4 MiB) a kubeconfig may be", path, fi.Size(), maxKubeconfig)
+	}
+	return nil
 }
 
 // whyNot says briefly why a file could not be opened.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -37,9 +36,9 @@ leaves the files alone, to check a configuration made for another host.`,
 			path := args[0]
 			k := kind
 			if k == "" {
-				data, err := os.ReadFile(path)
+				data, err := config.ReadFile(path)
 				if err != nil {
-					return usageError{err}
+					return fmt.Errorf("%s: %w", path, err)
 				}
 				k = config.Kind(data)
 			}

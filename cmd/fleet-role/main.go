@@ -37,7 +37,9 @@ const (
 	exitUsage = 2
 )
 
-// usageError is bad usage: a wrong flag, a missing argument.
+// usageError is bad usage (a wrong flag, a missing argument) or a file it
+// names that cannot be used (a broken kubeconfig, a plan input that is
+// not there).
 type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }

@@ -77,15 +77,54 @@ It reads nothing else and changes nothing: ask it why a swap waits.`,
 	return cmd
 }
 
+// maxPlanInput is the most a plan's input may hold. A fleet's Nodes,
+// Leases, ConfigMaps and Pods are far less; a file far larger is a wrong
+// one, and is refused before it is read whole.
+const maxPlanInput = 64 << 20
+
+// errPlanInputSize is the refusal of an input larger than maxPlanInput.
+var errPlanInputSize = fmt.Errorf("larger than the %d bytes (64 MiB) a plan's input may be", maxPlanInput)
+
+// openInput opens the plan's input, - for standard input, and reads no
+// more of it than maxPlanInput.
 func openInput(stdin io.Reader, file string) (io.ReadCloser, string, error) {
 	if file == "-" {
-		return io.NopCloser(stdin), "standard input", nil
+		return io.NopCloser(&limitReader{r: stdin, n: maxPlanInput}), "standard input", nil
 	}
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, "", usageError{err}
 	}
-	return f, file, nil
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > maxPlanInput {
+		f.Close()
+		return nil, "", usageError{fmt.Errorf("%s: %d bytes, %w", file, fi.Size(), errPlanInputSize)}
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{&limitReader{r: f, n: maxPlanInput}, f}, file, nil
+}
+
+// limitReader reads at most n bytes of r and fails past them, where
+// io.LimitReader would end quietly in the middle of the document.
+type limitReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return 0, errPlanInputSize
+	}
+	if int64(len(p)) > l.n+1 {
+		p = p[:l.n+1]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	if l.n < 0 {
+		return n, errPlanInputSize
+	}
+	return n, err
 }
 
 // planFile reads the List and plans; any malformed object or annotation is
