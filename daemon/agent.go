@@ -478,6 +478,7 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 		// copy is made or not: it is whole, and a snapshot asked again
 		// is a new one.
 		defer a.prune(dir, name)
+		a.log.Info("snapshot taken", logkey.File, snap.Path)
 		file := &api.SnapshotFile{Path: snap.Path, Size: snap.Size, SHA256: snap.SHA256}
 		if to := a.cfg.SnapshotCopyDir; to != "" {
 			// Note: the snapshot is not reported ready until its copy
