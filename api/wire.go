@@ -96,6 +96,9 @@ type SnapshotFile struct {
 	Path   string `json:"path"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	// Copy is the snapshot's copy off the host, whole and of the same
+	// sha256, when the agent has a snapshot_copy_dir; empty otherwise.
+	Copy string `json:"copy,omitempty"`
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)

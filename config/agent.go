@@ -68,6 +68,13 @@ type Agent struct {
 	// (server/db/snapshots/fleet-role-*) the agent keeps; the newest is
 	// never removed, and k3s's own snapshots are never touched.
 	KeepSnapshots int `toml:"keep_snapshots"`
+	// SnapshotCopyDir is a directory off the host (an NFS or other
+	// mount) where the agent copies each snapshot it takes, keeping as
+	// many there as KeepSnapshots; a snapshot is reported only once its
+	// copy is whole. It must exist: the agent never creates it, so that
+	// a mount that is missing fails the snapshot rather than filling the
+	// host's own disk. Empty: no copy.
+	SnapshotCopyDir string `toml:"snapshot_copy_dir"`
 	// Servers is the inventory of servers, in order; at least one is
 	// required. A promoted host's server joins through the first other
 	// server that is a live voter; a demoted host's agent joins the first
@@ -281,6 +288,9 @@ func (a Agent) Validate() error {
 		absolute(&p, fmt.Sprintf("staged_files[%d]", i), f)
 	}
 	absolute(&p, "join_file", a.JoinFile)
+	if a.SnapshotCopyDir != "" {
+		absolute(&p, "snapshot_copy_dir", a.SnapshotCopyDir)
+	}
 	if _, _, err := net.SplitHostPort(a.ListenAddress); err != nil && a.ListenAddress != "" {
 		p.add("listen_address", "%q is not host:port: %v", a.ListenAddress, err)
 	}
@@ -441,6 +451,13 @@ keep_removed = {{.KeepRemoved}}
 # <unix>, taken before each swap) to keep; the newest is never removed and
 # k3s's own snapshots in that directory are never touched.
 keep_snapshots = {{.KeepSnapshots}}
+
+# A directory off this host (an NFS or other mount; better a directory
+# inside it, for each host its own, which exists only while the mount is
+# there) where each snapshot is copied, keeping as many as keep_snapshots.
+# A snapshot is reported only once its copy is whole. The agent never
+# creates it. "" makes no copy.
+snapshot_copy_dir = "{{.SnapshotCopyDir}}"
 
 # Serves the agent's /metrics (Prometheus) and /healthz, host:port; empty
 # serves nothing. The Ansible role sets ":9091".

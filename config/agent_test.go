@@ -34,6 +34,7 @@ func TestAMinimalAgentConfigurationTakesTheDefaults(t *testing.T) {
 	assert.Equal(t, PlatformSystemd, a.Platform)
 	assert.Equal(t, 30*time.Second, a.ResyncPeriod)
 	assert.Equal(t, 5, a.KeepSnapshots)
+	assert.Empty(t, a.SnapshotCopyDir, "no copy unless a directory is given")
 	assert.Equal(t, "/var/lib/fleet-role/token", a.TokenFile, "where the Ansible role writes the agent's token")
 	a, err = ParseAgent([]byte("token_file = \"\"\n" + minimalAgent))
 	require.NoError(t, err)
@@ -71,6 +72,8 @@ func TestBadAgentConfigurations(t *testing.T) {
 			[]string{"docker.env[0]: K3S_TOKEN would show in `docker inspect`"}},
 		{"the token file is an absolute path", "token_file = \"token\"\n" + minimalAgent, []string{`token_file: must be an absolute path, got "token"`}},
 		{"at least one snapshot is kept", "keep_snapshots = 0\n" + minimalAgent, []string{"keep_snapshots: must be at least 1, got 0"}},
+		{"the snapshots' copy goes to an absolute path", "snapshot_copy_dir = \"backup\"\n" + minimalAgent,
+			[]string{`snapshot_copy_dir: must be an absolute path, got "backup"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseAgent([]byte(tc.toml))

@@ -427,7 +427,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 // outcome is what the steps left: the units' starts and the snapshot.
 type outcome struct {
 	serverStart, agentStart time.Time
-	snapshot                *etcdclient.Snapshot
+	snapshot                *api.SnapshotFile
 }
 
 // carryOut runs the steps in order, stopping at the first that fails.
@@ -521,19 +521,41 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 		if err != nil {
 			return err
 		}
-		out.snapshot = &snap
-		// Note: a prune that fails does not fail the snapshot, which is
-		// whole; the next snapshot prunes again.
-		removed, err := pruneSnapshots(dir, a.cfg.KeepSnapshots, name)
-		if len(removed) > 0 {
-			a.log.Info("older snapshots removed", logkey.Removed, removed, logkey.Keep, a.cfg.KeepSnapshots)
+		// Note: the snapshot is pruned with the older ones whether its
+		// copy is made or not: it is whole, and a snapshot asked again
+		// is a new one.
+		defer a.prune(dir, name)
+		a.log.Info("snapshot taken", logkey.File, snap.Path)
+		file := &api.SnapshotFile{Path: snap.Path, Size: snap.Size, SHA256: snap.SHA256}
+		if to := a.cfg.SnapshotCopyDir; to != "" {
+			// Note: the snapshot is not reported ready until its copy
+			// off the host is whole: the copy is there for when this
+			// host is lost, and a swap is the time it may be.
+			copied, err := copySnapshot(snap, to)
+			if err != nil {
+				return err
+			}
+			defer a.prune(to, name)
+			file.Copy = copied
+			a.log.Info("snapshot copied", logkey.File, copied)
 		}
-		if err != nil {
-			a.log.Warn("older snapshots not all removed", logkey.Err, err)
-		}
+		out.snapshot = file
 		return nil
 	}
 	return fmt.Errorf("unknown step %q", step)
+}
+
+// prune keeps the newest keep_snapshots of fleet-role's snapshots in dir
+// and the one just taken. Note: a prune that fails does not fail the
+// snapshot, which is whole; the next snapshot prunes again.
+func (a *Agent) prune(dir, kept string) {
+	removed, err := pruneSnapshots(dir, a.cfg.KeepSnapshots, kept)
+	if len(removed) > 0 {
+		a.log.Info("older snapshots removed", logkey.File, dir, logkey.Removed, removed, logkey.Keep, a.cfg.KeepSnapshots)
+	}
+	if err != nil {
+		a.log.Warn("older snapshots not all removed", logkey.File, dir, logkey.Err, err)
+	}
 }
 
 func (a *Agent) inventory() []role.InventoryServer {
@@ -601,8 +623,6 @@ func (a *Agent) report(r *role.Report, done outcome, err error) *api.Report {
 		s := start.UTC()
 		rep.StartedAt = &s
 	}
-	if s := done.snapshot; s != nil {
-		rep.Snapshot = &api.SnapshotFile{Path: s.Path, Size: s.Size, SHA256: s.SHA256}
-	}
+	rep.Snapshot = done.snapshot
 	return rep
 }

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,7 +76,8 @@ func (e *fakeEtcd) Save(_ context.Context, dir, name string) (etcdclient.Snapsho
 	if err := os.WriteFile(path, []byte("snapshot"), 0o600); err != nil {
 		return etcdclient.Snapshot{}, err
 	}
-	return etcdclient.Snapshot{Path: path, Size: 8, SHA256: strings.Repeat("ab", 32)}, nil
+	sum := sha256.Sum256([]byte("snapshot"))
+	return etcdclient.Snapshot{Path: path, Size: 8, SHA256: hex.EncodeToString(sum[:])}, nil
 }
 
 // RemoveMember removes a member as the etcd client does: never its own
@@ -118,6 +121,8 @@ type fixture struct {
 	// registry takes the agent's metrics; nil for a new one.
 	registry *prometheus.Registry
 	agent    *Agent
+	// realEtcd, when set, is the host's member instead of etcd.
+	realEtcd Etcd
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -167,7 +172,11 @@ func (f *fixture) datastore(name string) {
 func (f *fixture) start() {
 	f.t.Helper()
 	f.notes = make(chan string, 100)
-	a, err := New(Options{Config: f.cfg, Platform: f.plat, Kube: fakeCore{f.kube.CoreV1()}, Etcd: f.etcd,
+	var member Etcd = f.etcd
+	if f.realEtcd != nil {
+		member = f.realEtcd
+	}
+	a, err := New(Options{Config: f.cfg, Platform: f.plat, Kube: fakeCore{f.kube.CoreV1()}, Etcd: member,
 		Notify: func(s string) error { f.notes <- s; return nil }, Registry: f.registry})
 	require.NoError(f.t, err)
 	f.agent = a

@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleet-role/fleet-role/daemon/etcdclient"
 )
 
 // snapshotPrefix begins the name of every snapshot fleet-role takes.
@@ -107,4 +112,71 @@ func pruneSnapshots(dir string, keep int, kept string) ([]string, error) {
 		return removed, fmt.Errorf("prune snapshots: %w", err)
 	}
 	return removed, nil
+}
+
+// errCopyDiffers: the bytes copied are not the snapshot's.
+var errCopyDiffers = errors.New("the copy is not the snapshot")
+
+// copySnapshot copies a snapshot, whole, into dir under its own name and
+// returns the copy's path. As the snapshot itself (etcdclient's Save), the
+// copy is written to <name>.part, checked against the snapshot's size and
+// sha256, synced, renamed and the directory synced, so nothing is left
+// under the name unless it is whole; a copy that fails removes its
+// partial file. dir must exist: it is a mount off the host, and a mount
+// that is missing must not turn into a copy on the host's own disk.
+func copySnapshot(s etcdclient.Snapshot, dir string) (string, error) {
+	path := filepath.Join(dir, filepath.Base(s.Path))
+	part := path + ".part"
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("copy the snapshot to %s: %w", dir, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fail(err)
+	}
+	if !fi.IsDir() {
+		return fail(errors.New("not a directory"))
+	}
+	src, err := os.Open(s.Path)
+	if err != nil {
+		return fail(err)
+	}
+	defer src.Close()
+	defer os.Remove(part)
+	dst, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fail(err)
+	}
+	defer dst.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(dst, h), src)
+	if err != nil {
+		return fail(err)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); n != s.Size || sum != s.SHA256 {
+		return fail(fmt.Errorf("%w: %d bytes of sha256 %s, not %d of %s", errCopyDiffers, n, sum, s.Size, s.SHA256))
+	}
+	if err := dst.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := dst.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(part, path); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fail(err)
+	}
+	return path, nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -4,11 +4,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/platform"
 )
 
 // names lists the files of a directory, sorted.
@@ -121,4 +126,47 @@ func TestASnapshotNameCarriesTheSwapAndTheUnixTimeK3sReads(t *testing.T) {
 	assert.Equal(t, "fleet-role-a_b-1796113200", snapshotName("a/b", at), "a swap ID never makes a path")
 	assert.Equal(t, "fleet-role-none-1796113200", snapshotName("", at))
 	assert.Regexp(t, ours, snapshotName("x", at))
+}
+
+func TestEachSnapshotIsCopiedAndTheCopiesArePrunedAsTheSnapshotsAre(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.KeepSnapshots = 2
+	f.cfg.SnapshotCopyDir = filepath.Join(f.dir, "backup")
+	for _, name := range []string{"fleet-role-old-100", "fleet-role-old-300", "fleet-role-old-200", "fleet-role-old-400.part", "notes.txt"} {
+		f.write(filepath.Join(f.cfg.SnapshotCopyDir, name), "x")
+	}
+	f.role("server")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	f.start()
+	f.request(api.RequestSnapshot)
+	r := f.waitReport(api.RequestSnapshot, api.StateDone)
+	require.NotNil(t, r.Snapshot)
+	taken := filepath.Base(r.Snapshot.Path)
+	assert.Equal(t, filepath.Join(f.cfg.SnapshotCopyDir, taken), r.Snapshot.Copy)
+	b, err := os.ReadFile(r.Snapshot.Copy)
+	require.NoError(t, err)
+	assert.Equal(t, "snapshot", string(b))
+	assert.ElementsMatch(t, []string{"fleet-role-old-300", taken, "notes.txt"}, names(t, f.cfg.SnapshotCopyDir))
+}
+
+func TestACopyDirectoryThatIsMissingFailsTheSnapshotAndIsNotCreated(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.SnapshotCopyDir = filepath.Join(f.dir, "mnt", "backup")
+	f.role("server")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	f.start()
+	f.request(api.RequestSnapshot)
+	r := f.waitReport(api.RequestSnapshot, api.StateFailed)
+	assert.Contains(t, r.Message, "copy the snapshot to "+f.cfg.SnapshotCopyDir)
+	assert.Contains(t, r.Message, "no such file or directory")
+	assert.NoDirExists(t, f.cfg.SnapshotCopyDir, "an unmounted backup is not made on the host's own disk")
+}
+
+func TestACopyWhoseBytesAreNotTheSnapshotsIsRefusedAndLeavesNothing(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "fleet-role-s1-100")
+	require.NoError(t, os.WriteFile(src, []byte("snapshot"), 0o600))
+	dir := t.TempDir()
+	_, err := copySnapshot(etcdclient.Snapshot{Path: src, Size: 8, SHA256: strings.Repeat("ab", 32)}, dir)
+	require.ErrorIs(t, err, errCopyDiffers, "the file changed since it was verified")
+	assert.Empty(t, names(t, dir))
 }

@@ -23,6 +23,12 @@ type config struct {
 	// Token is the cluster's token as given (`token:`, `token-file:`,
 	// K3S_TOKEN or K3S_TOKEN_FILE), empty when none is.
 	Token string
+	// ClusterReset: `cluster-reset: true` (--cluster-reset,
+	// K3S_CLUSTER_RESET); ClusterResetRestorePath the snapshot it
+	// restores (--cluster-reset-restore-path, which has no variable).
+	// k3s: pkg/cli/cmds (server.go), ServerFlags.
+	ClusterReset            bool
+	ClusterResetRestorePath string
 }
 
 // dropIns are the drop-in files of a config file, in the order k3s reads
@@ -140,16 +146,31 @@ func loadConfig(file string, cli map[string]string, getenv func(string) string) 
 	}
 	c.Server = pick("server", "K3S_URL")
 	c.Token = pick("token", "K3S_TOKEN")
-	if v, ok := last(values, "cluster-init"); ok {
+	// flag reads a boolean flag, given with no value as true; env is its
+	// variable, "" for none.
+	flag := func(key, env string) (bool, error) {
+		v, ok := last(values, key)
+		switch {
+		case ok && v == "":
+			return true, nil
+		case !ok && (env == "" || getenv(env) == ""):
+			return false, nil
+		case !ok:
+			v = getenv(env)
+		}
 		b, err := strconv.ParseBool(v)
-		if v == "" {
-			b, err = true, nil
-		}
 		if err != nil {
-			return config{}, fmt.Errorf("cluster-init: %w", err)
+			return false, fmt.Errorf("%s: %w", key, err)
 		}
-		c.ClusterInit = b
+		return b, nil
 	}
+	if c.ClusterInit, err = flag("cluster-init", ""); err != nil {
+		return config{}, err
+	}
+	if c.ClusterReset, err = flag("cluster-reset", "K3S_CLUSTER_RESET"); err != nil {
+		return config{}, err
+	}
+	c.ClusterResetRestorePath, _ = last(values, "cluster-reset-restore-path")
 	if tf := pick("token-file", "K3S_TOKEN_FILE"); tf != "" {
 		data, err := os.ReadFile(tf)
 		if err != nil {

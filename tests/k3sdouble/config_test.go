@@ -84,6 +84,23 @@ func TestLoadConfig(t *testing.T) {
 			files: map[string]string{"config.yaml": "cluster-init: true\nserver: https://10.0.0.1:6443\n"},
 			want:  config{ClusterInit: true, Server: "https://10.0.0.1:6443"},
 		},
+		{
+			name: "a cluster reset comes from K3S_CLUSTER_RESET, but its restore path from no variable",
+			env:  map[string]string{"K3S_CLUSTER_RESET": "true", "K3S_CLUSTER_RESET_RESTORE_PATH": "/s"},
+			want: config{ClusterReset: true},
+		},
+		{
+			name:  "the flags of a cluster reset win over the config file's keys",
+			files: map[string]string{"config.yaml": "cluster-reset: false\ncluster-reset-restore-path: /old\n"},
+			cli:   map[string]string{"cluster-reset": "true", "cluster-reset-restore-path": "/snapshots/fleet-role-s1-100"},
+			want:  config{ClusterReset: true, ClusterResetRestorePath: "/snapshots/fleet-role-s1-100"},
+		},
+		{
+			name:  "cluster-reset set false in the config file wins over K3S_CLUSTER_RESET",
+			files: map[string]string{"config.yaml": "cluster-reset: false\n"},
+			env:   map[string]string{"K3S_CLUSTER_RESET": "true"},
+			want:  config{},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

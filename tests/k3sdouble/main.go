@@ -131,6 +131,18 @@
 //     nodelifecycle, (*Controller).tryUpdateNodeHealth; the default in
 //     pkg/controller/nodelifecycle/config/v1alpha1/defaults.go
 //     (kubernetes PR 126287).
+//   - Cluster reset. `k3s server --cluster-reset` (`cluster-reset:`,
+//     K3S_CLUSTER_RESET), with --cluster-reset-restore-path=<file>:
+//     the file must exist and not be a directory ("etcd: snapshot path
+//     does not exist: …"); server/db/etcd is moved to etcd-old-<unix>,
+//     the snapshot restored with etcdutl as this member alone, a new
+//     member name made, server/db/reset-flag written and etcd started
+//     with ForceNewCluster; once the member is alone, "Managed etcd
+//     cluster membership has been reset, restart without --cluster-reset
+//     flag now. …", exit 0. Without a restore path a reset is refused
+//     while reset-flag exists; a normal start removes it. k3s:
+//     pkg/cluster/managed.go, (*Cluster).start; pkg/etcd/etcd.go,
+//     (*ETCD).Reset, Restore and newCluster.
 //   - etcd timing: election timeout 5000 ms, heartbeat 500 ms
 //     (--election-ms, --heartbeat-ms). k3s: (*ETCD).cluster.
 //
@@ -194,6 +206,8 @@ type options struct {
 	renewDeadline     time.Duration
 	retryPeriod       time.Duration
 	configRetryPeriod time.Duration
+	clusterReset      bool
+	restorePath       string
 }
 
 func main() {
@@ -220,6 +234,8 @@ func main() {
 	fs.DurationVar(&o.renewDeadline, "leader-renew-deadline", 30*time.Second, "the k3s-etcd Lease's renew deadline (wrangler: 30s)")
 	fs.DurationVar(&o.retryPeriod, "leader-retry-period", 2*time.Second, "the k3s-etcd Lease's retry period (wrangler: 2s)")
 	fs.DurationVar(&o.configRetryPeriod, "config-retry-period", 5*time.Second, "how often the agent part retries retrieving its configuration (k3s: 5s)")
+	fs.BoolVar(&o.clusterReset, "cluster-reset", false, "forget all peers and become the sole member of a new cluster, then exit (k3s: --cluster-reset)")
+	fs.StringVar(&o.restorePath, "cluster-reset-restore-path", "", "the snapshot a cluster reset restores (k3s: --cluster-reset-restore-path)")
 	_ = fs.Parse(os.Args[2:])
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", o.nodeName, "role", o.role)
 	if err := run(o, log); err != nil {
@@ -242,6 +258,12 @@ func run(o options, log *slog.Logger) error {
 	cli := map[string]string{}
 	if o.tokenFile != "" {
 		cli["token-file"] = o.tokenFile
+	}
+	if o.clusterReset {
+		cli["cluster-reset"] = "true"
+	}
+	if o.restorePath != "" {
+		cli["cluster-reset-restore-path"] = o.restorePath
 	}
 	cfg, err := loadConfig(o.configFile, cli, os.Getenv)
 	if err != nil {
@@ -272,6 +294,9 @@ func run(o options, log *slog.Logger) error {
 		notifyReady(log)
 		k.loop(ctx, o.period)
 		return nil
+	}
+	if cfg.ClusterReset {
+		return resetCluster(ctx, o, cfg, log)
 	}
 	s, err := startServer(ctx, o, cfg, kube, log)
 	if err != nil {

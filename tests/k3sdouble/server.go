@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,7 @@ type server struct {
 	stopControllers context.CancelFunc
 	// lastMonitor is the node lifecycle stand-in's last pass.
 	lastMonitor time.Time
+	closeOnce   sync.Once
 }
 
 type etcdMember = etcdserverpb.Member
@@ -103,28 +105,44 @@ func startServer(ctx context.Context, o options, cfg config, kube kubernetes.Int
 			s.cfg.Token = strings.TrimSpace(string(data))
 		}
 	}
+	if err := s.startEtcd(initial, state, false); err != nil {
+		return nil, err
+	}
+	// k3s: pkg/cluster/managed.go, (*Cluster).start: "Starting the
+	// managed database will clear the reset-flag if set".
+	if err := os.Remove(resetFlagFile(o.dataDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startEtcd starts the member and its client; forceNew makes it forget
+// its peers (etcd's --force-new-cluster). k3s: (*ETCD).cluster.
+func (s *server) startEtcd(initial, state string, forceNew bool) error {
 	ec := embed.NewConfig()
 	ec.Name, ec.Dir = s.name, s.dir
-	cu, _ := url.Parse(clientURL(o.nodeIP))
-	pu, _ := url.Parse(peerURL(o.nodeIP))
+	cu, _ := url.Parse(clientURL(s.o.nodeIP))
+	pu, _ := url.Parse(peerURL(s.o.nodeIP))
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	ec.InitialCluster, ec.ClusterState = initial, state
 	ec.InitialClusterToken = "k3s-double"
-	ec.ElectionMs, ec.TickMs = o.electionMs, o.heartbeatMs
+	ec.ForceNewCluster = forceNew
+	ec.ElectionMs, ec.TickMs = s.o.electionMs, s.o.heartbeatMs
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
-		return nil, fmt.Errorf("start etcd: %w", err)
+		return fmt.Errorf("start etcd: %w", err)
 	}
 	s.e = e
-	s.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{clientURL(o.nodeIP)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	s.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{clientURL(s.o.nodeIP)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		e.Close()
-		return nil, err
+		return err
 	}
-	log.Info("etcd member started", "member", s.name, "state", state)
-	return s, nil
+	s.log.Info("etcd member started", "member", s.name, "state", state)
+	return nil
 }
 
 // setName reads the member's name from server/db/etcd/name, or makes one
@@ -261,14 +279,17 @@ func (s *server) stopped() bool {
 	}
 }
 
+// close stops the server; it may be called again.
 func (s *server) close() {
-	if s.stopControllers != nil {
-		s.stopControllers()
-	}
-	s.cli.Close()
-	if !s.removed.Load() {
-		s.e.Close()
-	}
+	s.closeOnce.Do(func() {
+		if s.stopControllers != nil {
+			s.stopControllers()
+		}
+		s.cli.Close()
+		if !s.removed.Load() {
+			s.e.Close()
+		}
+	})
 }
 
 // neverReady is the fault switch: a server whose apiserver never comes up.

@@ -26,9 +26,7 @@ func testServer(t *testing.T, node string, host int, cfg config) (*server, error
 
 func testServerIn(t *testing.T, dir, node string, host int, cfg config) (*server, error) {
 	t.Helper()
-	o := options{role: "server", nodeName: node, nodeIP: fmt.Sprintf("%s.%d", subnet, host), dataDir: dir,
-		period: 100 * time.Millisecond, electionMs: 1000, heartbeatMs: 100, learnerStall: time.Minute,
-		leaseDuration: 4 * time.Second, renewDeadline: 3 * time.Second, retryPeriod: 500 * time.Millisecond}
+	o := testOptions(dir, node, host)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := startServer(ctx, o, cfg, fake.NewClientset(), slog.New(slog.DiscardHandler))
@@ -36,6 +34,14 @@ func testServerIn(t *testing.T, dir, node string, host int, cfg config) (*server
 		t.Cleanup(s.close)
 	}
 	return s, err
+}
+
+// testOptions are a server's options at subnet.<host>, its data in dir,
+// with the test's short timings.
+func testOptions(dir, node string, host int) options {
+	return options{role: "server", nodeName: node, nodeIP: fmt.Sprintf("%s.%d", subnet, host), dataDir: dir,
+		period: 100 * time.Millisecond, electionMs: 1000, heartbeatMs: 100, learnerStall: time.Minute,
+		leaseDuration: 4 * time.Second, renewDeadline: 3 * time.Second, retryPeriod: 500 * time.Millisecond}
 }
 
 // tickUntil ticks the servers until cond holds.
