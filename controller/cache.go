@@ -428,12 +428,32 @@ func (c *cache) setLease(l *coordinationv1.Lease) {
 	}
 }
 
-// setStatus keeps the status ConfigMap as setLease keeps the Lease.
+// setStatus keeps the status ConfigMap as setLease keeps the Lease. A
+// status.json that does not read keeps the one the copy before it held:
+// the cooldown and the last swap's result live there, and the next status
+// the controller writes would otherwise start from nothing, forgetting
+// them. Its next write of the status puts the kept one back.
 func (c *cache) setStatus(m *corev1.ConfigMap) {
+	c.mu.Lock()
+	prev := c.cm
+	c.mu.Unlock()
+	if err := statusError(m.Data[api.StatusKey]); err != nil && prev != nil &&
+		strings.TrimSpace(prev.Data[api.StatusKey]) != "" && statusError(prev.Data[api.StatusKey]) == nil {
+		c.log.Warn("the status ConfigMap's status does not read; the last one read is kept", logkey.Err, err)
+		m = m.DeepCopy()
+		m.Data[api.StatusKey] = prev.Data[api.StatusKey]
+	}
 	old, kept := keepNewer(&c.mu, &c.cm, m)
 	if kept && (old == nil || controlsChanged(old.Data, m.Data)) {
 		c.changed()
 	}
+}
+
+// statusError says why a status.json does not read; blank reads as
+// absent.
+func statusError(v string) error {
+	_, _, err := adapt.Status(&corev1.ConfigMap{Data: map[string]string{api.StatusKey: v}})
+	return err
 }
 
 // controlsChanged says a key people write for the controller changed: the

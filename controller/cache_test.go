@@ -1,15 +1,19 @@
 package controller
 
 import (
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/swapplan"
 )
 
 func lease(rv, holder, swap string) *coordinationv1.Lease {
@@ -63,4 +67,33 @@ func TestTheStatusKeptWakesAPassOnlyWhenTheManualRequestChanged(t *testing.T) {
 	assert.Equal(t, "7", c.statusObject().ResourceVersion, "an older copy is dropped")
 	c.setStatus(cm("8", `{"out":"v1"}`))
 	assert.Equal(t, 2, pokes, "a new manual request wakes a pass")
+}
+
+func TestAStatusThatDoesNotReadKeepsTheLastOneRead(t *testing.T) {
+	c := &cache{changed: func() {}, log: slog.New(slog.DiscardHandler)}
+	cm := func(rv, status, req string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: api.Namespace, Name: api.StatusConfigMap, ResourceVersion: rv},
+			Data: map[string]string{api.StatusKey: status, api.RequestKey: req}}
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	c.setStatus(cm("5", `{"v":1,"cooldownUntil":"2026-11-30T13:00:00Z","updatedAt":"2026-11-30T11:59:00Z"}`, ""))
+	c.setStatus(cm("6", `{"v":1,"cooldownUntil":"2026-11-30T13:00:00Z",`, `{"out":"v1","in":"s1","at":"2026-11-30T11:59:30Z"}`))
+
+	assert.Equal(t, "6", c.statusObject().ResourceVersion, "the new copy is kept, its other keys with it")
+	s, problems := c.snapshot(swapplan.Config{}, nil, now)
+	assert.Empty(t, problems)
+	require.NotNil(t, s.Status.CooldownUntil, "the cooldown is not forgotten")
+	assert.Equal(t, now.Add(time.Hour), *s.Status.CooldownUntil)
+	require.NotNil(t, s.Request)
+	assert.Equal(t, "s1", s.Request.In)
+
+	// A status taken away is absent, not malformed.
+	c.setStatus(cm("7", "", ""))
+	s, _ = c.snapshot(swapplan.Config{}, nil, now)
+	assert.Nil(t, s.Status.CooldownUntil)
+	// With no status read before, a malformed one is read as absent and named.
+	c.setStatus(cm("8", "{", ""))
+	s, problems = c.snapshot(swapplan.Config{}, nil, now)
+	assert.Nil(t, s.Status.CooldownUntil)
+	assert.Len(t, problems, 1)
 }
