@@ -69,23 +69,11 @@ func TestTheAPIServerRestartedAtEveryStepRepeatsNoActionAndTheSwapFinishes(t *te
 	exits := e.supervise()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
-	var seen []string
-	last := ""
-	deadline := time.Now().Add(6 * time.Minute)
-	for time.Now().Before(deadline) {
-		st, _ := e.status()
-		if st.Last != nil && st.Swap == nil {
-			break
-		}
-		if st.Step != "" && st.Step != last {
-			last = st.Step
-			seen = append(seen, st.Step)
-			e.api.StopAPIServer()
-			time.Sleep(time.Second)
-			require.NoError(t, e.api.StartAPIServer())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	seen := e.atEachStep(6*time.Minute, func() {
+		e.api.StopAPIServer()
+		time.Sleep(time.Second)
+		require.NoError(t, e.api.StartAPIServer())
+	})
 	res := e.waitEnd(2 * time.Minute)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")

@@ -34,22 +34,10 @@ func TestTheControllerKilledAndRestartedAtEveryStepResumesAndFinishesTheSwap(t *
 	e.start()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
-	seen := []string{}
-	last := ""
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
-		st, _ := e.status()
-		if st.Last != nil && st.Swap == nil {
-			break
-		}
-		if st.Step != "" && st.Step != last {
-			last = st.Step
-			seen = append(seen, st.Step)
-			e.stop() // killed: all it knew in memory is gone
-			e.start()
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	seen := e.atEachStep(3*time.Minute, func() {
+		e.stop() // killed: all it knew in memory is gone
+		e.start()
+	})
 	res := e.waitEnd(time.Minute)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
@@ -61,6 +49,26 @@ func TestTheControllerKilledAndRestartedAtEveryStepResumesAndFinishesTheSwap(t *
 		assert.Contains(t, seen, step)
 	}
 	assert.GreaterOrEqual(t, len(seen), 8)
+}
+
+// atEachStep does fault each time the status shows the swap at a new
+// step, until it ends or the timeout; it returns the steps it was done at.
+// Note: a step the world answers at once may last less than a poll.
+func (e *env) atEachStep(timeout time.Duration, fault func()) []string {
+	var seen []string
+	last := ""
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		st, _ := e.status()
+		if st.Last != nil && st.Swap == nil {
+			break
+		}
+		if st.Step != "" && st.Step != last {
+			last = st.Step
+			seen = append(seen, st.Step)
+			fault()
+		}
+	}
+	return seen
 }
 
 func TestARegradeHoldingTheLeaseBlocksEveryAction(t *testing.T) {
