@@ -66,10 +66,16 @@ func answered(e *env, swap string) map[string]int {
 
 func TestTheAPIServerRestartedAtEveryStepRepeatsNoActionAndTheSwapFinishes(t *testing.T) {
 	e := newEnv(t, 3, 1, 0)
+	// The bounds are long enough for a restart on a busy machine: this is
+	// about the restarts, not the bounds.
+	b := &e.cfg.Bounds
+	for _, d := range []*time.Duration{&b.Snapshot, &b.Runners, &b.Drain, &b.Promote, &b.Join, &b.StepDown, &b.MemberGone, &b.Uncordon, &b.Rollback} {
+		*d = 3 * time.Minute
+	}
 	exits := e.supervise()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
-	seen := e.atEachStep(6*time.Minute, func() {
+	seen := e.atEachStep(10*time.Minute, func() {
 		e.api.StopAPIServer()
 		time.Sleep(time.Second)
 		require.NoError(t, e.api.StartAPIServer())

@@ -57,6 +57,7 @@ type Driver struct {
 type unwritten struct {
 	ann, labels map[string]any
 	report      *Written
+	reportJSON  string
 }
 
 // Label marks the Nodes the driver plays; other Nodes (a load test's)
@@ -259,6 +260,25 @@ func (d *Driver) write(ctx context.Context, o *corev1.Node, was, n swapplan.Node
 	// next, as the agent and k3s retry theirs; a newer value of a key
 	// goes over the one not written.
 	if u := d.unwritten[o.Name]; u != nil {
+		// A write that failed may have landed all the same (the API
+		// server killed after it wrote): what the Node holds already is
+		// not written again.
+		for k, v := range u.ann {
+			if s, ok := v.(string); ok && o.Annotations[k] == s {
+				delete(u.ann, k)
+			}
+		}
+		for k, v := range u.labels {
+			if s, ok := v.(string); ok && o.Labels[k] == s {
+				delete(u.labels, k)
+			}
+		}
+		if u.report != nil && o.Annotations[api.AnnotationReport] == u.reportJSON {
+			w := *u.report
+			w.At = time.Now()
+			d.reports = append(d.reports, w)
+			u.report = nil
+		}
 		for k, v := range u.ann {
 			if _, newer := ann[k]; !newer {
 				ann[k] = v
@@ -283,6 +303,7 @@ func (d *Driver) write(ctx context.Context, o *corev1.Node, was, n swapplan.Node
 			u.ann, u.labels = ann, labels
 			if r := n.Report; r != was.Report {
 				u.report = &Written{Node: o.Name, Action: r.Action, State: r.State, Swap: r.Swap}
+				u.reportJSON, _ = ann[api.AnnotationReport].(string)
 			}
 		default:
 			r := n.Report
