@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // runMainEnv, set in its environment, makes the test binary the command
@@ -107,7 +109,7 @@ func runAsCommand(t *testing.T, bin, home string, args ...string) result {
 
 func TestEveryCommandGivenAFileItCannotUseExits2WithOneLineNamingIt(t *testing.T) {
 	if _, err := os.Stat(defaultControllerConfig); err == nil {
-		t.Skipf("%s is there, and the commands given no --config would read it", defaultControllerConfig)
+		testhost.Unavailable(t, "%s is there, and the commands given no --config would read it", defaultControllerConfig)
 	}
 	dir, files := badFiles(t)
 	bin := commandBinary(t, dir)
