@@ -60,9 +60,16 @@ image() {
 build_systemd() {
 	if ! docker image inspect "$rootfs" >/dev/null 2>&1; then
 		echo "build-images: building a bookworm rootfs with mmdebstrap (a few minutes)" >&2
+		# Note: the rootfs is whole before it is imported: a mmdebstrap
+		# stopped half-way into `docker import` left an empty image under
+		# the rootfs's tag, which later runs took for the rootfs.
+		local tar
+		tar=$(mktemp "$cache/rootfs.XXXXXX.tar")
 		mmdebstrap --variant=minbase --include="$packages" \
 			--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/usr/share/doc/* "$1"/usr/share/man/*' \
-			bookworm - "$mirror" | docker import - "$rootfs" >&2
+			bookworm "$tar" "$mirror" >&2
+		docker import "$tar" "$rootfs" >&2
+		rm -f "$tar"
 	fi
 	echo "build-images: building $1" >&2
 	docker build -q --build-arg ROOTFS="$rootfs" -t "$1" "$here/systemd" >&2
