@@ -22,6 +22,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // Config is how to reach the local member.
@@ -34,6 +36,10 @@ type Config struct {
 	Timeout         time.Duration
 	SnapshotTimeout time.Duration
 }
+
+// reconnectMaxDelay is the longest wait between two attempts to reach the
+// local member again.
+const reconnectMaxDelay = 2 * time.Second
 
 // Member is one member of the cluster.
 type Member struct {
@@ -109,6 +115,14 @@ func (c *Client) client() (*clientv3.Client, error) {
 		Endpoints:   []string{c.cfg.Endpoint},
 		DialTimeout: c.cfg.Timeout,
 		Logger:      zap.NewNop(),
+		// Note: the local member is down for as long as the host is a
+		// standby, and back when it is promoted again; gRPC's default
+		// reconnect backoff would have grown to two minutes by then, and
+		// every call meanwhile would wait out its timeout.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: backoff.DefaultConfig.Multiplier, Jitter: backoff.DefaultConfig.Jitter, MaxDelay: reconnectMaxDelay},
+			MinConnectTimeout: c.cfg.Timeout,
+		})},
 	}
 	if strings.HasPrefix(c.cfg.Endpoint, "https://") {
 		tlsInfo := transport.TLSInfo{CertFile: c.cfg.CertFile, KeyFile: c.cfg.KeyFile, TrustedCAFile: c.cfg.CAFile}

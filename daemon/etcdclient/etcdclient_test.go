@@ -489,3 +489,33 @@ func TestAFailedSnapshotLeavesNoFileBehind(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, entries, "neither the snapshot nor its partial file")
 }
+
+// A demoted host's member is gone for as long as it stays a standby, then
+// comes back when it is promoted again, maybe days later: its agent must
+// reach it again at once, not after gRPC's reconnect backoff, which grows
+// to two minutes while nothing answers (a promotion's join would be judged
+// on samples that cannot list members meanwhile). Note: the member is down
+// long enough for gRPC's default backoff (1 s × 1.6ⁿ, jittered) to pass a
+// minute between attempts.
+func TestAMemberBackAfterMinutesDownIsReachedAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the member stays down for 80 s")
+	}
+	m := newMember(t, "h1")
+	m.start(t, m.name+"="+m.peer, embed.ClusterStateFlagNew)
+	c := wrap(t, m)
+	_, err := c.Members(context.Background())
+	require.NoError(t, err)
+	m.stop()
+	time.Sleep(80 * time.Second)
+	m.start(t, m.name+"="+m.peer, embed.ClusterStateFlagNew)
+	back := time.Now()
+	var took time.Duration
+	require.Eventually(t, func() bool {
+		_, err := c.Members(context.Background())
+		took = time.Since(back)
+		return err == nil
+	}, time.Minute, 100*time.Millisecond)
+	t.Logf("members listed %s after the member was back", took.Round(time.Millisecond))
+	assert.Less(t, took, 10*time.Second, "the member is reached within a reconnect's short wait")
+}
