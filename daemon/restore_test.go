@@ -8,11 +8,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,88 +19,20 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
 	"github.com/fleet-role/fleet-role/platform"
+	"github.com/fleet-role/fleet-role/tests/etcdtest"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
-// member is one real etcd member on loopback, named as k3s names them.
-type member struct {
-	name, client, peer, dir string
-	e                       *embed.Etcd
-}
-
-func newMember(t *testing.T, node string) *member {
-	t.Helper()
-	url := func() string {
-		p, err := testhost.FreePort()
-		require.NoError(t, err)
-		return fmt.Sprintf("http://127.0.0.1:%d", p)
-	}
-	return &member{name: node + "-0a1b2c3d", client: url(), peer: url(), dir: t.TempDir()}
-}
-
-// start starts the member; forceNew makes it forget its peers, as k3s's
-// --cluster-reset starts etcd.
-func (m *member) start(t *testing.T, initialCluster, state string, forceNew bool) {
-	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Name, cfg.Dir = m.name, m.dir
-	cu, _ := url.Parse(m.client)
-	pu, _ := url.Parse(m.peer)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster, cfg.ClusterState = initialCluster, state
-	cfg.ForceNewCluster = forceNew
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.TickMs, cfg.ElectionMs = 50, 500
-	e, err := embed.StartEtcd(cfg)
-	require.NoError(t, err)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		t.Fatalf("member %s not ready", m.name)
-	}
-	m.e = e
-	t.Cleanup(e.Close)
-}
-
-// etcdCluster starts a cluster of one member per node.
-func etcdCluster(t *testing.T, nodes ...string) []*member {
-	t.Helper()
-	var ms []*member
-	var initial []string
-	for _, n := range nodes {
-		m := newMember(t, n)
-		ms = append(ms, m)
-		initial = append(initial, m.name+"="+m.peer)
-	}
-	var wg sync.WaitGroup
-	for _, m := range ms {
-		wg.Go(func() { m.start(t, strings.Join(initial, ","), embed.ClusterStateFlagNew, false) })
-	}
-	wg.Wait()
-	return ms
-}
-
-func etcdOf(t *testing.T, m *member) *clientv3.Client {
-	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // agentOf makes the fixture's agent talk to a real member: the agent's
 // own etcd client, as `fleet-role agent` makes it.
-func agentOf(t *testing.T, f *fixture, m *member) {
+func agentOf(t *testing.T, f *fixture, m *etcdtest.Member) {
 	t.Helper()
-	c, err := etcdclient.New(etcdclient.Config{Endpoint: m.client, Timeout: 3 * time.Second})
+	c, err := etcdclient.New(etcdclient.Config{Endpoint: m.Client, Timeout: 3 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	f.realEtcd = c
@@ -131,22 +61,22 @@ func keys(t *testing.T, c *clientv3.Client) map[string]string {
 // state "new" and ForceNewCluster. Restore also checks the snapshot's
 // appended sha256 (etcdutl's default), so a copy that is not whole is
 // refused, as k3s refuses it.
-func clusterReset(t *testing.T, file string, m *member) {
+func clusterReset(t *testing.T, file string, m *etcdtest.Member) {
 	t.Helper()
 	fi, err := os.Stat(file)
 	require.NoError(t, err, "etcd: snapshot path does not exist")
 	require.False(t, fi.IsDir(), "etcd: snapshot path must be a file, not a directory")
-	require.NoError(t, os.RemoveAll(m.dir))
+	require.NoError(t, os.RemoveAll(m.Dir))
 	err = snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
 		SnapshotPath:   file,
-		Name:           m.name,
-		OutputDataDir:  m.dir,
-		OutputWALDir:   filepath.Join(m.dir, "member", "wal"),
-		PeerURLs:       []string{m.peer},
-		InitialCluster: m.name + "=" + m.peer,
+		Name:           m.Name,
+		OutputDataDir:  m.Dir,
+		OutputWALDir:   filepath.Join(m.Dir, "member", "wal"),
+		PeerURLs:       []string{m.Peer},
+		InitialCluster: m.Name + "=" + m.Peer,
 	})
 	require.NoError(t, err)
-	m.start(t, m.name+"="+m.peer, embed.ClusterStateFlagNew, true)
+	m.StartForceNew(t)
 }
 
 func sha256Of(t *testing.T, path string) string {
@@ -158,9 +88,9 @@ func sha256Of(t *testing.T, path string) string {
 }
 
 func TestTheSnapshotTheAgentTookAndItsCopyRestoreAsK3sResetsAClusterWithTheKeysWrittenBeforeItAndNoneAfter(t *testing.T) {
-	ms := etcdCluster(t, "h1", "h2", "h3")
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3")
 	ctx := context.Background()
-	admin := etcdOf(t, ms[0])
+	admin := etcdtest.Client(t, ms[0])
 	before := map[string]string{}
 	for i := range 50 {
 		k, v := fmt.Sprintf("/registry/before/k%02d", i), fmt.Sprintf("value-%d", i)
@@ -170,7 +100,7 @@ func TestTheSnapshotTheAgentTookAndItsCopyRestoreAsK3sResetsAClusterWithTheKeysW
 	}
 	// A linearizable read through h2's member waits until it applied
 	// every write: its snapshot then holds them all.
-	_, err := etcdOf(t, ms[1]).Get(ctx, "/registry/before/k49")
+	_, err := etcdtest.Client(t, ms[1]).Get(ctx, "/registry/before/k49")
 	require.NoError(t, err)
 
 	f := newFixture(t)
@@ -204,13 +134,13 @@ func TestTheSnapshotTheAgentTookAndItsCopyRestoreAsK3sResetsAClusterWithTheKeysW
 	// The voter is lost: the copy off it is what a new host restores.
 	for name, file := range map[string]string{"the copy off the host": r.Snapshot.Copy, "the snapshot on the voter": r.Snapshot.Path} {
 		t.Run(name, func(t *testing.T) {
-			fresh := newMember(t, "r1")
+			fresh := etcdtest.New(t, "r1")
 			clusterReset(t, file, fresh)
-			c := etcdOf(t, fresh)
+			c := etcdtest.Client(t, fresh)
 			list, err := c.MemberList(ctx)
 			require.NoError(t, err)
 			require.Len(t, list.Members, 1, "a cluster of one")
-			assert.Equal(t, fresh.name, list.Members[0].Name)
+			assert.Equal(t, fresh.Name, list.Members[0].Name)
 			assert.Equal(t, before, keys(t, c), "exactly the keys written before the snapshot")
 			_, err = c.Put(ctx, "/registry/restored", "yes")
 			require.NoError(t, err, "the restored cluster takes writes")
@@ -236,10 +166,10 @@ func smallDisk(t *testing.T, dir string) {
 
 // bigEtcd is a member of one holding about 1 MiB of values: its snapshot
 // does not fit on a smallDisk.
-func bigEtcd(t *testing.T) *member {
+func bigEtcd(t *testing.T) *etcdtest.Member {
 	t.Helper()
-	m := etcdCluster(t, "h2")[0]
-	c := etcdOf(t, m)
+	m := etcdtest.Cluster(t, "h2")[0]
+	c := etcdtest.Client(t, m)
 	value := strings.Repeat("x", 8<<10)
 	for i := range 128 {
 		_, err := c.Put(context.Background(), fmt.Sprintf("/registry/big/k%03d", i), value)
@@ -271,6 +201,21 @@ func stateOf(t *testing.T, f *fixture) api.AgentState {
 	return s
 }
 
+// snapshotFails has the fixture's agent, a server's on the member m, take
+// a snapshot, and returns its report, which says it failed.
+func snapshotFails(t *testing.T, f *fixture, m *etcdtest.Member) *api.Report {
+	t.Helper()
+	f.role("server")
+	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
+	agentOf(t, f, m)
+	f.start()
+	f.request(api.RequestSnapshot)
+	r := f.waitReport(api.RequestSnapshot, api.StateFailed)
+	f.stop()
+	t.Log(r.Message)
+	return r
+}
+
 func TestASnapshotThatFillsTheDiskIsReportedFailedAndLeavesNoPartialFileNorABrokenStateFile(t *testing.T) {
 	m := bigEtcd(t)
 	f := newFixture(t)
@@ -281,14 +226,7 @@ func TestASnapshotThatFillsTheDiskIsReportedFailedAndLeavesNoPartialFileNorABrok
 	f.cfg.DataDir = filepath.Join(disk, "k3s")
 	f.cfg.StateDir = filepath.Join(disk, "fleet-role")
 	f.write(filepath.Join(f.cfg.StateDir, api.AgentStateFile), `{"voters": ["h2"], "finished": "s0"}`)
-	f.role("server")
-	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
-	agentOf(t, f, m)
-	f.start()
-	f.request(api.RequestSnapshot)
-	r := f.waitReport(api.RequestSnapshot, api.StateFailed)
-	f.stop()
-	t.Log(r.Message)
+	r := snapshotFails(t, f, m)
 
 	assert.Contains(t, r.Message, "no space left on device")
 	assert.Nil(t, r.Snapshot, "no snapshot to restore from is named")
@@ -305,14 +243,7 @@ func TestASnapshotWhoseCopyFillsTheDiskOffTheHostIsReportedFailedAndLeavesNoPart
 	f := newFixture(t)
 	f.cfg.SnapshotCopyDir = filepath.Join(f.dir, "backup")
 	smallDisk(t, f.cfg.SnapshotCopyDir)
-	f.role("server")
-	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
-	agentOf(t, f, m)
-	f.start()
-	f.request(api.RequestSnapshot)
-	r := f.waitReport(api.RequestSnapshot, api.StateFailed)
-	f.stop()
-	t.Log(r.Message)
+	r := snapshotFails(t, f, m)
 
 	assert.Contains(t, r.Message, "no space left on device")
 	assert.Contains(t, r.Message, "copy the snapshot to "+f.cfg.SnapshotCopyDir)

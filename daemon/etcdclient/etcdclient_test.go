@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,103 +22,25 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
-	"github.com/fleet-role/fleet-role/tests/testhost"
+	"github.com/fleet-role/fleet-role/tests/etcdtest"
 )
 
-// member is one embedded etcd member on loopback, named as k3s names
-// them: <node>-<8 hex>.
-type member struct {
-	name   string
-	client string
-	peer   string
-	dir    string
-	e      *embed.Etcd
-}
-
-func port(t *testing.T) string {
-	p, err := testhost.FreePort()
-	require.NoError(t, err)
-	return fmt.Sprint(p)
-}
-
-func newMember(t *testing.T, node string) *member {
-	return &member{name: node + "-0a1b2c3d", client: "http://127.0.0.1:" + port(t), peer: "http://127.0.0.1:" + port(t), dir: t.TempDir()}
-}
-
-func (m *member) start(t *testing.T, initialCluster, state string) {
-	cfg := embed.NewConfig()
-	cfg.Name, cfg.Dir = m.name, m.dir
-	cu, _ := url.Parse(m.client)
-	pu, _ := url.Parse(m.peer)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster, cfg.ClusterState = initialCluster, state
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.TickMs, cfg.ElectionMs = 50, 500
-	e, err := embed.StartEtcd(cfg)
-	require.NoError(t, err)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		t.Fatalf("member %s not ready", m.name)
-	}
-	m.e = e
-	t.Cleanup(m.stop)
-}
-
-func (m *member) stop() {
-	if m.e != nil {
-		m.e.Close()
-		m.e = nil
-	}
-}
-
-func cluster(t *testing.T, nodes ...string) []*member {
-	var ms []*member
-	var initial []string
-	for _, n := range nodes {
-		m := newMember(t, n)
-		ms = append(ms, m)
-		initial = append(initial, m.name+"="+m.peer)
-	}
-	var wg sync.WaitGroup
-	for _, m := range ms {
-		wg.Go(func() { m.start(t, strings.Join(initial, ","), embed.ClusterStateFlagNew) })
-	}
-	wg.Wait()
-	return ms
-}
-
-func wrap(t *testing.T, m *member) *etcdclient.Client {
-	c, err := etcdclient.New(etcdclient.Config{Endpoint: m.client, Timeout: 3 * time.Second})
+func wrap(t *testing.T, m *etcdtest.Member) *etcdclient.Client {
+	c, err := etcdclient.New(etcdclient.Config{Endpoint: m.Client, Timeout: 3 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
-func raw(t *testing.T, ms ...*member) *clientv3.Client {
-	var eps []string
-	for _, m := range ms {
-		if m.e != nil {
-			eps = append(eps, m.client)
-		}
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func leaderOf(t *testing.T, ms []*member) (*member, []*member) {
+func leaderOf(t *testing.T, ms []*etcdtest.Member) (*etcdtest.Member, []*etcdtest.Member) {
 	st, err := wrap(t, ms[0]).Status(context.Background())
 	require.NoError(t, err)
-	var others []*member
-	var leader *member
+	var others []*etcdtest.Member
+	var leader *etcdtest.Member
 	for _, m := range ms {
-		if m.e != nil && uint64(m.e.Server.MemberID()) == st.Leader {
+		if m.E != nil && uint64(m.E.Server.MemberID()) == st.Leader {
 			leader = m
-		} else if m.e != nil {
+		} else if m.E != nil {
 			others = append(others, m)
 		}
 	}
@@ -128,7 +49,7 @@ func leaderOf(t *testing.T, ms []*member) (*member, []*member) {
 }
 
 func TestMembersStatusAndAReadOfARealCluster(t *testing.T) {
-	ms := cluster(t, "h1", "h2", "h3")
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3")
 	c := wrap(t, ms[1])
 	ctx := context.Background()
 	members, err := c.Members(ctx)
@@ -141,19 +62,19 @@ func TestMembersStatusAndAReadOfARealCluster(t *testing.T) {
 	assert.ElementsMatch(t, []string{"h1-0a1b2c3d", "h2-0a1b2c3d", "h3-0a1b2c3d"}, names)
 	st, err := c.Status(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, uint64(ms[1].e.Server.MemberID()), st.MemberID)
+	assert.Equal(t, uint64(ms[1].E.Server.MemberID()), st.MemberID)
 	assert.NotZero(t, st.Leader)
 	assert.Positive(t, st.DBSize)
 	d, err := c.Read(ctx)
 	require.NoError(t, err)
 	assert.Less(t, d, time.Second)
-	assert.Equal(t, "h2", etcdclient.NodeOf(ms[1].name))
+	assert.Equal(t, "h2", etcdclient.NodeOf(ms[1].Name))
 }
 
 func TestALearnerIsAddedPromotedOnceCaughtUpAndAMemberRemoved(t *testing.T) {
-	ms := cluster(t, "h1", "h2", "h3")
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3")
 	ctx := context.Background()
-	admin := raw(t, ms...)
+	admin := etcdtest.Client(t, ms...)
 	var err error
 	for i := range 200 {
 		_, err = admin.Put(ctx, fmt.Sprintf("k%03d", i), strings.Repeat("v", 100))
@@ -167,7 +88,7 @@ func TestALearnerIsAddedPromotedOnceCaughtUpAndAMemberRemoved(t *testing.T) {
 	for _, m := range list {
 		if m.Learner {
 			learners++
-			assert.Equal(t, n.name, m.Name)
+			assert.Equal(t, n.Name, m.Name)
 		}
 	}
 	assert.Equal(t, 1, learners)
@@ -186,15 +107,15 @@ func TestALearnerIsAddedPromotedOnceCaughtUpAndAMemberRemoved(t *testing.T) {
 	for _, m := range list {
 		assert.False(t, m.Learner, m.Name)
 	}
-	resp, err := raw(t, n).Get(ctx, "k199")
+	resp, err := etcdtest.Client(t, n).Get(ctx, "k199")
 	require.NoError(t, err)
 	assert.Len(t, resp.Kvs, 1, "the promoted member serves the data")
 
 	// k3s removes a member; the others list it gone. Note: etcd refuses
 	// ("unhealthy cluster") while a member that just joined is not yet
 	// counted active; k3s tries again, and so does this.
-	removeMember(t, admin, uint64(ms[2].e.Server.MemberID()))
-	ms[2].stop()
+	removeMember(t, admin, uint64(ms[2].E.Server.MemberID()))
+	ms[2].Stop()
 	list, err = wrap(t, n).Members(ctx)
 	require.NoError(t, err)
 	assert.Len(t, list, 3)
@@ -213,9 +134,6 @@ func removeMember(t *testing.T, c *clientv3.Client, id uint64) {
 	}
 	require.NoError(t, err, "remove member %x", id)
 }
-
-// electionTimeout is the members' (cfg.ElectionMs).
-const electionTimeout = 500 * time.Millisecond
 
 // writer puts a key every few milliseconds through a client of the given
 // members, each write given twice the election timeout, and counts the
@@ -240,7 +158,7 @@ func write(t *testing.T, c *clientv3.Client) *writer {
 				return
 			default:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*electionTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*etcdtest.ElectionTimeout)
 			start := time.Now()
 			_, err := c.Put(ctx, fmt.Sprintf("w%06d", i), "x")
 			took := time.Since(start)
@@ -279,17 +197,17 @@ func (w *writer) slowestWrite() time.Duration {
 }
 
 func TestWritesGoOnThroughALeaderMoveAndAMemberRemoval(t *testing.T) {
-	ms := cluster(t, "h1", "h2", "h3", "h4")
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3", "h4")
 	ctx := context.Background()
 	leader, others := leaderOf(t, ms)
-	w := write(t, raw(t, others...))
+	w := write(t, etcdtest.Client(t, others...))
 	time.Sleep(300 * time.Millisecond)
 
 	// The step-down: leadership moved to the preferred healthy voter.
-	prefer := etcdclient.NodeOf(others[1].name)
+	prefer := etcdclient.NodeOf(others[1].Name)
 	to, err := wrap(t, leader).MoveLeaderAway(ctx, prefer)
 	require.NoError(t, err)
-	assert.Equal(t, others[1].name, to, "the preferred voter (the swap's candidate) leads")
+	assert.Equal(t, others[1].Name, to, "the preferred voter (the swap's candidate) leads")
 	time.Sleep(300 * time.Millisecond)
 	okMove, failedMove, recoverMove := w.end()
 	slowMove := w.slowestWrite()
@@ -298,44 +216,44 @@ func TestWritesGoOnThroughALeaderMoveAndAMemberRemoval(t *testing.T) {
 	assert.Empty(t, to, "a member that does not lead moves nothing")
 
 	// The removal of the member stepped down, no longer leading.
-	w = write(t, raw(t, others...))
+	w = write(t, etcdtest.Client(t, others...))
 	time.Sleep(200 * time.Millisecond)
-	removeMember(t, raw(t, others...), uint64(leader.e.Server.MemberID()))
-	leader.stop()
+	removeMember(t, etcdtest.Client(t, others...), uint64(leader.E.Server.MemberID()))
+	leader.Stop()
 	time.Sleep(500 * time.Millisecond)
 	okRemove, failedRemove, recoverRemove := w.end()
 	slowRemove := w.slowestWrite()
 
 	t.Logf("failed writes (each given %s): across the leader move %d of %d (slowest write %s, recovered within %s); "+
 		"across the member removal %d of %d (slowest %s, recovered within %s)",
-		2*electionTimeout, failedMove, okMove+failedMove, slowMove, recoverMove, failedRemove, okRemove+failedRemove, slowRemove, recoverRemove)
+		2*etcdtest.ElectionTimeout, failedMove, okMove+failedMove, slowMove, recoverMove, failedRemove, okRemove+failedRemove, slowRemove, recoverRemove)
 	// The goal is no failed write across the move; a write in flight as
 	// leadership changes hands may still fail, and must be followed by a
 	// success within twice the election timeout, which quorum lost never
 	// meets.
 	assert.LessOrEqual(t, failedMove, int64(1), "at most the write in flight fails across a leader move")
-	assert.LessOrEqual(t, recoverMove, 2*electionTimeout)
+	assert.LessOrEqual(t, recoverMove, 2*etcdtest.ElectionTimeout)
 	assert.Zero(t, failedRemove, "no write fails across the removal of a member that does not lead")
 	assert.Positive(t, okMove)
 	assert.Positive(t, okRemove)
 }
 
 func TestLeadershipIsNotMovedToAVoterThatDoesNotAnswer(t *testing.T) {
-	ms := cluster(t, "h1", "h2", "h3")
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3")
 	ctx := context.Background()
 	leader, others := leaderOf(t, ms)
 	dead := others[0]
 	// Note: the stopped member still is a member; quorum holds with two.
-	dead.stop()
-	to, err := wrap(t, leader).MoveLeaderAway(ctx, etcdclient.NodeOf(dead.name))
+	dead.Stop()
+	to, err := wrap(t, leader).MoveLeaderAway(ctx, etcdclient.NodeOf(dead.Name))
 	require.NoError(t, err)
-	assert.Equal(t, others[1].name, to, "the preferred voter does not answer: the other one")
+	assert.Equal(t, others[1].Name, to, "the preferred voter does not answer: the other one")
 }
 
 func TestASnapshotIsVerifiedAndRestoresIntoAFreshMemberWithTheSameKeys(t *testing.T) {
-	ms := cluster(t, "h1", "h2", "h3")
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3")
 	ctx := context.Background()
-	admin := raw(t, ms...)
+	admin := etcdtest.Client(t, ms...)
 	want := map[string]string{}
 	for i := range 300 {
 		k, v := fmt.Sprintf("/registry/k%03d", i), fmt.Sprintf("value-%d", i)
@@ -345,7 +263,7 @@ func TestASnapshotIsVerifiedAndRestoresIntoAFreshMemberWithTheSameKeys(t *testin
 	}
 	// A linearizable read through the member waits until it applied every
 	// write: its snapshot then holds them all.
-	_, err := raw(t, ms[1]).Get(ctx, "/registry/k299")
+	_, err := etcdtest.Client(t, ms[1]).Get(ctx, "/registry/k299")
 	require.NoError(t, err)
 	dir := t.TempDir()
 	snap, err := wrap(t, ms[1]).Save(ctx, dir, "pre-swap.db")
@@ -359,15 +277,15 @@ func TestASnapshotIsVerifiedAndRestoresIntoAFreshMemberWithTheSameKeys(t *testin
 	assert.True(t, os.IsNotExist(err), "no partial file left")
 
 	// Restore it, as an operator would with etcdutl, into a fresh member.
-	fresh := newMember(t, "r1")
-	require.NoError(t, os.RemoveAll(fresh.dir))
+	fresh := etcdtest.New(t, "r1")
+	require.NoError(t, os.RemoveAll(fresh.Dir))
 	err = snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-		SnapshotPath: snap.Path, Name: fresh.name, OutputDataDir: fresh.dir,
-		PeerURLs: []string{fresh.peer}, InitialCluster: fresh.name + "=" + fresh.peer, InitialClusterToken: "restored",
+		SnapshotPath: snap.Path, Name: fresh.Name, OutputDataDir: fresh.Dir,
+		PeerURLs: []string{fresh.Peer}, InitialCluster: fresh.Name + "=" + fresh.Peer, InitialClusterToken: "restored",
 	})
 	require.NoError(t, err)
-	fresh.start(t, fresh.name+"="+fresh.peer, embed.ClusterStateFlagExisting)
-	resp, err := raw(t, fresh).Get(ctx, "/registry/", clientv3.WithPrefix())
+	fresh.Start(t, fresh.Name+"="+fresh.Peer, embed.ClusterStateFlagExisting)
+	resp, err := etcdtest.Client(t, fresh).Get(ctx, "/registry/", clientv3.WithPrefix())
 	require.NoError(t, err)
 	got := map[string]string{}
 	for _, kv := range resp.Kvs {
@@ -378,13 +296,13 @@ func TestASnapshotIsVerifiedAndRestoresIntoAFreshMemberWithTheSameKeys(t *testin
 
 // addLearner adds a member of the node as a learner, as k3s joins a new
 // server, and starts it when start says so.
-func addLearner(t *testing.T, admin *clientv3.Client, node string, start bool) (*member, uint64) {
+func addLearner(t *testing.T, admin *clientv3.Client, node string, start bool) (*etcdtest.Member, uint64) {
 	ctx := context.Background()
-	n := newMember(t, node)
+	n := etcdtest.New(t, node)
 	var added *clientv3.MemberAddResponse
 	var err error
 	require.Eventually(t, func() bool {
-		added, err = admin.MemberAddAsLearner(ctx, []string{n.peer})
+		added, err = admin.MemberAddAsLearner(ctx, []string{n.Peer})
 		return err == nil
 	}, 30*time.Second, 200*time.Millisecond, "add a learner")
 	if start {
@@ -392,11 +310,11 @@ func addLearner(t *testing.T, admin *clientv3.Client, node string, start bool) (
 		for _, m := range added.Members {
 			name := m.Name
 			if m.ID == added.Member.ID {
-				name = n.name
+				name = n.Name
 			}
 			initial = append(initial, name+"="+m.PeerURLs[0])
 		}
-		n.start(t, strings.Join(initial, ","), embed.ClusterStateFlagExisting)
+		n.Start(t, strings.Join(initial, ","), embed.ClusterStateFlagExisting)
 	}
 	return n, added.Member.ID
 }
@@ -412,30 +330,30 @@ func names(t *testing.T, c *etcdclient.Client) []string {
 }
 
 func TestAVoterRemovesACandidatesLearnerWhoseServerStoppedAndARemovalAskedAgainIsDone(t *testing.T) {
-	ms := cluster(t, "h1", "h2", "h3")
-	admin := raw(t, ms...)
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3")
+	admin := etcdtest.Client(t, ms...)
 	ctx := context.Background()
 	n, id := addLearner(t, admin, "s1", true)
 	c := wrap(t, ms[1])
-	require.Eventually(t, func() bool { return slices.Contains(names(t, c), n.name) }, 10*time.Second, 100*time.Millisecond)
-	n.stop() // the candidate stepped down; its apiserver never came up
+	require.Eventually(t, func() bool { return slices.Contains(names(t, c), n.Name) }, 10*time.Second, 100*time.Millisecond)
+	n.Stop() // the candidate stepped down; its apiserver never came up
 
-	removed, err := c.RemoveMember(ctx, n.name, id)
+	removed, err := c.RemoveMember(ctx, n.Name, id)
 	require.NoError(t, err)
 	assert.True(t, removed)
 	assert.ElementsMatch(t, []string{"h1-0a1b2c3d", "h2-0a1b2c3d", "h3-0a1b2c3d"}, names(t, c))
 
-	removed, err = c.RemoveMember(ctx, n.name, id)
+	removed, err = c.RemoveMember(ctx, n.Name, id)
 	require.NoError(t, err, "a member already gone counts as removed")
 	assert.False(t, removed)
-	removed, err = c.RemoveMember(ctx, n.name, 0)
+	removed, err = c.RemoveMember(ctx, n.Name, 0)
 	require.NoError(t, err, "by name alone too")
 	assert.False(t, removed)
 }
 
 func TestAVoterRemovesALearnerThatNeverStartedByItsID(t *testing.T) {
-	ms := cluster(t, "h1", "h2", "h3")
-	admin := raw(t, ms...)
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3")
+	admin := etcdtest.Client(t, ms...)
 	_, id := addLearner(t, admin, "s1", false)
 	c := wrap(t, ms[0])
 	assert.Contains(t, names(t, c), "", "etcd lists a learner that never started without a name")
@@ -446,11 +364,11 @@ func TestAVoterRemovesALearnerThatNeverStartedByItsID(t *testing.T) {
 }
 
 func TestRemoveMemberRefusesWhatWouldHarmTheCluster(t *testing.T) {
-	ms := cluster(t, "h1", "h2", "h3")
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3")
 	ctx := context.Background()
 	c := wrap(t, ms[0])
-	own := uint64(ms[0].e.Server.MemberID())
-	h2 := uint64(ms[1].e.Server.MemberID())
+	own := uint64(ms[0].E.Server.MemberID())
+	h2 := uint64(ms[1].E.Server.MemberID())
 	for _, tc := range []struct {
 		name   string
 		member string
@@ -468,7 +386,7 @@ func TestRemoveMemberRefusesWhatWouldHarmTheCluster(t *testing.T) {
 		})
 	}
 	t.Run("a voter is not removed while the voters left that answer are not a quorum", func(t *testing.T) {
-		ms[2].stop()
+		ms[2].Stop()
 		_, err := c.RemoveMember(ctx, "h2-0a1b2c3d", h2)
 		assert.ErrorIs(t, err, etcdclient.ErrNoQuorum)
 		assert.ErrorContains(t, err, "1 of 2 voters left answer, 2 needed")
@@ -477,9 +395,9 @@ func TestRemoveMemberRefusesWhatWouldHarmTheCluster(t *testing.T) {
 }
 
 func TestAFailedSnapshotLeavesNoFileBehind(t *testing.T) {
-	ms := cluster(t, "h1")
+	ms := etcdtest.Cluster(t, "h1")
 	ctx := context.Background()
-	c, err := etcdclient.New(etcdclient.Config{Endpoint: ms[0].client, Timeout: 2 * time.Second, SnapshotTimeout: time.Nanosecond})
+	c, err := etcdclient.New(etcdclient.Config{Endpoint: ms[0].Client, Timeout: 2 * time.Second, SnapshotTimeout: time.Nanosecond})
 	require.NoError(t, err)
 	defer c.Close()
 	dir := t.TempDir()
@@ -501,14 +419,14 @@ func TestAMemberBackAfterMinutesDownIsReachedAtOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the member stays down for 80 s")
 	}
-	m := newMember(t, "h1")
-	m.start(t, m.name+"="+m.peer, embed.ClusterStateFlagNew)
+	m := etcdtest.New(t, "h1")
+	m.Start(t, m.Name+"="+m.Peer, embed.ClusterStateFlagNew)
 	c := wrap(t, m)
 	_, err := c.Members(context.Background())
 	require.NoError(t, err)
-	m.stop()
+	m.Stop()
 	time.Sleep(80 * time.Second)
-	m.start(t, m.name+"="+m.peer, embed.ClusterStateFlagNew)
+	m.Start(t, m.Name+"="+m.Peer, embed.ClusterStateFlagNew)
 	back := time.Now()
 	var took time.Duration
 	require.Eventually(t, func() bool {
