@@ -569,7 +569,7 @@ func CheckCancel(s Snapshot) (*api.SwapRecord, error) {
 	p.rec = rec
 	in, out := p.node(rec.In), p.node(rec.Out)
 	if in == nil || out == nil {
-		return rec, nil // the planner abandons or waits, as it does uncancelled
+		return rec, nil // the planner abandons, rolls back or goes on, as it does uncancelled
 	}
 	if why := p.cancelRefused(in, out); why != "" {
 		return rec, fmt.Errorf("swap %s cannot be cancelled: %s", rec.ID, why)
