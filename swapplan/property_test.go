@@ -170,6 +170,16 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 			w.faults = append(w.faults, operatorRemoves(w.now.Add(d), in))
 		}})
 	}
+	// A Node deleted mid-swap, the candidate's or the outgoing voter's,
+	// at a random step: k3s removes its member (fleetmodel Delete), and
+	// no action may be aimed at it once it is gone (apply fails on one).
+	if rng.IntN(4) == 0 {
+		gone := in
+		if rng.IntN(2) == 0 {
+			gone = out
+		}
+		events = append(events, event{step: steps[rng.IntN(len(steps))], do: func(w *world) { w.deleteNode(gone) }})
+	}
 	if rng.IntN(2) == 0 {
 		w.requestSwap(out, in)
 	} else {

@@ -28,14 +28,11 @@ func (p *planner) swap() Plan {
 func (p *planner) forward() Plan {
 	id := p.rec.ID
 	in, out := p.node(p.rec.In), p.node(p.rec.Out)
-	if out == nil {
-		return p.wait(api.StepGates, "the outgoing voter's Node %s is gone: waiting for it, nothing is done", p.rec.Out)
-	}
 	if in == nil {
-		if out.CordonedBy == id || out.requested(id, api.RequestStepDown) != nil {
-			return p.wait(api.StepGates, "the candidate's Node %s is gone after the outgoing voter was touched: waiting for it", p.rec.In)
-		}
-		return p.abandon(fmt.Sprintf("the candidate's Node %s is gone", p.rec.In))
+		return p.candidateGone(out)
+	}
+	if out == nil {
+		return p.outgoingGone(in)
 	}
 	if c := p.s.Cancel; c != nil && c.Swap == id && p.cancelRefused(in, out) == "" {
 		by := c.By
@@ -66,6 +63,101 @@ func (p *planner) forward() Plan {
 		return p.promoteWait(in, out)
 	}
 	return p.prepareIn(in, out)
+}
+
+// candidateGone: IN's Node was deleted (k3s removed its member if the
+// Node was labelled an etcd Node). Once OUT was asked to step down the
+// swap goes on without IN (a stopped server is not started again: see
+// cancelRefused); before, it rolls back, or abandons when IN was not
+// asked to promote and no voter lists a member of it.
+func (p *planner) candidateGone(out *Node) Plan {
+	id := p.rec.ID
+	if out != nil {
+		switch {
+		case out.Role == api.RoleStandby:
+			return p.tail(nil, out)
+		case out.MemberGone == id:
+			return p.memberGoneWait(out)
+		case out.RemoveRequested || out.MemberRemoved():
+			return p.removeWait(nil, out)
+		case out.requested(id, api.RequestStepDown) != nil:
+			return p.stepDownWait(nil, out)
+		}
+	}
+	why := fmt.Sprintf("the candidate's Node %s was deleted", p.rec.In)
+	if _, lister := p.candidateMember(p.rec.In); lister == nil && (out == nil || out.CordonedBy != id) && !p.reached(api.StepPromote) {
+		return p.abandon(why + " before it was asked to promote: nothing changed on a host")
+	}
+	return p.rollback(why + " before the outgoing voter was asked to step down")
+}
+
+// reached says the status shows the swap at the step or a later forward one.
+func (p *planner) reached(step string) bool {
+	st := p.s.Status
+	if st.Swap == nil || st.Swap.ID != p.rec.ID {
+		return false
+	}
+	at := slices.Index(api.Steps, st.Step)
+	return at >= slices.Index(api.Steps, step) && at <= slices.Index(api.Steps, api.StepEnd)
+}
+
+// outgoingGone: OUT's Node was deleted, and k3s removed its member with
+// it. Before IN was asked to promote nothing changed on a host: abandon.
+// After, the swap goes on to where IN votes and every voter lists the
+// expected members, skipping every step that needs OUT's Node, and ends
+// completed with OUT pending; past the promotion's and the join's bounds
+// it rolls back as it does with OUT there.
+func (p *planner) outgoingGone(in *Node) Plan {
+	id := p.rec.ID
+	if in.Role == api.RoleVoter {
+		if in.CordonedBy == id && in.Unschedulable {
+			return p.act(api.StepUncordon, Action{Type: api.ActionUncordon, Node: in.Name}, "uncordoning the new voter %s", in.Name)
+		}
+		return p.end(api.ResultCompleted, []string{p.rec.Out}, fmt.Sprintf("the outgoing voter's Node %s was deleted and k3s removed its member: "+
+			"its host was not demoted by its agent and is left to node recovery", p.rec.Out))
+	}
+	promoted := in.requested(id, api.RequestPromote) != nil
+	if c := p.s.Cancel; c != nil && c.Swap == id {
+		by := c.By
+		if by == "" {
+			by = "someone"
+		}
+		reason := fmt.Sprintf("cancelled by %s at %s", by, stamp(c.At))
+		if promoted {
+			return p.rollback(reason)
+		}
+		return p.abandon(reason)
+	}
+	if !promoted {
+		return p.abandon(fmt.Sprintf("the outgoing voter's Node %s was deleted before the candidate was asked to promote: nothing changed on a host", p.rec.Out))
+	}
+	return p.promoteWait(in, nil)
+}
+
+// settleWithoutOutgoing: IN votes and OUT's Node is gone: once every
+// voter lists, fresh, the expected members (the voters, IN among them,
+// and not OUT), IN is labelled a voter. Held, and said so, past the
+// gates' bound: IN votes, and a rollback would leave a voter fewer.
+func (p *planner) settleWithoutOutgoing(in *Node) Plan {
+	expected := p.voterSet([]string{in.Name}, p.rec.Out)
+	for _, name := range expected {
+		v := p.node(name)
+		why := ""
+		if v == nil {
+			why = fmt.Sprintf("voter %s has no Node", name)
+		} else {
+			why = p.membershipProblem(v, expected)
+		}
+		if why != "" {
+			if p.pastBound(api.StepGates) {
+				return p.wait(api.StepGates, "the outgoing voter's Node %s was deleted; held past the bound %s until every voter lists the expected members "+
+					"(a member of %s still listed is removed by hand: etcdctl member remove): %s", p.rec.Out, p.bound(api.StepGates), p.rec.Out, why)
+			}
+			return p.wait(api.StepGates, "the outgoing voter's Node %s was deleted; waiting until every voter lists the expected members: %s", p.rec.Out, why)
+		}
+	}
+	return p.act(api.StepCleanUp, Action{Type: api.ActionCleanUp, Node: in.Name, Role: api.RoleVoter},
+		"the outgoing voter's Node %s was deleted and every voter lists the expected members: labelling the candidate %s a voter", p.rec.Out, in.Name)
 }
 
 // prepareIn: snapshot, cordon-in, runners-in, drain-in, then promote.
@@ -177,11 +269,14 @@ func (p *planner) promoteWait(in, out *Node) Plan {
 	case api.StateFailed:
 		return p.rollback(fmt.Sprintf("the promotion failed on the candidate %s (%s)", in.Name, rep.Message))
 	}
-	if why := p.notVoting(in, out, rep); why != "" {
+	if why := p.notVoting(in, p.rec.Out, rep); why != "" {
 		if p.pastBound(api.StepJoin) {
 			return p.rollback(fmt.Sprintf("the candidate %s is not a voter within %s: %s", in.Name, p.bound(api.StepJoin), why))
 		}
 		return p.wait(api.StepJoin, "waiting for the candidate to vote: %s", why)
+	}
+	if out == nil {
+		return p.settleWithoutOutgoing(in)
 	}
 	return p.prepareOut(in, out)
 }
@@ -189,7 +284,7 @@ func (p *planner) promoteWait(in, out *Node) Plan {
 // notVoting says why IN does not vote yet: EtcdIsVoter True, every voter
 // but OUT lists it as a voter, and it is Ready on a kubelet heartbeat later
 // than the server start it reported.
-func (p *planner) notVoting(in, out *Node, rep *api.Report) string {
+func (p *planner) notVoting(in *Node, out string, rep *api.Report) string {
 	if in.EtcdIsVoter.Status != "True" {
 		return fmt.Sprintf("%s's EtcdIsVoter is %q/%q", in.Name, in.EtcdIsVoter.Status, in.EtcdIsVoter.Reason)
 	}
@@ -197,7 +292,7 @@ func (p *planner) notVoting(in, out *Node, rep *api.Report) string {
 		return fmt.Sprintf("%s carries no %s label", in.Name, api.LabelEtcd)
 	}
 	for _, v := range p.voters {
-		if v.Name == out.Name {
+		if v.Name == out {
 			continue
 		}
 		if !p.fresh(v) {
@@ -284,7 +379,7 @@ func (p *planner) stepDownWait(in, out *Node) Plan {
 	switch {
 	case rep != nil && rep.State == api.StateFailed && out.Ready && !gone:
 		a := p.request(out, api.ActionStepDown, api.RequestStepDown)
-		a.Request.Leader = in.Name
+		a.Request.Leader = p.rec.In
 		return p.act(api.StepStepDown, a, "the step-down failed on %s (%s): asking again", out.Name, rep.Message)
 	case rep == nil && out.Ready && !gone:
 		return p.wait(api.StepStepDown, "the removal waits for the step-down while %s is Ready and has not reported", out.Name)
@@ -306,7 +401,13 @@ func (p *planner) stepDownWait(in, out *Node) Plan {
 // Holding while any remaining voter is unhealthy keeps every one of them
 // up when OUT goes, so the removal can never leave fewer than a quorum.
 func (p *planner) removeMember(in, out *Node) Plan {
-	remaining := p.voterSet([]string{in.Name}, out.Name)
+	remaining := p.remaining(in, out)
+	if in == nil {
+		if m, lister := p.candidateMember(p.rec.In); lister != nil {
+			return p.wait(api.StepRemoveMember, "removal held: %s still lists the member %s of the candidate %s, whose Node was deleted; "+
+				"k3s removes the member of a deleted etcd Node, an operator must remove it if it does not", lister.Name, m.Name, p.rec.In)
+		}
+	}
 	healthy := 0
 	for _, name := range remaining {
 		v := p.node(name)
@@ -325,6 +426,16 @@ func (p *planner) removeMember(in, out *Node) Plan {
 		"asking k3s to remove the member of %s; %d remaining voter(s) are healthy", out.Name, healthy)
 }
 
+// remaining are the voters left once OUT's member is removed: IN and the
+// others; without IN when its Node was deleted (k3s removed its member).
+func (p *planner) remaining(in, out *Node) []string {
+	var add []string
+	if in != nil {
+		add = []string{in.Name}
+	}
+	return p.voterSet(add, out.Name)
+}
+
 // Quorum is the least number of members of an n-member etcd cluster that
 // can commit.
 func Quorum(n int) int { return n/2 + 1 }
@@ -333,7 +444,7 @@ func Quorum(n int) int { return n/2 + 1 }
 // fresh, as many members as there are remaining voters, OUT's not among
 // them. It is held to no gate on its own health.
 func (p *planner) removeWait(in, out *Node) Plan {
-	remaining := p.voterSet([]string{in.Name}, out.Name)
+	remaining := p.remaining(in, out)
 	for _, name := range remaining {
 		v := p.node(name)
 		if v == nil || !p.fresh(v) {
@@ -370,14 +481,28 @@ func (p *planner) memberGoneWait(out *Node) Plan {
 
 // tail: after the clean-up, uncordon what this swap cordoned, OUT once it
 // is Ready on a heartbeat later than the agent start it reported; then end.
+//
+// Without IN (its Node deleted after OUT was asked to step down), the
+// swap ends pending with IN named: the fleet has a voter fewer.
 func (p *planner) tail(in, out *Node) Plan {
 	id := p.rec.ID
-	if in.CordonedBy == id && in.Unschedulable {
+	if in != nil && in.CordonedBy == id && in.Unschedulable {
 		return p.act(api.StepUncordon, Action{Type: api.ActionUncordon, Node: in.Name}, "uncordoning the new voter %s", in.Name)
+	}
+	end := func(result string, pending []string, reason string) Plan {
+		if in == nil {
+			gone := fmt.Sprintf("the candidate's Node %s was deleted after the outgoing voter stepped down: k3s removed its member, "+
+				"so the fleet has one voter fewer until another swap; its host is left to node recovery", p.rec.In)
+			if reason != "" {
+				gone += "; " + reason
+			}
+			return p.end(api.ResultPending, append([]string{p.rec.In}, pending...), gone)
+		}
+		return p.end(result, pending, reason)
 	}
 	rep := p.finished(out)
 	if rep == nil {
-		return p.end(api.ResultCompleted, []string{out.Name}, fmt.Sprintf("%s did not finish its demotion: it is left to node recovery", out.Name))
+		return end(api.ResultCompleted, []string{out.Name}, fmt.Sprintf("%s did not finish its demotion: it is left to node recovery", out.Name))
 	}
 	if out.CordonedBy == id && out.Unschedulable {
 		if rep.StartedAt != nil && out.Ready && beatAfter(out, *rep.StartedAt) {
@@ -385,7 +510,7 @@ func (p *planner) tail(in, out *Node) Plan {
 				"%s is Ready on a heartbeat after its agent started: uncordoning it", out.Name)
 		}
 		if p.pastBound(api.StepUncordon) {
-			return p.end(api.ResultPending, []string{out.Name}, fmt.Sprintf("%s did not come back within %s: it is left to node recovery", out.Name, p.bound(api.StepUncordon)))
+			return end(api.ResultPending, []string{out.Name}, fmt.Sprintf("%s did not come back within %s: it is left to node recovery", out.Name, p.bound(api.StepUncordon)))
 		}
 		start := "no start"
 		if rep.StartedAt != nil {
@@ -394,7 +519,7 @@ func (p *planner) tail(in, out *Node) Plan {
 		return p.wait(api.StepUncordon, "waiting for %s to be Ready on a heartbeat after its agent started (%s; Ready %t, heartbeat %s)",
 			out.Name, start, out.Ready, stamp(out.Heartbeat))
 	}
-	return p.end(api.ResultCompleted, nil, "")
+	return end(api.ResultCompleted, nil, "")
 }
 
 // cancelRefused says why the swap can no longer be taken back; empty while
@@ -444,7 +569,7 @@ func CheckCancel(s Snapshot) (*api.SwapRecord, error) {
 	p.rec = rec
 	in, out := p.node(rec.In), p.node(rec.Out)
 	if in == nil || out == nil {
-		return rec, nil // the planner abandons or waits, as it does uncancelled
+		return rec, nil // the planner abandons, rolls back or goes on, as it does uncancelled
 	}
 	if why := p.cancelRefused(in, out); why != "" {
 		return rec, fmt.Errorf("swap %s cannot be cancelled: %s", rec.ID, why)
@@ -480,7 +605,7 @@ func (p *planner) rollingBack() Plan {
 	id := p.rec.ID
 	in := p.node(p.rec.In)
 	if in == nil {
-		return p.end(api.ResultRolledBack, nil, p.rec.Reason)
+		return p.rollingBackWithoutCandidate()
 	}
 	if in.MemberGone == id {
 		if !in.clean() || in.Role != api.RoleStandby {
@@ -517,7 +642,7 @@ func (p *planner) rollingBack() Plan {
 	if in.answer(id, api.RequestStepDown) == nil && p.finished(in) == nil && (in.Ready || p.fresh(in)) && !p.pastBound(api.StepRollback) {
 		return p.wait(api.StepRollback, "rolling back: waiting for the candidate %s to step down", in.Name)
 	}
-	original := p.voterSet([]string{p.rec.Out}, in.Name)
+	original := p.original()
 	if p.joined(in) && !in.RemoveRequested && !in.MemberRemoved() {
 		for _, name := range original {
 			if name == p.rec.Out {
@@ -533,7 +658,7 @@ func (p *planner) rollingBack() Plan {
 		}
 		return p.act(api.StepRollback, Action{Type: api.ActionRemoveMember, Node: in.Name}, "rolling back: asking k3s to remove the member %s joined with", in.Name)
 	}
-	m, lister := p.candidateMember(in)
+	m, lister := p.candidateMember(in.Name)
 	switch {
 	case lister != nil && (in.RemoveRequested || p.rec.Phase == api.PhaseStuck):
 		return p.removeCandidate(in, m, lister, original)
@@ -576,16 +701,64 @@ func (p *planner) rollingBack() Plan {
 		"rolling back: every voter lists the original members: telling %s its member is gone", in.Name)
 }
 
+// original are the voters before the swap: OUT (unless its Node was
+// deleted, k3s removing its member) and the others, IN left out.
+func (p *planner) original() []string {
+	var add []string
+	if p.node(p.rec.Out) != nil {
+		add = []string{p.rec.Out}
+	}
+	return p.voterSet(add, p.rec.In)
+}
+
+// rollingBackWithoutCandidate: IN's Node was deleted. k3s removes the
+// member of a deleted Node labelled an etcd Node; one whose Node was not
+// (a learner, or a server whose apiserver never came up) it leaves, and
+// that member is removed as a rollback removes one k3s cannot. Then,
+// every voter listing the original members and no more, OUT is
+// uncordoned if this swap cordoned it, and the swap ends rolled back with
+// IN pending: no agent can be told anything on a host without its Node.
+// No action is aimed at IN.
+func (p *planner) rollingBackWithoutCandidate() Plan {
+	id := p.rec.ID
+	original := p.original()
+	if m, lister := p.candidateMember(p.rec.In); lister != nil {
+		return p.removeCandidate(&Node{Name: p.rec.In}, m, lister, original)
+	}
+	if p.rec.Phase == api.PhaseStuck {
+		rec := *p.rec
+		rec.Phase, rec.Stuck = api.PhaseRollback, nil
+		p.rec = &rec
+	}
+	for _, name := range original {
+		if name == p.rec.Out {
+			continue
+		}
+		v := p.node(name)
+		if v == nil {
+			return p.wait(api.StepRollback, "rolling back: voter %s has no Node", name)
+		}
+		if why := p.membershipProblem(v, original); why != "" {
+			return p.wait(api.StepRollback, "rolling back: the candidate's Node %s was deleted; waiting until every voter lists the original members and no more: %s", p.rec.In, why)
+		}
+	}
+	if out := p.node(p.rec.Out); out != nil && out.CordonedBy == id && out.Unschedulable {
+		return p.act(api.StepRollback, Action{Type: api.ActionUncordon, Node: out.Name}, "rolling back: uncordoning the outgoing voter %s", out.Name)
+	}
+	return p.end(api.ResultRolledBack, []string{p.rec.In}, p.rec.Reason+
+		fmt.Sprintf("; every voter lists the original members; %s's host may still run what it was asked to and is left to node recovery", p.rec.In))
+}
+
 // candidateMember returns IN's member as the first voter with a fresh
 // sample lists it (OUT and IN left out), and that voter; nil when none
 // lists it.
-func (p *planner) candidateMember(in *Node) (api.Member, *Node) {
+func (p *planner) candidateMember(in string) (api.Member, *Node) {
 	for _, v := range p.voters {
-		if v.Name == p.rec.Out || v.Name == in.Name || !p.fresh(v) {
+		if v.Name == p.rec.Out || v.Name == in || !p.fresh(v) {
 			continue
 		}
 		for _, m := range v.Probe.Members {
-			if m.Name != "" && p.memberNode(m.Name) == in.Name {
+			if m.Name != "" && p.memberNode(m.Name) == in {
 				return m, v
 			}
 		}

@@ -397,3 +397,32 @@ func (f *Fleet) probe(now time.Time, n *swapplan.Node, h *Host) {
 	}
 	n.Probe = p
 }
+
+// Delete plays k3s's answer to the deletion of the Node, and says whether
+// the Node goes. k3s's etcd member controller registers an on-remove
+// handler (k3s-io/k3s pkg/etcd/member_controller.go, registerMemberHandlers:
+// nodes.OnRemove(ctx, "managed-etcd-controller", e.onRemove)), for which
+// wrangler puts its finalizer on every Node and drops it only once the
+// handler returns no error (rancher/wrangler pkg/generic/remove.go); the
+// handler ((*etcdMemberHandler).onRemove) lets a Node without the etcd
+// role label go with its member left as it is, lets one go whose member
+// was removed on its remove annotation (remove "true" and a
+// removed-node-name), and otherwise removes the member its node-name
+// annotation names (RemovePeer) or, without that annotation, fails, so
+// that the Node stays, being deleted, and the handler is tried again.
+// Note: k3s also needs the node-address annotation, which it writes with
+// node-name (pkg/etcd/metadata_controller.go, handleSelf); the model has
+// no addresses. The host is left as it is: its agent and kubelet have no
+// Node to read or write any more.
+func (f *Fleet) Delete(n *swapplan.Node) (gone bool) {
+	switch {
+	case !n.EtcdServer():
+		return true
+	case n.RemoveRequested && n.RemovedMember != "":
+		return true
+	case n.MemberName == "" || f.K3sPaused:
+		return false
+	}
+	f.Members = slices.DeleteFunc(f.Members, func(m Member) bool { return m.Name == n.MemberName })
+	return true
+}

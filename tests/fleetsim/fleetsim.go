@@ -64,6 +64,14 @@ type unwritten struct {
 // it leaves alone.
 const Label = "fleet-role-test/sim"
 
+// Finalizer is the finalizer k3s's etcd member controller has wrangler
+// put on every Node: the handler name "managed-etcd-controller" given to
+// nodes.OnRemove (k3s-io/k3s pkg/etcd/member_controller.go,
+// registerMemberHandlers), prefixed "wrangler.cattle.io/" (rancher/wrangler
+// pkg/generic/remove.go). A Node deleted stays, with a deletionTimestamp,
+// until the handler (fleetmodel Delete) lets it go.
+const Finalizer = "wrangler.cattle.io/managed-etcd-controller"
+
 // Written is a report the driver wrote on a Node, and when.
 type Written struct {
 	At     time.Time
@@ -114,7 +122,8 @@ func New(tb testhost.T, c kubernetes.Interface, period time.Duration, voters, st
 		if n.MemberName != "" {
 			ann[api.AnnotationEtcdNodeName] = n.MemberName
 		}
-		_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann}}, metav1.CreateOptions{})
+		_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann,
+			Finalizers: []string{Finalizer}}}, metav1.CreateOptions{})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -200,6 +209,13 @@ func (d *Driver) tick() {
 		// A malformed annotation is read as none: the parts played skip
 		// what they cannot read.
 		n, _ := adapt.Node(o)
+		// A Node being deleted: k3s's on-remove handler removes its
+		// member and drops the finalizer; until it does, the Node stays
+		// and its host goes on as it was.
+		if o.DeletionTimestamp != nil && slices.Contains(o.Finalizers, Finalizer) && d.Delete(&n) {
+			d.release(ctx, o)
+			continue
+		}
 		n.Heartbeat = d.beats[o.Name]
 		// Note: only a cordoned Node has Pods being deleted (a drain's),
 		// so the others' Pods are not read.
@@ -218,6 +234,15 @@ func (d *Driver) tick() {
 	for i := range nodes {
 		d.write(ctx, objs[i], before[i], nodes[i], now)
 	}
+}
+
+// release drops the finalizer from a Node being deleted, as wrangler does
+// once the on-remove handler returned no error; the Node then goes. A
+// failed write is made again at the next tick, as wrangler requeues.
+func (d *Driver) release(ctx context.Context, o *corev1.Node) {
+	o = o.DeepCopy()
+	o.Finalizers = slices.DeleteFunc(o.Finalizers, func(f string) bool { return f == Finalizer })
+	_, _ = d.c.CoreV1().Nodes().Update(ctx, o, metav1.UpdateOptions{})
 }
 
 func (d *Driver) pods(ctx context.Context, node string) []swapplan.Pod {

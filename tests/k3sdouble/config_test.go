@@ -225,3 +225,45 @@ func TestMemberSync(t *testing.T) {
 		})
 	}
 }
+
+func TestMemberOnRemove(t *testing.T) {
+	const (
+		etcd    = "node-role.kubernetes.io/etcd"
+		remove  = "etcd.k3s.cattle.io/remove"
+		name    = "etcd.k3s.cattle.io/node-name"
+		removed = "etcd.k3s.cattle.io/removed-node-name"
+	)
+	tests := []struct {
+		name   string
+		labels map[string]string
+		ann    map[string]string
+		kind   syncKind
+	}{
+		{"a Node without the etcd label goes, its member left", nil,
+			map[string]string{name: "s1-a", AnnotationNodeAddress: "10.0.0.5"}, syncNothing},
+		{"an etcd Node's member is removed", map[string]string{etcd: "true"},
+			map[string]string{name: "v1-a", AnnotationNodeAddress: "10.0.0.1"}, syncRemove},
+		{"the etcd label counts whatever its value", map[string]string{etcd: "false"},
+			map[string]string{name: "v1-a", AnnotationNodeAddress: "10.0.0.1"}, syncRemove},
+		{"no node-name is an error: the Node stays", map[string]string{etcd: "true"},
+			map[string]string{AnnotationNodeAddress: "10.0.0.1"}, syncError},
+		{"no node-address is an error: the Node stays", map[string]string{etcd: "true"},
+			map[string]string{name: "v1-a"}, syncError},
+		{"a member removed on the remove annotation already goes", map[string]string{etcd: "true"},
+			map[string]string{remove: "TRUE", removed: "v1-a"}, syncNothing},
+		{"a removed-node-name without remove=true is not enough", map[string]string{etcd: "true"},
+			map[string]string{remove: "false", removed: "v1-a"}, syncError},
+		{"an empty removed-node-name is not enough", map[string]string{etcd: "true"},
+			map[string]string{remove: "true", removed: "", name: "v1-b", AnnotationNodeAddress: "10.0.0.1"}, syncRemove},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			act := memberOnRemove(tt.labels, tt.ann)
+			assert.Equal(t, tt.kind, act.kind)
+			if act.kind == syncRemove {
+				assert.Equal(t, tt.ann[name], act.name)
+				assert.Equal(t, tt.ann[AnnotationNodeAddress], act.address)
+			}
+		})
+	}
+}

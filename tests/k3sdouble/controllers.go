@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,6 +72,9 @@ func (s *server) memberController(ctx context.Context) {
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
+		if s.onRemove(cctx, n) {
+			continue
+		}
 		act := memberSync(n.Labels, n.Annotations)
 		switch act.kind {
 		case syncNothing:
@@ -90,6 +94,77 @@ func (s *server) memberController(ctx context.Context) {
 			s.log.Warn("node annotations not updated", "node", n.Name, "err", err)
 		}
 	}
+}
+
+// Finalizer is the finalizer wrangler puts on every Node for k3s's
+// on-remove handler "managed-etcd-controller" (k3s:
+// pkg/etcd/member_controller.go, registerMemberHandlers; wrangler:
+// pkg/generic/remove.go, "wrangler.cattle.io/" and the handler's name).
+const Finalizer = "wrangler.cattle.io/managed-etcd-controller"
+
+// onRemove does for one Node what wrangler and k3s's on-remove handler
+// do, and says whether it dealt with the Node: a Node without the
+// finalizer and not being deleted gets it; a Node being deleted has the
+// member memberOnRemove names removed and then the finalizer dropped, so
+// that it goes; a handler error keeps the finalizer and is tried again at
+// the next pass (wrangler requeues). k3s: pkg/etcd/member_controller.go,
+// (*etcdMemberHandler).onRemove; pkg/etcd/etcd.go, RemovePeer.
+func (s *server) onRemove(ctx context.Context, n *corev1.Node) bool {
+	has := slices.Contains(n.Finalizers, Finalizer)
+	switch {
+	case n.DeletionTimestamp == nil && !has:
+		o := n.DeepCopy()
+		o.Finalizers = append(o.Finalizers, Finalizer)
+		if _, err := s.kube.CoreV1().Nodes().Update(ctx, o, metav1.UpdateOptions{}); err != nil {
+			s.log.Warn("finalizer not added", "node", n.Name, "err", err)
+		}
+		return false
+	case n.DeletionTimestamp == nil || !has:
+		return n.DeletionTimestamp != nil
+	}
+	act := memberOnRemove(n.Labels, n.Annotations)
+	switch act.kind {
+	case syncError:
+		s.log.Warn("etcd member not removed from the deleted node", "node", n.Name, "err", act.err)
+		return true
+	case syncRemove:
+		if err := s.removePeer(ctx, act.name, act.address); err != nil {
+			s.log.Warn("etcd member not removed from the deleted node", "node", n.Name, "member", act.name, "err", err)
+			return true
+		}
+		s.log.Info("etcd member of the deleted node removed", "node", n.Name, "member", act.name, "address", act.address)
+	}
+	o := n.DeepCopy()
+	o.Finalizers = slices.DeleteFunc(o.Finalizers, func(f string) bool { return f == Finalizer })
+	if _, err := s.kube.CoreV1().Nodes().Update(ctx, o, metav1.UpdateOptions{}); err != nil {
+		s.log.Warn("finalizer not dropped", "node", n.Name, "err", err)
+	}
+	return true
+}
+
+// memberOnRemove decides, from a deleted Node's labels and annotations,
+// what k3s's on-remove handler does: nothing without the etcd role label
+// (any value); nothing when remove = "true" (any case) and
+// removed-node-name is set and not empty (removed already); else remove
+// the member named by node-name at node-address, both needed (an error
+// without either). k3s: pkg/etcd/member_controller.go,
+// (*etcdMemberHandler).onRemove.
+func memberOnRemove(labels, ann map[string]string) syncAction {
+	if _, ok := labels[api.LabelEtcd]; !ok {
+		return syncAction{}
+	}
+	if strings.ToLower(ann[api.AnnotationEtcdRemove]) == "true" && ann[api.AnnotationEtcdRemovedNodeName] != "" {
+		return syncAction{}
+	}
+	name, ok := ann[api.AnnotationEtcdNodeName]
+	if !ok {
+		return syncAction{kind: syncError, err: errors.New("node name annotation not found")}
+	}
+	address, ok := ann[AnnotationNodeAddress]
+	if !ok {
+		return syncAction{kind: syncError, err: errors.New("node address annotation not found")}
+	}
+	return syncAction{kind: syncRemove, name: name, address: address}
 }
 
 type syncKind int

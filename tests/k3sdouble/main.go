@@ -112,6 +112,17 @@
 //     pkg/etcd/member_controller.go, etcdMemberHandler.sync;
 //     pkg/etcd/etcd.go, RemovePeer; pkg/server/server.go and wrangler's
 //     pkg/leader, RunOrDie.
+//   - A deleted Node. The same server puts the finalizer
+//     wrangler.cattle.io/managed-etcd-controller on every Node; a Node
+//     being deleted that carries the etcd role label has the member its
+//     node-name and node-address name removed (both needed: without, an
+//     error, retried, and the Node stays), unless remove = "true" and
+//     removed-node-name say it was removed already; then the finalizer is
+//     dropped and the Node goes. k3s: pkg/etcd/member_controller.go,
+//     registerMemberHandlers (nodes.OnRemove) and
+//     (*etcdMemberHandler).onRemove; wrangler: pkg/generic/remove.go.
+//     Fidelity: k3s does it on the Node's watch event, the double at its
+//     next --period pass.
 //   - The tombstone. A running server whose member was removed writes
 //     server/db/etcd/tombstone, closes etcd and idles, its kubelet still
 //     running. On the next start it moves server/db/etcd aside to

@@ -1,0 +1,189 @@
+package swapplan_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/fleetmodel"
+)
+
+// deleteNode deletes the Node as kubectl delete node does: from this tick
+// on k3s answers the deletion (fleetmodel Delete), and the Node goes once
+// it lets it; until then it is there, being deleted.
+func (w *world) deleteNode(name string) {
+	w.faults = append(w.faults, func(w *world) {
+		i := slices.IndexFunc(w.nodes, func(n swapplan.Node) bool { return n.Name == name })
+		if i >= 0 && w.Delete(&w.nodes[i]) {
+			w.nodes = slices.Delete(w.nodes, i, i+1)
+		}
+	})
+}
+
+// gone says the Node is no longer in the cluster.
+func (w *world) gone(name string) bool {
+	return !slices.ContainsFunc(w.nodes, func(n swapplan.Node) bool { return n.Name == name })
+}
+
+// membersOf are the Nodes of etcd's members, sorted.
+func (w *world) membersOf() []string {
+	var names []string
+	for _, m := range w.Members {
+		names = append(names, m.Node)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// quorumKept fails the test when etcd's voting members that run are
+// ever fewer than a quorum of them, and when an action is aimed at a
+// Node that is gone.
+func quorumKept(t *testing.T) func(w *world, p swapplan.Plan) {
+	return func(w *world, p swapplan.Plan) {
+		var voters, up int
+		for _, m := range w.Members {
+			if m.Learner {
+				continue
+			}
+			voters++
+			if h := w.Hosts[m.Node]; h != nil && h.Server && !h.Paused {
+				up++
+			}
+		}
+		if up < swapplan.Quorum(voters) {
+			t.Fatalf("at %s: %d of %d voting members up: %s %s (%s)", w.now, up, voters, p.Action.Type, p.Action.Node, p.Reason)
+		}
+		if p.Action.Node != "" && w.gone(p.Action.Node) {
+			t.Fatalf("at %s: %s aimed at %s, whose Node is gone (%s)", w.now, p.Action.Type, p.Action.Node, p.Reason)
+		}
+	}
+}
+
+func TestTheCandidatesNodeDeletedAfterThePromotionRollsTheSwapBackWithTheOutgoingVoterUncordonedAndTheCandidatePending(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.checks = append(w.checks, quorumKept(t))
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+	require.Equal(t, []string{"s1", "v1", "v2", "v3"}, w.membersOf())
+	w.deleteNode("s1")
+	res := w.run(100)
+	assert.True(t, w.gone("s1"))
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	assert.Equal(t, []string{"s1"}, res.Pending)
+	assert.Contains(t, res.Reason, "the candidate's Node s1 was deleted")
+	assert.Equal(t, []string{"v1", "v2", "v3"}, w.membersOf(), "k3s removed the candidate's member")
+	assert.False(t, w.node("v1").Unschedulable, "the outgoing voter is uncordoned")
+	assert.Empty(t, w.node("v1").CordonedBy)
+	assert.Equal(t, api.RoleVoter, w.node("v1").Role)
+	assert.NotContains(t, w.actions(), "step-down v1")
+}
+
+func TestTheCandidatesNodeDeletedBeforeItWasAskedToPromoteAbandonsTheSwap(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.checks = append(w.checks, quorumKept(t))
+	w.requestSwap("v1", "s1")
+	w.runUntil(50, acting(api.ActionCordonIn, "s1"))
+	w.deleteNode("s1")
+	res := w.run(50)
+	assert.Equal(t, api.ResultAbandoned, res.Result, res.Reason)
+	assert.Contains(t, res.Reason, "before it was asked to promote")
+	assert.Equal(t, []string{"v1", "v2", "v3"}, w.membersOf())
+}
+
+func TestACandidateWhoseNodeIsDeletedWhileALearnerKeepsItsMemberWhichTheRollbackRemovesThroughAVoter(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Hosts["s1"].NeverJoin = true
+	w.checks = append(w.checks, quorumKept(t))
+	w.requestSwap("v1", "s1")
+	w.runUntil(50, acting(api.ActionPromote, "s1"))
+	w.runUntil(10, atStep(api.StepJoin))
+	// Not yet labelled an etcd Node: k3s lets the Node go and leaves its
+	// learner (member_controller.go, onRemove).
+	w.deleteNode("s1")
+	w.pass()
+	require.True(t, w.gone("s1"))
+	require.Contains(t, w.membersOf(), "s1")
+	plan := w.runUntil(100, acting(api.ActionRemoveByVoter, "v2"))
+	assert.Contains(t, plan.Reason, "the member s1-")
+	res := w.run(50)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	assert.Equal(t, []string{"s1"}, res.Pending)
+	assert.Equal(t, []string{"v1", "v2", "v3"}, w.membersOf())
+}
+
+func TestTheOutgoingVotersNodeDeletedBeforeThePromotionAbandonsTheSwapAndUncordonsTheCandidate(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.checks = append(w.checks, quorumKept(t))
+	w.requestSwap("v1", "s1")
+	w.runUntil(50, acting(api.ActionCordonIn, "s1"))
+	w.deleteNode("v1")
+	res := w.run(50)
+	assert.Equal(t, api.ResultAbandoned, res.Result, res.Reason)
+	assert.Contains(t, res.Reason, "the outgoing voter's Node v1 was deleted")
+	assert.False(t, w.node("s1").Unschedulable)
+	assert.Equal(t, []string{"v2", "v3"}, w.membersOf(), "k3s removed its member")
+}
+
+func TestTheOutgoingVotersNodeDeletedMidPromotionFinishesTheSwapWithoutItsStepsAndLeavesItPending(t *testing.T) {
+	for at, cond := range map[string]func(swapplan.Plan) bool{
+		"asked to promote":            acting(api.ActionPromote, "s1"),
+		"joining":                     atStep(api.StepJoin),
+		"the outgoing voter cordoned": acting(api.ActionCordonOut, "v1"),
+	} {
+		t.Run(at, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.checks = append(w.checks, quorumKept(t))
+			w.requestSwap("v1", "s1")
+			w.runUntil(100, cond)
+			w.deleteNode("v1")
+			n := len(w.plans)
+			res := w.run(100)
+			assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+			assert.Equal(t, []string{"v1"}, res.Pending)
+			assert.Contains(t, res.Reason, "was not demoted by its agent")
+			assert.Equal(t, []string{"s1", "v2", "v3"}, w.membersOf())
+			assert.Equal(t, api.RoleVoter, w.node("s1").Role)
+			assert.False(t, w.node("s1").Unschedulable)
+			for _, p := range w.plans[n:] {
+				assert.NotEqual(t, "v1", p.Action.Node, "%s: %s", p.Action.Type, p.Reason)
+			}
+		})
+	}
+}
+
+func TestTheCandidatesNodeDeletedAfterTheOutgoingVoterSteppedDownEndsPendingWithTheOutgoingVoterDemoted(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.checks = append(w.checks, quorumKept(t))
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
+	w.deleteNode("s1")
+	res := w.run(100)
+	assert.Equal(t, api.ResultPending, res.Result, res.Reason)
+	assert.Equal(t, []string{"s1"}, res.Pending)
+	assert.Contains(t, res.Reason, "one voter fewer")
+	assert.Equal(t, []string{"v2", "v3"}, w.membersOf(), "both the candidate's and the outgoing voter's members removed")
+	assert.Equal(t, api.RoleStandby, w.node("v1").Role)
+	assert.False(t, w.node("v1").Unschedulable)
+	assert.True(t, slices.ContainsFunc(w.plans, func(p swapplan.Plan) bool { return p.Action.Type == api.ActionRemoveMember && p.Action.Node == "v1" }))
+}
+
+func TestAnEtcdNodeWithoutItsNodeNameIsLeftBeingDeletedAsK3sLeavesIt(t *testing.T) {
+	f := fleetmodel.New(fleetmodel.Timing{})
+	n := f.Add("v1", api.RoleVoter, epoch)
+	f.Add("v2", api.RoleVoter, epoch)
+	member := n.MemberName
+	n.MemberName = ""
+	assert.False(t, f.Delete(&n), "the handler fails: the Node stays")
+	assert.True(t, f.IsMember(member))
+	n.MemberName = member
+	assert.True(t, f.Delete(&n))
+	assert.False(t, f.IsMember(member))
+	s := f.Add("s1", api.RoleStandby, epoch)
+	assert.True(t, f.Delete(&s), "no etcd label: it goes at once")
+	assert.True(t, strings.HasPrefix(f.Members[0].Name, "v2-"))
+}
