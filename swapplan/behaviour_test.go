@@ -636,3 +636,30 @@ func TestARequestWaitingToBeCarriedOutIsNotReplacedButOneThePlannerRefusesIs(t *
 	require.Equal(t, api.ResultCompleted, w.run(200).Result)
 	assert.Nil(t, swapplan.PendingRequest(w.snapshot()), "a request that started its swap is no longer pending")
 }
+
+func TestAnOutgoingVoterSilentWhileItsNodeIsReadyIsAskedNothingUntilItSamplesAgain(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	back := w.now.Add(5 * time.Minute)
+	w.Hosts["v1"].SilentUntil = back
+	for {
+		p := w.node("v1").Probe
+		if w.now.Sub(p.At) > 3*time.Duration(p.Period) {
+			break
+		}
+		w.pass()
+	}
+	w.requestSwap("v1", "s1")
+	held := false
+	for w.now.Add(w.tick).Before(back) { // the last pass before its samples come again
+		plan := w.pass()
+		require.NotContains(t, []string{api.ActionCordonOut, api.ActionDrainOut, api.ActionStepDown, api.ActionRemoveMember}, plan.Action.Type,
+			"nothing is asked of the silent v1: %s", plan.Reason)
+		if strings.Contains(plan.Reason, "the outgoing voter v1 is Ready but its probe has been silent since") {
+			held = true
+			require.True(t, w.node("v1").Ready)
+		}
+	}
+	assert.True(t, held, "the gates said why they held")
+	res := w.run(300)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+}

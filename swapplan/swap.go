@@ -325,8 +325,19 @@ func beatAfter(n *Node, start time.Time) bool {
 }
 
 // gates: with N+1 voters, every voter but OUT healthy and fresh, each
-// listing exactly the expected members, none a learner.
+// listing exactly the expected members, none a learner; and OUT not
+// silent while its Node is Ready.
+//
+// Note: an OUT whose samples stopped while its kubelet's heartbeats did
+// not (yet) may be paused or cut off, and would come back asked to step
+// down, or with its member gone: nothing is asked of it until it samples
+// again, or its Node turns NotReady (a host that is down is swapped out
+// as it is).
 func (p *planner) gates(in, out *Node) string {
+	if out.Ready && out.Probe != nil && p.silent(out) {
+		return fmt.Sprintf("the outgoing voter %s is Ready but its probe has been silent since %s (3 periods of %s): it may be paused or cut off",
+			out.Name, stamp(out.Probe.At), p.period(out))
+	}
 	expected := p.voterSet([]string{in.Name, out.Name}, "")
 	for _, name := range expected {
 		if name == out.Name {
