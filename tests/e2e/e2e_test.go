@@ -102,6 +102,31 @@ func (f *Fleet) noSwapStarts(t *testing.T) {
 	}
 }
 
+// heldNaming waits until the status says why the swap is held with want,
+// no swap starting meanwhile: another gate may hold it as well for a while
+// (a voter's sample over its fsync limit on a busy machine), and the gates
+// name the first that holds.
+func (f *Fleet) heldNaming(t *testing.T, want string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var seen []string
+	for {
+		st := f.Status()
+		require.Nil(t, st.Swap, "no swap starts: %s", st.Reason)
+		if strings.Contains(st.Reason, want) {
+			t.Logf("held: %s", st.Reason)
+			return
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != st.Reason {
+			seen = append(seen, st.Reason)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the status does not say %q within %s; it said:\n%s", want, d, strings.Join(seen, "\n"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // ended checks that the swap ended with the result, and what must hold
 // after every swap (Check).
 func (f *Fleet) ended(t *testing.T, res *api.SwapResult, result string) {
