@@ -65,7 +65,7 @@ func answered(e *env, swap string) map[string]int {
 }
 
 func TestTheAPIServerRestartedAtEveryStepRepeatsNoActionAndTheSwapFinishes(t *testing.T) {
-	e := newEnv(t, 3, 1, 0)
+	e := newEnv(t, 3, 3, 0)
 	// The bounds are long enough for a restart on a busy machine: this is
 	// about the restarts, not the bounds.
 	b := &e.cfg.Bounds
@@ -73,24 +73,42 @@ func TestTheAPIServerRestartedAtEveryStepRepeatsNoActionAndTheSwapFinishes(t *te
 		*d = 3 * time.Minute
 	}
 	exits := e.supervise()
-	_, stderr, code := e.cli("swap", "v1", "s1")
-	require.Equal(t, 0, code, stderr)
-	seen := e.atEachStep(10*time.Minute, func() {
+	restart := func() {
 		e.api.StopAPIServer()
 		time.Sleep(time.Second)
 		require.NoError(t, e.api.StartAPIServer())
-	})
-	res := e.waitEnd(2 * time.Minute)
-	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
-	assertCompleted(t, e, "v1", "s1")
-	t.Logf("the API server restarted at %d steps: %v; the controller exited %d times", len(seen), seen, exits.Load())
-	assert.GreaterOrEqual(t, len(seen), 6)
-	for key, n := range answered(e, res.ID) {
-		assert.Equal(t, 1, n, "%s answered more than once: a request repeated", key)
 	}
-	for _, want := range []string{"s1 promote done", "v1 step-down done", "v1 finish done"} {
-		assert.Contains(t, answered(e, res.ID), want)
+	// Note: the fleet goes on while the API server is down (k3s promotes
+	// the learner, the agents sample), so the steps it answered meanwhile
+	// pass at once when it is back and are not restarted at. Each voter is
+	// swapped for a standby of its own in turn until the restarts have
+	// met at least six steps.
+	restartedAt := map[string]bool{}
+	for i := 1; i <= 3 && len(restartedAt) < 6; i++ {
+		out, in := fmt.Sprintf("v%d", i), fmt.Sprintf("s%d", i)
+		prev, _ := e.status()
+		_, stderr, code := e.cli("swap", out, in)
+		require.Equal(t, 0, code, stderr)
+		require.Eventually(t, func() bool {
+			st, _ := e.status()
+			return st.Swap != nil || st.Last != nil && (prev.Last == nil || st.Last.ID != prev.Last.ID)
+		}, time.Minute, 20*time.Millisecond, "the swap of %s for %s starts", out, in)
+		seen := e.atEachStep(10*time.Minute, restart)
+		res := e.waitEnd(2 * time.Minute)
+		require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+		assertCompleted(t, e, out, in)
+		t.Logf("%s out, %s in: the API server restarted at %d steps: %v; the controller exited %d times so far", out, in, len(seen), seen, exits.Load())
+		for key, n := range answered(e, res.ID) {
+			assert.Equal(t, 1, n, "%s answered more than once: a request repeated", key)
+		}
+		for _, want := range []string{in + " promote done", out + " step-down done", out + " finish done"} {
+			assert.Contains(t, answered(e, res.ID), want)
+		}
+		for _, step := range seen {
+			restartedAt[step] = true
+		}
 	}
+	assert.GreaterOrEqual(t, len(restartedAt), 6, "the steps restarted at: %v", restartedAt)
 }
 
 func TestTwoPeopleAskingForDifferentSwapsAtOnceOneWinsAndTheOtherIsRefusedWithTheReason(t *testing.T) {
