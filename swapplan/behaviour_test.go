@@ -517,6 +517,26 @@ func TestARollbackWaitsForTheStepDownOfACandidateWhoseNodeIsNotReadyWhileItsAgen
 		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 		assert.Equal(t, "agent", w.Hosts["s1"].RoleFile, "the candidate stepped down")
 	})
+	t.Run("its samples come late: waits for its answer", func(t *testing.T) {
+		// Note: a sample comes late while the candidate's own etcd does
+		// not answer; stale is not silent.
+		w := newWorld(t, 3, 1, 0)
+		w.Hosts["s1"].NeverJoin = true
+		w.Hosts["s1"].IgnoreStepDown = true
+		w.requestSwap("v1", "s1")
+		w.runUntil(100, acting(api.ActionStepDown, "s1"))
+		w.Hosts["s1"].SilentUntil = w.now.Add(35 * time.Second)
+		for range 3 {
+			plan := w.pass()
+			assert.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
+			assert.Contains(t, plan.Reason, "waiting for the candidate s1 to step down")
+		}
+		require.Greater(t, w.now.Sub(w.node("s1").Probe.At), 2*w.cfg.ProbePeriod, "the sample is stale")
+		w.Hosts["s1"].IgnoreStepDown = false
+		w.Hosts["s1"].Handled = time.Time{}
+		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
+		assert.Equal(t, "agent", w.Hosts["s1"].RoleFile, "the candidate stepped down")
+	})
 	t.Run("its agent is silent: goes on without", func(t *testing.T) {
 		w := newWorld(t, 3, 1, 0)
 		w.Hosts["s1"].NeverJoin = true

@@ -636,7 +636,7 @@ func (p *planner) rollingBack() Plan {
 		if p.finished(in) != nil {
 			return p.end(api.ResultRolledBack, nil, p.rec.Reason)
 		}
-		if (in.Ready || p.fresh(in)) && !p.pastBound(api.StepMemberGone) {
+		if (in.Ready || !p.silent(in)) && !p.pastBound(api.StepMemberGone) {
 			return p.wait(api.StepMemberGone, "rolling back: waiting for the candidate %s's agent to finish its demotion", in.Name)
 		}
 		return p.end(api.ResultRolledBack, []string{in.Name}, p.rec.Reason+fmt.Sprintf("; %s did not finish its demotion: it is left to node recovery", in.Name))
@@ -649,8 +649,11 @@ func (p *planner) rollingBack() Plan {
 	// The wait lasts while its agent samples, not only while its Node is
 	// Ready: a candidate mid-promotion has no kubelet (k3s runs it once
 	// its member votes), and one that never hears the step-down keeps
-	// starting a server whose member is gone.
-	if in.answer(id, api.RequestStepDown) == nil && p.finished(in) == nil && (in.Ready || p.fresh(in)) && !p.pastBound(api.StepRollback) {
+	// starting a server whose member is gone. Its agent samples while it
+	// is not silent: a sample may come late while the candidate's own etcd
+	// does not answer (each of its calls waits out its timeout), and one
+	// only stale is no sign the agent is gone.
+	if in.answer(id, api.RequestStepDown) == nil && p.finished(in) == nil && (in.Ready || !p.silent(in)) && !p.pastBound(api.StepRollback) {
 		return p.wait(api.StepRollback, "rolling back: waiting for the candidate %s to step down", in.Name)
 	}
 	original := p.original()
