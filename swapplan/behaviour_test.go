@@ -500,49 +500,46 @@ func TestThePromotionNamesTheVotersButTheOutgoingOneForTheCandidateToJoinThrough
 }
 
 func TestARollbackWaitsForTheStepDownOfACandidateWhoseNodeIsNotReadyWhileItsAgentSamples(t *testing.T) {
-	t.Run("its agent samples: waits for its answer", func(t *testing.T) {
+	// asked: a rollback has asked s1, whose member never joined and whose
+	// agent does not answer, to step down.
+	asked := func(t *testing.T) *world {
 		w := newWorld(t, 3, 1, 0)
 		w.Hosts["s1"].NeverJoin = true
 		w.Hosts["s1"].IgnoreStepDown = true
 		w.requestSwap("v1", "s1")
 		w.runUntil(100, acting(api.ActionStepDown, "s1"))
-		require.False(t, w.node("s1").Ready, "a joining server's Node is not Ready")
-		for range 10 {
+		return w
+	}
+	waits := func(t *testing.T, w *world, passes int) {
+		for range passes {
 			plan := w.pass()
 			assert.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
 			assert.Contains(t, plan.Reason, "waiting for the candidate s1 to step down")
 		}
+	}
+	answers := func(t *testing.T, w *world) {
 		w.Hosts["s1"].IgnoreStepDown = false
 		w.Hosts["s1"].Handled = time.Time{} // the request is still there to be read
 		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 		assert.Equal(t, "agent", w.Hosts["s1"].RoleFile, "the candidate stepped down")
+	}
+	t.Run("its agent samples: waits for its answer", func(t *testing.T) {
+		w := asked(t)
+		require.False(t, w.node("s1").Ready, "a joining server's Node is not Ready")
+		waits(t, w, 10)
+		answers(t, w)
 	})
 	t.Run("its samples come late: waits for its answer", func(t *testing.T) {
 		// Note: a sample comes late while the candidate's own etcd does
 		// not answer; stale is not silent.
-		w := newWorld(t, 3, 1, 0)
-		w.Hosts["s1"].NeverJoin = true
-		w.Hosts["s1"].IgnoreStepDown = true
-		w.requestSwap("v1", "s1")
-		w.runUntil(100, acting(api.ActionStepDown, "s1"))
+		w := asked(t)
 		w.Hosts["s1"].SilentUntil = w.now.Add(35 * time.Second)
-		for range 3 {
-			plan := w.pass()
-			assert.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
-			assert.Contains(t, plan.Reason, "waiting for the candidate s1 to step down")
-		}
+		waits(t, w, 3)
 		require.Greater(t, w.now.Sub(w.node("s1").Probe.At), 2*w.cfg.ProbePeriod, "the sample is stale")
-		w.Hosts["s1"].IgnoreStepDown = false
-		w.Hosts["s1"].Handled = time.Time{}
-		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
-		assert.Equal(t, "agent", w.Hosts["s1"].RoleFile, "the candidate stepped down")
+		answers(t, w)
 	})
 	t.Run("its agent is silent: goes on without", func(t *testing.T) {
-		w := newWorld(t, 3, 1, 0)
-		w.Hosts["s1"].NeverJoin = true
-		w.Hosts["s1"].IgnoreStepDown = true
-		w.requestSwap("v1", "s1")
-		w.runUntil(100, acting(api.ActionStepDown, "s1"))
+		w := asked(t)
 		w.Hosts["s1"].SilentUntil = w.now.Add(time.Hour)
 		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
 		assert.Equal(t, "server", w.Hosts["s1"].RoleFile, "the candidate never answered")
