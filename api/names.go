@@ -91,7 +91,9 @@ const (
 )
 
 // SwapAnnotations are the Node annotations a swap writes and its end
-// clears.
+// clears, but on a host that has not reported the finish of its
+// demotion: there they stay, for its agent, until it has, and the
+// controller's ActionClearFinished clears them.
 var SwapAnnotations = []string{AnnotationRequest, AnnotationMemberGone, AnnotationCordonedBy}
 
 // The roles, the values of LabelRole.
@@ -168,6 +170,11 @@ const (
 	// decision: recorded once a decision, as the counter
 	// fleet_role_dry_run_decisions_total counts it.
 	EventDryRunWouldSwap = "DryRunWouldSwap"
+	// EventDemotionUnfinished is the reason of the controller's warning,
+	// on the Node of each host a swap ends without the finish of its
+	// demotion, that the swap's step-down and member-gone stay on the
+	// Node until its agent reports the finish, and what an operator does.
+	EventDemotionUnfinished = "DemotionUnfinished"
 )
 
 // EventSwapReason is the reason of the controller's Event for the action

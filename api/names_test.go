@@ -26,16 +26,19 @@ func TestParseHostRole(t *testing.T) {
 func TestEventSwapReasonIsTheActionInTitleCase(t *testing.T) {
 	for action, want := range map[string]string{
 		api.ActionStart: "SwapStart", api.ActionCordonIn: "SwapCordonIn", api.ActionRemoveByVoter: "SwapRemoveByVoter", api.ActionEnd: "SwapEnd",
+		api.ActionClearFinished: "SwapClearFinished",
 	} {
 		assert.Equal(t, want, api.EventSwapReason(action))
 	}
 }
 
-func TestEveryActionNamesAStep(t *testing.T) {
+func TestEveryActionNamesAStepButNoneAndTheClearOfAFinishedDemotion(t *testing.T) {
 	for _, a := range []string{api.ActionStart, api.ActionSnapshot, api.ActionCordonIn, api.ActionDrainIn, api.ActionPromote,
 		api.ActionCordonOut, api.ActionDrainOut, api.ActionStepDown, api.ActionRemoveMember, api.ActionMemberGone, api.ActionCleanUp,
 		api.ActionUncordon, api.ActionEnd, api.ActionRollback, api.ActionAbandon, api.ActionRemoveByVoter, api.ActionStuck} {
 		assert.Contains(t, api.Steps, a)
 	}
-	assert.NotContains(t, api.Steps, api.ActionNone)
+	for _, a := range []string{api.ActionNone, api.ActionClearFinished} {
+		assert.NotContains(t, api.Steps, a, "taken with no swap under way")
+	}
 }

@@ -132,6 +132,23 @@ type SwapResult struct {
 	Pending   []string   `json:"pending,omitempty"`
 }
 
+// UnfinishedDemotion is a host a swap that ended asked to step down whose
+// agent has not reported the finish of its demotion: written by the
+// controller in Status.Unfinished every pass, read by `fleet-role
+// status`.
+type UnfinishedDemotion struct {
+	Node string `json:"node"`
+	// Swap is the ID of the swap that asked.
+	Swap string `json:"swap"`
+	// NodeGone: the host's Node was deleted, so nothing is kept on it
+	// for its agent and nothing is cleared: the host is named as long as
+	// the last swap's result names it and no Node of that name is back.
+	// Otherwise the Node keeps the swap's step-down and member-gone until
+	// the agent reports the finish, then the controller clears them
+	// (ActionClearFinished).
+	NodeGone bool `json:"nodeGone,omitempty"`
+}
+
 // LastAction is the last action the controller carried out (its type an
 // Action* name), and its error, kept in Status.LastAction.
 type LastAction struct {
@@ -167,7 +184,13 @@ type Status struct {
 	// Members is the membership each voter lists, by voter.
 	Members    map[string][]Member `json:"members,omitempty"`
 	LastAction *LastAction         `json:"lastAction,omitempty"`
-	Pending    []string            `json:"pending,omitempty"`
+	// Pending names the hosts of Unfinished. Note: kept as names, as
+	// releases before Unfinished wrote it (then the last end's
+	// SwapResult.Pending), so that a status of either reads.
+	Pending []string `json:"pending,omitempty"`
+	// Unfinished are the hosts whose demotion a swap that ended left
+	// unfinished, by name.
+	Unfinished []UnfinishedDemotion `json:"unfinished,omitempty"`
 	// Problems are the malformed objects and annotations, read as absent.
 	Problems  []string  `json:"problems,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`

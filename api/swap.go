@@ -53,7 +53,8 @@ var Steps = []string{
 // The action types the planner returns and the controller carries out:
 // written by the controller in Status.LastAction.Type and in its Events'
 // reasons (EventSwapReason), read by `fleet-role status`; `fleet-role
-// plan` prints them. Each names the step it carries out; ActionNone waits.
+// plan` prints them. Each names the step it carries out; ActionNone waits,
+// and ActionClearFinished, taken with no swap under way, names none.
 const (
 	ActionNone         = "none"
 	ActionStart        = StepStart        // acquire the Lease with the swap record
@@ -76,6 +77,11 @@ const (
 	// ActionStuck writes the record (phase stuck) to the Lease; its Event,
 	// a warning on the candidate's Node, says what an operator does.
 	ActionStuck = StepStuck
+	// ActionClearFinished clears SwapAnnotations from a Node whose host a
+	// swap that ended left with its demotion unfinished, once its agent
+	// reported the finish; it lifts the cordon that swap left first. It
+	// is taken with no swap under way, so it names no step.
+	ActionClearFinished = "clear-finished"
 )
 
 // Swap origins (SwapRecord.Origin, SwapResult.Origin): written by the
@@ -99,7 +105,11 @@ const (
 )
 
 // Swap results (SwapRecord.Result, SwapResult.Result): written by the
-// controller, read by it and by `fleet-role status`.
+// controller, read by it and by `fleet-role status`. ResultPending is a
+// swap that ended without a host it needed (SwapRecord.Pending): a
+// rolled-back candidate that did not finish its demotion, a candidate
+// whose Node was deleted after the outgoing voter stepped down, an
+// outgoing voter that did not come back Ready.
 const (
 	ResultCompleted  = "completed"
 	ResultRolledBack = "rolled-back"
@@ -128,7 +138,12 @@ type SwapRecord struct {
 	// Result and EndedAt are set with PhaseEnd.
 	Result  string     `json:"result,omitempty"`
 	EndedAt *time.Time `json:"endedAt,omitempty"`
-	// Pending names the hosts left to node recovery, set with PhaseEnd.
+	// Pending names the hosts the swap ends without: set with PhaseEnd.
+	// A host that did not report the finish of its demotion keeps the
+	// swap's step-down and member-gone on its Node until its agent does
+	// (Status.Unfinished); one whose Node was deleted had no Node to keep
+	// them on; one that finished but did not come back Ready is left
+	// cordoned.
 	Pending []string `json:"pending,omitempty"`
 	// Stuck says which member the swap could not remove, set with
 	// PhaseStuck.
