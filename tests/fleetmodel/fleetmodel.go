@@ -71,9 +71,11 @@ type Host struct {
 	AgentStart   time.Time
 	LearnerSince time.Time
 	// Handled is the time of the last request the agent read; Swap is
-	// the swap of the last step-down it carried out.
-	Handled time.Time
-	Swap    string
+	// the swap of the last step-down it carried out, Finished the swap
+	// whose finish it reported (the agent's state keeps both).
+	Handled  time.Time
+	Swap     string
+	Finished string
 	// FsyncMs is the fsync p99 its probes measure.
 	FsyncMs float64
 
@@ -247,16 +249,21 @@ func (f *Fleet) agent(now time.Time, n *swapplan.Node, h *Host) {
 			}
 		}
 	}
-	// The demotion finishes once the step-down is carried out, both units
-	// stopped, and the member gone (or member-gone names the swap); a
-	// host with no member finishes at once, as the agent does with no
-	// datastore (role.Decide).
-	if h.NoFinish || h.Swap == "" || h.RoleFile != "agent" || h.Agent || h.Server {
+	// The demotion finishes once the step-down is carried out, the
+	// server stopped, and the member gone (or member-gone names the
+	// swap), once a swap; a host with no member finishes at once, as the
+	// agent does with no datastore (role.Decide), and its agent unit,
+	// running already (a candidate whose promotion was never carried
+	// out), is the one whose start the finish reports.
+	if h.NoFinish || h.Swap == "" || h.Finished == h.Swap || h.RoleFile != "agent" || h.Server {
 		return
 	}
 	if h.Member == "" || !f.IsMember(h.Member) || (n.MemberGone != "" && n.MemberGone == h.Swap) {
-		h.Agent, h.AgentStart, h.Member = true, now, ""
-		report(now, n, api.Report{Swap: h.Swap, Action: api.ReportFinish, State: api.StateDone, StartedAt: stamp(now)})
+		if !h.Agent {
+			h.Agent, h.AgentStart = true, now
+		}
+		h.Member, h.Finished = "", h.Swap
+		report(now, n, api.Report{Swap: h.Swap, Action: api.ReportFinish, State: api.StateDone, StartedAt: stamp(h.AgentStart)})
 	}
 }
 
