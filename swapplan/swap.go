@@ -652,8 +652,12 @@ func (p *planner) rollingBack() Plan {
 	// starting a server whose member is gone. Its agent samples while it
 	// is not silent: a sample may come late while the candidate's own etcd
 	// does not answer (each of its calls waits out its timeout), and one
-	// only stale is no sign the agent is gone.
-	if in.answer(id, api.RequestStepDown) == nil && p.finished(in) == nil && (in.Ready || !p.silent(in)) && !p.pastBound(api.StepRollback) {
+	// only stale is no sign the agent is gone. A removal asked for, or
+	// done, says the rollback went on past the wait: its own steps
+	// (remove-candidate, remove-by-voter, stuck) do not return to it,
+	// which would start its bound again.
+	wentOn := in.RemoveRequested || in.MemberRemoved() || p.rec.Phase == api.PhaseStuck
+	if in.answer(id, api.RequestStepDown) == nil && p.finished(in) == nil && (in.Ready || !p.silent(in)) && !wentOn && !p.pastBound(api.StepRollback) {
 		return p.wait(api.StepRollback, "rolling back: waiting for the candidate %s to step down", in.Name)
 	}
 	original := p.original()
