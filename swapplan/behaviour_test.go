@@ -344,7 +344,7 @@ func TestASwapThatEndedWithTheAnnotationsClearedBeforeTheLeaseWasReleasedIsEnded
 	assert.Equal(t, api.ActionNone, w.pass().Action.Type)
 }
 
-func TestAHostThatDoesNotComeBackWithinItsBoundIsLeftToNodeRecoveryWithTheSwapRecordedPending(t *testing.T) {
+func TestAnOutgoingVoterThatFinishedButIsNotReadyWithinTheUncordonBoundEndsTheSwapPendingAndIsLeftCordoned(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
 	w.runUntil(200, acting(api.ActionMemberGone, "v1"))
@@ -352,11 +352,14 @@ func TestAHostThatDoesNotComeBackWithinItsBoundIsLeftToNodeRecoveryWithTheSwapRe
 	res := w.run(200)
 	assert.Equal(t, api.ResultPending, res.Result)
 	assert.Equal(t, []string{"v1"}, res.Pending)
-	assert.Contains(t, res.Reason, "did not come back")
+	assert.Contains(t, res.Reason, "v1 finished its demotion but was not Ready on a heartbeat after its agent started within 5m0s: it is left cordoned")
+	end := w.plans[len(w.plans)-1]
+	assert.Contains(t, end.Action.Clear, "v1", "its demotion finished: nothing is kept for it")
+	assert.Empty(t, end.Pending, "no demotion is unfinished")
 	assert.True(t, slices.ContainsFunc(w.plans, func(p swapplan.Plan) bool {
 		return strings.Contains(p.Reason, "waiting for v1 to be Ready on a heartbeat after its agent started")
 	}), "the wait said what it waited for")
-	assert.True(t, w.node("v1").Unschedulable, "left cordoned for node recovery")
+	assert.True(t, w.node("v1").Unschedulable, "left cordoned")
 	assert.NotContains(t, w.actions(), "uncordon v1")
 }
 
@@ -538,15 +541,15 @@ func TestARollbackWaitsForTheStepDownOfACandidateWhoseNodeIsNotReadyWhileItsAgen
 		require.Greater(t, w.now.Sub(w.node("s1").Probe.At), 2*w.cfg.ProbePeriod, "the sample is stale")
 		answers(t, w)
 	})
-	t.Run("its agent is silent: goes on without", func(t *testing.T) {
+	t.Run("its agent is silent: goes on without, and ends pending", func(t *testing.T) {
 		w := asked(t)
 		w.Hosts["s1"].SilentUntil = w.now.Add(time.Hour)
-		assert.Equal(t, api.ResultRolledBack, w.run(100).Result)
+		assert.Equal(t, api.ResultPending, w.run(100).Result)
 		assert.Equal(t, "server", w.Hosts["s1"].RoleFile, "the candidate never answered")
 	})
 }
 
-func TestARollbackEndsOnceTheCandidateFinishedItsDemotionOrLeavesItPending(t *testing.T) {
+func TestARollbackEndsRolledBackOnceTheCandidateFinishedItsDemotionOrPendingWhenItNeverDoes(t *testing.T) {
 	t.Run("it finishes", func(t *testing.T) {
 		w := newWorld(t, 3, 1, 0)
 		w.Hosts["s1"].NeverJoin = true
@@ -572,9 +575,9 @@ func TestARollbackEndsOnceTheCandidateFinishedItsDemotionOrLeavesItPending(t *te
 		w.Hosts["s1"].NoFinish = true
 		w.requestSwap("v1", "s1")
 		res := w.run(500)
-		assert.Equal(t, api.ResultRolledBack, res.Result)
+		assert.Equal(t, api.ResultPending, res.Result)
 		assert.Equal(t, []string{"s1"}, res.Pending)
-		assert.Contains(t, res.Reason, "s1 did not finish its demotion")
+		assert.Contains(t, res.Reason, "s1 did not finish its demotion within 5m0s: its step-down and member-gone stay on its Node until its agent reports the finish")
 	})
 }
 

@@ -8,6 +8,10 @@
 // voters agree on the membership, cordon and drain OUT, step it down, ask
 // k3s to remove its member, let its agent finish the demotion, clean up,
 // uncordon and end. A swap that cannot go on is rolled back or abandoned.
+// A swap that ends before a host it asked to step down reported the
+// finish of its demotion leaves that instruction on the host's Node, for
+// its agent; once the finish is reported, with no swap under way, the
+// planner clears it.
 //
 // Because the step is read from the snapshot alone (the Nodes, the agents'
 // reports, the Lease and the status the controller published) and never

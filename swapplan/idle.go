@@ -9,9 +9,14 @@ import (
 	"github.com/fleet-role/fleet-role/api"
 )
 
-// idle: no swap under way. A manual request first, else the automatic
-// decision; while paused, neither starts but a forced request.
+// idle: no swap under way. The clear of a demotion finished after its
+// swap ended first (not a swap: neither a pause nor a hold keeps it),
+// then a manual request, else the automatic decision; while paused,
+// neither starts but a forced request.
 func (p *planner) idle() Plan {
+	if plan, ok := p.clearFinished(); ok {
+		return plan
+	}
 	if q := p.s.Request; q != nil && !p.consumed(q) {
 		if pa := p.s.Pause; pa != nil && !q.Force {
 			return p.wait("", "the manual request to swap %s for %s waits: %s; fleet-role resume, or swap --force", q.Out, q.In, paused(pa))
@@ -72,12 +77,16 @@ func (p *planner) refusal(outName, inName string, out, in *Node, needFit bool) s
 	return p.ineligible(in, needFit)
 }
 
-// ineligible says why the Node is not an eligible standby: staged, Ready,
-// schedulable and (when needFit) fit. Empty when it is.
+// ineligible says why the Node is not an eligible standby: no demotion
+// left unfinished, staged, Ready, schedulable and (when needFit) fit.
+// Empty when it is.
 func (p *planner) ineligible(n *Node, needFit bool) string {
+	unfinished := p.unfinishedDemotion(n)
 	switch {
 	case n.Role != api.RoleStandby:
 		return fmt.Sprintf("%s's role is %q, not %q", n.Name, n.Role, api.RoleStandby)
+	case unfinished != "":
+		return unfinished
 	case n.Probe == nil || !p.fresh(n):
 		return fmt.Sprintf("%s has no fresh probe sample", n.Name)
 	case !n.Probe.Staged:

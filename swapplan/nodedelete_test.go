@@ -145,7 +145,7 @@ func TestTheOutgoingVotersNodeDeletedMidPromotionFinishesTheSwapWithoutItsStepsA
 			res := w.run(100)
 			assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 			assert.Equal(t, []string{"v1"}, res.Pending)
-			assert.Contains(t, res.Reason, "was not demoted by its agent")
+			assert.Contains(t, res.Reason, "with no Node, its agent can be told nothing, so its host was not demoted")
 			assert.Equal(t, []string{"s1", "v2", "v3"}, w.membersOf())
 			assert.Equal(t, api.RoleVoter, w.node("s1").Role)
 			assert.False(t, w.node("s1").Unschedulable)

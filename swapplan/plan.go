@@ -21,11 +21,19 @@ type Action struct {
 	// Role to label Node with (clean-up).
 	Role string `json:"role,omitempty"`
 	// End: the result, the Nodes whose swap annotations to clear, the
-	// hosts left to node recovery and the cooldown to record.
+	// hosts the swap ends without (api.SwapRecord.Pending) and the
+	// cooldown to record. Clear leaves out a host that has not reported
+	// the finish of its demotion: its Node keeps the swap's step-down and
+	// member-gone for its agent.
 	Result        string     `json:"result,omitempty"`
 	Clear         []string   `json:"clear,omitempty"`
 	Pending       []string   `json:"pending,omitempty"`
 	CooldownUntil *time.Time `json:"cooldownUntil,omitempty"`
+	// Swap is the swap that ended whose annotations a clear-finished
+	// clears from Node (Plan.Swap is nil: none is under way); Uncordon
+	// says it lifts the cordon that swap left on Node first.
+	Swap     string `json:"swap,omitempty"`
+	Uncordon bool   `json:"uncordon,omitempty"`
 }
 
 // Plan is the planner's answer: the next action and why, where the swap
@@ -47,6 +55,11 @@ type Plan struct {
 	Decision *api.Decision `json:"decision,omitempty"`
 	// Voters are the Nodes whose members vote, by name.
 	Voters []string `json:"voters"`
+	// Pending are the hosts whose demotion a swap that ended (or ends
+	// with this plan) left unfinished, by name: those whose Node keeps the
+	// swap's instruction until their agent reports the finish, and those
+	// the last end named whose Node is gone.
+	Pending []api.UnfinishedDemotion `json:"pending,omitempty"`
 }
 
 // Next returns the one next action of a voter swap for the snapshot. It is
@@ -55,6 +68,7 @@ func Next(s Snapshot) Plan {
 	p := newPlanner(s)
 	plan := p.next()
 	plan.Voters = p.voterNames()
+	plan.Pending = p.unfinished(plan.Swap)
 	if plan.Action.Type == "" {
 		plan.Action.Type = api.ActionNone
 	}
@@ -286,6 +300,14 @@ func (p *planner) fresh(n *Node) bool {
 // silent: no sample for three periods.
 func (p *planner) silent(n *Node) bool {
 	return n.Probe == nil || p.s.Now.Sub(p.sampledAt(n)) > 3*p.period(n)
+}
+
+// silence says since when the Node's agent has been silent.
+func (p *planner) silence(n *Node) string {
+	if n.Probe == nil {
+		return "no probe sample"
+	}
+	return fmt.Sprintf("no probe sample since %s, 3 periods of %s", stamp(n.Probe.At), p.period(n))
 }
 
 // unhealthy says why the Node is not a healthy voter: Ready, a fresh

@@ -16,8 +16,9 @@ import (
 // random faults at random times and checks, on every plan, that the planner
 // never asks to remove a member when the remaining voters would not be a
 // quorum, never acts under a Lease someone else holds, never starts a second
-// swap while one is under way, and reaches an end within the sum of the
-// bounds (plus the time the faults held it).
+// swap while one is under way, never clears the step-down or member-gone of
+// a host that has not reported the finish of its demotion, and reaches an
+// end within the sum of the bounds (plus the time the faults held it).
 func TestPropertyRandomClustersAndEvents(t *testing.T) {
 	seeds := 400
 	if testing.Short() {
@@ -242,6 +243,19 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 				t.Fatalf("asked to remove a member with %d of %d remaining members up: %s", alive, remaining, desc)
 			}
 		}
+		if p.Action.Type == api.ActionEnd || p.Action.Type == api.ActionClearFinished {
+			swap, cleared := p.Action.Swap, p.Action.Clear
+			if p.Action.Type == api.ActionEnd {
+				swap = p.Swap.ID
+			} else {
+				cleared = []string{p.Action.Node}
+			}
+			for _, name := range cleared {
+				if n := w.find(name); n != nil && demoting(n, swap) && !finishedDemotion(n, swap) {
+					t.Fatalf("%s clears the step-down or member-gone of %s, which has not reported the finish of its demotion: %s", p.Action.Type, name, desc)
+				}
+			}
+		}
 		if swapID != "" {
 			budget := w.cfg.Bounds.Sum() + faultTime + 60*w.tick
 			if w.now.Sub(startedAt) > budget {
@@ -261,6 +275,18 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 	}
 	t.Fatalf("seed %d: swap %s did not end; last plan %+v", seed, swapID, w.plans[len(w.plans)-1])
 	return ""
+}
+
+// demoting says the Node holds the swap's step-down or member-gone.
+func demoting(n *swapplan.Node, swap string) bool {
+	return n.MemberGone == swap || (n.Request != nil && n.Request.Swap == swap && n.Request.Action == api.RequestStepDown)
+}
+
+// finishedDemotion says the Node's report is the finish of its demotion
+// from the swap.
+func finishedDemotion(n *swapplan.Node, swap string) bool {
+	r := n.Report
+	return r != nil && r.Swap == swap && r.Action == api.ReportFinish && r.State == api.StateDone
 }
 
 // operatorRemoves removes the node's member at the time, as an operator

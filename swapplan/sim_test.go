@@ -130,6 +130,16 @@ func (w *world) node(name string) *swapplan.Node {
 	return nil
 }
 
+// find returns the Node, nil when it is gone.
+func (w *world) find(name string) *swapplan.Node {
+	for i := range w.nodes {
+		if w.nodes[i].Name == name {
+			return &w.nodes[i]
+		}
+	}
+	return nil
+}
+
 func (w *world) snapshot() swapplan.Snapshot {
 	nodes := make([]swapplan.Node, len(w.nodes))
 	for i, n := range w.nodes {
@@ -269,6 +279,13 @@ func (w *world) apply(plan swapplan.Plan) {
 		}
 	case api.ActionUncordon:
 		n.Unschedulable, n.CordonedBy = false, ""
+	case api.ActionClearFinished:
+		// As the executor's uncordon, the cordon is lifted only while
+		// cordoned-by names the swap.
+		if a.Uncordon && n.CordonedBy == a.Swap {
+			n.Unschedulable = false
+		}
+		n.Request, n.MemberGone, n.CordonedBy = nil, "", ""
 	case api.ActionEnd:
 		for _, name := range a.Clear {
 			c := w.node(name)

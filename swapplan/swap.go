@@ -114,7 +114,7 @@ func (p *planner) outgoingGone(in *Node) Plan {
 			return p.act(api.StepUncordon, Action{Type: api.ActionUncordon, Node: in.Name}, "uncordoning the new voter %s", in.Name)
 		}
 		return p.end(api.ResultCompleted, []string{p.rec.Out}, fmt.Sprintf("the outgoing voter's Node %s was deleted and k3s removed its member: "+
-			"its host was not demoted by its agent and is left to node recovery", p.rec.Out))
+			"with no Node, its agent can be told nothing, so its host was not demoted: it may still run its server until an operator stops it", p.rec.Out))
 	}
 	promoted := in.requested(id, api.RequestPromote) != nil
 	if c := p.s.Cancel; c != nil && c.Swap == id {
@@ -471,11 +471,10 @@ func (p *planner) removeWait(in, out *Node) Plan {
 		"every remaining voter lists %d member(s): telling %s its member is gone", len(remaining), out.Name)
 }
 
-func (p *planner) finished(out *Node) *api.Report {
-	if r := out.Report; r != nil && r.Swap == p.rec.ID && r.Action == api.ReportFinish && r.State == api.StateDone {
-		return r
-	}
-	return nil
+// finished returns the Node's report of the finish of its demotion from
+// the swap under way, if that is its report.
+func (p *planner) finished(n *Node) *api.Report {
+	return finishOf(n, p.rec.ID)
 }
 
 func (p *planner) memberGoneWait(out *Node) Plan {
@@ -484,14 +483,19 @@ func (p *planner) memberGoneWait(out *Node) Plan {
 		return p.act(api.StepCleanUp, cleanUp, "%s finished its demotion: cleaning up its server state", out.Name)
 	}
 	if p.pastBound(api.StepMemberGone) {
-		return p.act(api.StepCleanUp, cleanUp, "%s did not finish its demotion within %s: cleaning up anyway, the host is left to node recovery",
-			out.Name, p.bound(api.StepMemberGone))
+		return p.act(api.StepCleanUp, cleanUp, "%s did not finish its demotion within %s: cleaning up its server state anyway; "+
+			"its step-down and member-gone stay on its Node until its agent reports the finish", out.Name, p.bound(api.StepMemberGone))
 	}
 	return p.wait(api.StepMemberGone, "waiting for %s's agent to finish its demotion", out.Name)
 }
 
 // tail: after the clean-up, uncordon what this swap cordoned, OUT once it
 // is Ready on a heartbeat later than the agent start it reported; then end.
+//
+// An OUT that did not finish its demotion ends the swap with OUT named
+// pending; the end leaves its step-down, member-gone and cordon on its
+// Node, for its agent, and clear-finished clears them once it reported
+// the finish.
 //
 // Without IN (its Node deleted after OUT was asked to step down), the
 // swap ends pending with IN named: the fleet has a voter fewer.
@@ -503,7 +507,8 @@ func (p *planner) tail(in, out *Node) Plan {
 	end := func(result string, pending []string, reason string) Plan {
 		if in == nil {
 			gone := fmt.Sprintf("the candidate's Node %s was deleted after the outgoing voter stepped down: k3s removed its member, "+
-				"so the fleet has one voter fewer until another swap; its host is left to node recovery", p.rec.In)
+				"so the fleet has one voter fewer until another swap; with no Node, its agent can be told nothing: "+
+				"its host may still run a server until an operator stops it", p.rec.In)
 			if reason != "" {
 				gone += "; " + reason
 			}
@@ -513,7 +518,8 @@ func (p *planner) tail(in, out *Node) Plan {
 	}
 	rep := p.finished(out)
 	if rep == nil {
-		return end(api.ResultCompleted, []string{out.Name}, fmt.Sprintf("%s did not finish its demotion: it is left to node recovery", out.Name))
+		return end(api.ResultCompleted, []string{out.Name}, fmt.Sprintf("%s did not finish its demotion within %s: "+
+			"its step-down and member-gone stay on its Node, and it stays cordoned, until its agent reports the finish", out.Name, p.bound(api.StepMemberGone)))
 	}
 	if out.CordonedBy == id && out.Unschedulable {
 		if rep.StartedAt != nil && out.Ready && beatAfter(out, *rep.StartedAt) {
@@ -521,7 +527,8 @@ func (p *planner) tail(in, out *Node) Plan {
 				"%s is Ready on a heartbeat after its agent started: uncordoning it", out.Name)
 		}
 		if p.pastBound(api.StepUncordon) {
-			return end(api.ResultPending, []string{out.Name}, fmt.Sprintf("%s did not come back within %s: it is left to node recovery", out.Name, p.bound(api.StepUncordon)))
+			return end(api.ResultPending, []string{out.Name}, fmt.Sprintf("%s finished its demotion but was not Ready on a heartbeat after its agent started within %s: "+
+				"it is left cordoned; uncordon it (kubectl uncordon %s) once it is back", out.Name, p.bound(api.StepUncordon), out.Name))
 		}
 		start := "no start"
 		if rep.StartedAt != nil {
@@ -611,7 +618,9 @@ func (p *planner) abandoning() Plan {
 
 // rollingBack: step IN down, ask k3s to remove its member if it joined,
 // wait until every voter lists the original members and no more, tell IN
-// its member is gone, clean it, uncordon it, end rolled-back.
+// its member is gone, clean it, uncordon it, wait for its finish, end
+// rolled-back; or, its agent silent or the bound past, end pending with
+// IN named and its step-down and member-gone kept on its Node.
 func (p *planner) rollingBack() Plan {
 	id := p.rec.ID
 	in := p.node(p.rec.In)
@@ -630,16 +639,25 @@ func (p *planner) rollingBack() Plan {
 		if out := p.node(p.rec.Out); out != nil && out.CordonedBy == id && out.Unschedulable {
 			return p.act(api.StepRollback, Action{Type: api.ActionUncordon, Node: out.Name}, "rolling back: uncordoning the outgoing voter %s", out.Name)
 		}
-		// Note: the end clears the member-gone annotation, so the swap
-		// waits for the candidate's agent to read it and report its
-		// finish, as it waits for the outgoing voter's going forward.
+		// Note: the swap waits for the candidate's agent to read the
+		// member-gone and report its finish, as it waits for the outgoing
+		// voter's going forward, while its agent samples. An end without
+		// the finish keeps IN's step-down and member-gone on its Node
+		// (end): its agent, back, finishes by them, and clear-finished
+		// clears them then.
 		if p.finished(in) != nil {
 			return p.end(api.ResultRolledBack, nil, p.rec.Reason)
 		}
-		if (in.Ready || !p.silent(in)) && !p.pastBound(api.StepMemberGone) {
+		alive := in.Ready || !p.silent(in)
+		if alive && !p.pastBound(api.StepMemberGone) {
 			return p.wait(api.StepMemberGone, "rolling back: waiting for the candidate %s's agent to finish its demotion", in.Name)
 		}
-		return p.end(api.ResultRolledBack, []string{in.Name}, p.rec.Reason+fmt.Sprintf("; %s did not finish its demotion: it is left to node recovery", in.Name))
+		why := fmt.Sprintf("within %s", p.bound(api.StepMemberGone))
+		if !alive {
+			why = fmt.Sprintf("while its Node is not Ready and its agent silent (%s)", p.silence(in))
+		}
+		return p.end(api.ResultPending, []string{in.Name}, p.rec.Reason+fmt.Sprintf("; %s did not finish its demotion %s: "+
+			"its step-down and member-gone stay on its Node until its agent reports the finish", in.Name, why))
 	}
 	if in.requested(id, api.RequestStepDown) == nil {
 		return p.act(api.StepRollback, p.request(in, api.ActionStepDown, api.RequestStepDown), "rolling back: asking the candidate %s to step down", in.Name)
@@ -735,8 +753,8 @@ func (p *planner) original() []string {
 // that member is removed as a rollback removes one k3s cannot. Then,
 // every voter listing the original members and no more, OUT is
 // uncordoned if this swap cordoned it, and the swap ends rolled back with
-// IN pending: no agent can be told anything on a host without its Node.
-// No action is aimed at IN.
+// IN pending: no agent can be told anything on a host without its Node,
+// so nothing is kept for it either. No action is aimed at IN.
 func (p *planner) rollingBackWithoutCandidate() Plan {
 	id := p.rec.ID
 	original := p.original()
@@ -764,7 +782,8 @@ func (p *planner) rollingBackWithoutCandidate() Plan {
 		return p.act(api.StepRollback, Action{Type: api.ActionUncordon, Node: out.Name}, "rolling back: uncordoning the outgoing voter %s", out.Name)
 	}
 	return p.end(api.ResultRolledBack, []string{p.rec.In}, p.rec.Reason+
-		fmt.Sprintf("; every voter lists the original members; %s's host may still run what it was asked to and is left to node recovery", p.rec.In))
+		fmt.Sprintf("; every voter lists the original members; with no Node, %s's agent can be told nothing: "+
+			"its host may still run what it was asked to until an operator stops it", p.rec.In))
 }
 
 // candidateMember returns IN's member as the first voter with a fresh
@@ -880,7 +899,10 @@ func (p *planner) joined(in *Node) bool {
 
 // end clears the swap's annotations, records the result and the cooldown
 // (none after an abandon) and releases the Lease; the record is marked first
-// so an end interrupted midway is ended again, not started again.
+// so an end interrupted midway is ended again, not started again. The
+// annotations of a host named pending that has a Node and has not reported
+// the finish of its demotion stay (kept): its agent reads only its own
+// Node, and finishes by them when it runs again.
 func (p *planner) end(result string, pending []string, reason string) Plan {
 	rec := *p.rec
 	if rec.Phase != api.PhaseEnd {
@@ -895,10 +917,11 @@ func (p *planner) end(result string, pending []string, reason string) Plan {
 		t := rec.EndedAt.Add(p.s.Config.Cooldown)
 		cooldown = &t
 	}
+	kept := p.kept(&rec)
 	var clear []string
 	for i := range p.nodes {
-		if p.nodes[i].carries(rec.ID) {
-			clear = append(clear, p.nodes[i].Name)
+		if n := &p.nodes[i]; n.carries(rec.ID) && !slices.Contains(kept, n.Name) {
+			clear = append(clear, n.Name)
 		}
 	}
 	why := fmt.Sprintf("swap %s ends %s", rec.ID, rec.Result)
