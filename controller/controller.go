@@ -324,6 +324,9 @@ func (c *Controller) pass(ctx context.Context) {
 			}
 			c.recorder.Eventf(ref, kind, api.EventSwapReason(a.Type), "%s", plan.Reason)
 		}
+		if a.Type == api.ActionEnd {
+			c.warnUnfinished(plan)
+		}
 	default:
 		log.Debug("no action taken", logkey.Reason, plan.Reason)
 	}
@@ -362,6 +365,31 @@ func (c *Controller) reportDryRun(plan swapplan.Plan) {
 		ref := &corev1.ObjectReference{Kind: "Node", Name: d.Out, UID: types.UID(d.Out)} // as eventObject refers to a Node
 		c.recorder.Eventf(ref, corev1.EventTypeNormal, api.EventDryRunWouldSwap, "%s", plan.Reason)
 	}
+}
+
+// warnUnfinished records, on the Node of each host the swap's end left
+// with its demotion unfinished, a warning that says what stays on it and
+// what an operator does.
+func (c *Controller) warnUnfinished(plan swapplan.Plan) {
+	for _, u := range plan.Pending {
+		if u.NodeGone || plan.Swap == nil || u.Swap != plan.Swap.ID {
+			continue
+		}
+		ref := &corev1.ObjectReference{Kind: "Node", Name: u.Node, UID: types.UID(u.Node)} // as eventObject refers to a Node
+		c.recorder.Eventf(ref, corev1.EventTypeWarning, api.EventDemotionUnfinished, "%s", UnfinishedMessage(u))
+	}
+}
+
+// UnfinishedMessage is the DemotionUnfinished Event's message: what stays
+// on the Node of a host whose demotion a swap left unfinished, and what an
+// operator does.
+func UnfinishedMessage(u api.UnfinishedDemotion) string {
+	return fmt.Sprintf("swap %s ended before the agent of %s reported the finish of its demotion: its step-down (%s) and %s stay on this Node, "+
+		"and its %s where the swap cordoned it, so that its agent finishes the demotion when it runs again; the controller then clears them. "+
+		"Bring the host's agent back (systemctl status fleet-role-agent on %s). If the host is gone for good, delete this Node "+
+		"(kubectl delete node %s), or remove them by hand: kubectl annotate node %s %s- %s- %s- && kubectl uncordon %s",
+		u.Swap, u.Node, api.AnnotationRequest, api.AnnotationMemberGone, api.AnnotationCordonedBy, u.Node,
+		u.Node, u.Node, api.AnnotationRequest, api.AnnotationMemberGone, api.AnnotationCordonedBy, u.Node)
 }
 
 // swapNodes are the swap's IN and OUT, from the Lease or the status.
@@ -408,6 +436,13 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 			st.Cancel = c // a cancel of a swap that ended is no news
 		}
 		st.Problems = problems
+		st.Pending, st.Unfinished = nil, nil
+		for _, u := range plan.Pending {
+			st.Pending = append(st.Pending, u.Node)
+		}
+		if len(plan.Pending) > 0 {
+			st.Unfinished = slices.Clone(plan.Pending)
+		}
 		if plan.Action.Type != api.ActionNone {
 			la := &api.LastAction{Type: plan.Action.Type, Node: plan.Action.Node, At: snap.Now.UTC()}
 			if err != nil {

@@ -125,13 +125,16 @@ func (e *executor) do(ctx context.Context, plan swapplan.Plan, status func(*api.
 		return e.drain(ctx, a.Node)
 	case api.ActionEnd:
 		return e.end(ctx, plan, status)
+	case api.ActionClearFinished:
+		return e.clearFinished(ctx, a)
 	}
 	return fmt.Errorf("unknown action %q", a.Type)
 }
 
 // NodePatch is the patch the executor sends for an action to the Node it
-// acts on (for the end, to each Node it clears): its type and body. swap
-// is the swap's ID; taints and resourceVersion are the Node's as last
+// acts on (for the end, to each Node it clears; for a clear-finished, the
+// clear, after the uncordon's patch where it lifts a cordon): its type
+// and body. swap is the swap's ID; taints and resourceVersion are the Node's as last
 // read, of which only the clean-up makes use. It is exported so that
 // tests/controller applies these very bytes to a real API server.
 func NodePatch(a swapplan.Action, swap string, taints []corev1.Taint, resourceVersion string) (types.PatchType, []byte, error) {
@@ -157,7 +160,7 @@ func NodePatch(a swapplan.Action, swap string, taints []corev1.Taint, resourceVe
 		patch = annotations(map[string]any{api.AnnotationMemberGone: swap})
 	case api.ActionCleanUp:
 		patch = cleanUp(a.Role, nodeTaints{resourceVersion: resourceVersion, taints: taints})
-	case api.ActionEnd:
+	case api.ActionEnd, api.ActionClearFinished:
 		clear := map[string]any{}
 		for _, a := range api.SwapAnnotations {
 			clear[a] = nil
@@ -362,6 +365,27 @@ func (e *executor) end(ctx context.Context, plan swapplan.Plan, status func(*api
 	return nil
 }
 
+// clearFinished clears the annotations of the ended swap a.Swap from the
+// Node whose agent reported the finish of its demotion, lifting the
+// cordon that swap left first where the plan says so, with the uncordon's
+// own patch (only while cordoned-by still names that swap). A Node gone
+// is cleared already.
+func (e *executor) clearFinished(ctx context.Context, a swapplan.Action) error {
+	if a.Uncordon {
+		err := e.uncordon(ctx, swapplan.Action{Type: api.ActionUncordon, Node: a.Node}, a.Swap)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := e.patchNode(ctx, a.Node, a, a.Swap, nodeTaints{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
 // recordEnd writes the swap's result and the cooldown into status.json,
 // and removes the manual request it carried out and a cancel of it, in one
 // update.
@@ -373,7 +397,6 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 		st.Last = &api.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
 			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending}
 		st.CooldownUntil = plan.Action.CooldownUntil
-		st.Pending = rec.Pending
 		if req, ok := data[api.RequestKey]; ok && rec.RequestAt != nil {
 			var q api.ManualRequest
 			if json.Unmarshal([]byte(req), &q) == nil && q.At.Equal(*rec.RequestAt) {

@@ -644,6 +644,73 @@ func TestTheEndClearsTheNodesRecordsTheResultAndReleasesTheLease(t *testing.T) {
 	})
 }
 
+func TestTheClearOfAFinishedDemotionSendsTheEndsClearAloneOrAfterTheUncordonOfTheSwapItNamesAndRenewsNoLease(t *testing.T) {
+	const ended = "20261201-080000-v3"
+	clear := `{"metadata":{"annotations":{"fleet-role.io/request":null,"fleet-role.io/member-gone":null,"fleet-role.io/cordoned-by":null}}}`
+	uncordon := `[{"op":"test","path":"/metadata/annotations/fleet-role.io~1cordoned-by","value":"` + ended + `"},
+		{"op":"remove","path":"/metadata/annotations/fleet-role.io~1cordoned-by"},
+		{"op":"add","path":"/spec/unschedulable","value":false}]`
+	kept := func(cordonedBy string) *corev1.Node {
+		return node("v3", "17", func(n *corev1.Node) {
+			n.Annotations[api.AnnotationRequest] = `{"v":1,"swap":"` + ended + `","action":"step-down","at":"2026-12-01T08:20:00Z"}`
+			n.Annotations[api.AnnotationMemberGone] = ended
+			if cordonedBy != "" {
+				n.Annotations[api.AnnotationCordonedBy] = cordonedBy
+				n.Spec.Unschedulable = true
+			}
+		})
+	}
+	plan := func(uncordon bool) swapplan.Plan {
+		return swapplan.Plan{Action: swapplan.Action{Type: api.ActionClearFinished, Node: "v3", Swap: ended, Uncordon: uncordon}}
+	}
+	for _, tc := range []struct {
+		name        string
+		node        *corev1.Node
+		uncordon    bool
+		want        []request
+		err         error
+		unscheduled bool
+		after       map[string]string
+	}{
+		{"a Node not cordoned has the swap's annotations cleared", kept(""), false,
+			[]request{nodePatch("v3", types.StrategicMergePatchType, clear)}, nil, false, map[string]string{}},
+		{"a Node the swap cordoned is uncordoned, then cleared", kept(ended), true,
+			[]request{nodePatch("v3", types.JSONPatchType, uncordon), nodePatch("v3", types.StrategicMergePatchType, clear)}, nil, false, map[string]string{}},
+		{"a Node cordoned since by another swap is left as it is, and the action fails as a conflict", kept("20261201-095000-v1"), true,
+			[]request{nodePatch("v3", types.JSONPatchType, uncordon), {verb: "get", resource: "nodes", name: "v3"}}, errNotOurCordon, true,
+			map[string]string{api.AnnotationCordonedBy: "20261201-095000-v1", api.AnnotationMemberGone: ended}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.node)
+			err := f.do(plan(tc.uncordon))
+			f.assertSent(t, tc.want...)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+			} else {
+				require.NoError(t, err)
+			}
+			n := f.node(t, "v3")
+			assert.Equal(t, tc.unscheduled, n.Spec.Unschedulable)
+			for k, v := range tc.after {
+				assert.Equal(t, v, n.Annotations[k], k)
+			}
+			if len(tc.after) == 0 {
+				assert.Empty(t, n.Annotations)
+			}
+		})
+	}
+	t.Run("a Node gone is cleared already", func(t *testing.T) {
+		f := newFixture(t)
+		require.NoError(t, f.do(plan(true)))
+		f.assertSent(t, nodePatch("v3", types.JSONPatchType, uncordon))
+	})
+
+	typ, b, err := NodePatch(plan(false).Action, ended, nil, "")
+	require.NoError(t, err)
+	assert.Equal(t, types.StrategicMergePatchType, typ)
+	assert.JSONEq(t, clear, string(b), "the end's clear of a Node")
+}
+
 func TestAnUnknownActionSendsNothing(t *testing.T) {
 	f := newFixture(t, heldLease("41", &execSwap), node("s1", "17", nil))
 	err := f.do(swapplan.Plan{Action: swapplan.Action{Type: "reboot", Node: "s1"}, Swap: &execSwap})

@@ -22,6 +22,7 @@ type metrics struct {
 	verdicts    *prometheus.GaugeVec
 	dryRun      *prometheus.CounterVec
 	wouldSwap   prometheus.Gauge
+	unfinished  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -47,8 +48,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Automatic decisions a dry run only reported, each counted once, by the voter out and the standby in."}, []string{"out", "in"}),
 		wouldSwap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_dry_run_would_swap",
 			Help: "1 while a dry run reports an automatic decision it would carry out."}),
+		unfinished: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_unfinished_demotions",
+			Help: "Hosts a swap that ended left with their demotion unfinished: their Node keeps the swap's step-down and member-gone until their agent reports the finish."}),
 	}
-	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap)
+	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap, m.unfinished)
 	return m
 }
 
@@ -61,6 +64,15 @@ func (m *metrics) observe(plan swapplan.Plan, stepSeconds float64, verdicts map[
 	m.step.WithLabelValues(step).Set(1)
 	m.stepSeconds.Set(stepSeconds)
 	m.voters.Set(float64(len(plan.Voters)))
+	// Note: a host whose Node is gone is not counted: nothing is kept on
+	// it, and no finish can be reported to clear it.
+	unfinished := 0
+	for _, u := range plan.Pending {
+		if !u.NodeGone {
+			unfinished++
+		}
+	}
+	m.unfinished.Set(float64(unfinished))
 	m.verdicts.Reset()
 	for node, v := range verdicts {
 		role := api.RoleStandby // the controller judges only voters and standbys

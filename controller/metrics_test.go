@@ -37,3 +37,22 @@ fleet_role_verdict{node="s1",role="voter",state="fit"} 1
 fleet_role_verdict{node="v1",role="voter",state="fit"} 1
 `), "fleet_role_verdict"))
 }
+
+func TestTheUnfinishedDemotionsCountTheHostsWhoseNodeKeepsAnInstruction(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+	m.observe(swapplan.Plan{Pending: []api.UnfinishedDemotion{
+		{Node: "s1", Swap: "x"}, {Node: "v1", Swap: "x"}, {Node: "v9", Swap: "x", NodeGone: true},
+	}}, 0, nil)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fleet_role_unfinished_demotions Hosts a swap that ended left with their demotion unfinished: their Node keeps the swap's step-down and member-gone until their agent reports the finish.
+# TYPE fleet_role_unfinished_demotions gauge
+fleet_role_unfinished_demotions 2
+`), "fleet_role_unfinished_demotions"), "a host whose Node is gone keeps nothing, and is not counted")
+	m.observe(swapplan.Plan{}, 0, nil)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fleet_role_unfinished_demotions Hosts a swap that ended left with their demotion unfinished: their Node keeps the swap's step-down and member-gone until their agent reports the finish.
+# TYPE fleet_role_unfinished_demotions gauge
+fleet_role_unfinished_demotions 0
+`), "fleet_role_unfinished_demotions"))
+}

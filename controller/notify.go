@@ -130,7 +130,10 @@ func (n *Notifier) told(plan swapplan.Plan) {
 }
 
 // NotifyMessage is what a carried-out action tells, or "" when it is no
-// news: a swap's start, its rollback, abandon or stuck, and its end.
+// news: a swap's start, its rollback, abandon or stuck, and its end. A
+// clear-finished is no news: it is no swap's (none is under way), the
+// end that left the host pending told that, and the alert on
+// fleet_role_unfinished_demotions resolves when it is cleared.
 func NotifyMessage(plan swapplan.Plan) string {
 	rec := plan.Swap
 	if rec == nil {
