@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller"
 	"github.com/fleet-role/fleet-role/controller/adapt"
@@ -182,6 +183,13 @@ func writePlanText(w io.Writer, p swapplan.Plan, now time.Time, wide bool) error
 		fmt.Fprintf(&b, "decision: swap %s for %s: %s\n", d.Out, d.In, d.Reason)
 	}
 	fmt.Fprintf(&b, "voters:  %s\n", strings.Join(p.Voters, " "))
+	for _, u := range p.Pending {
+		gone := ""
+		if u.NodeGone {
+			gone = ", its Node gone"
+		}
+		fmt.Fprintf(&b, "unfinished: %s (swap %s%s)\n", u.Node, u.Swap, gone)
+	}
 	if a := p.Action; wide {
 		if a.Request != nil {
 			req, err := json.Marshal(a.Request)
@@ -198,6 +206,13 @@ func writePlanText(w io.Writer, p swapplan.Plan, now time.Time, wide bool) error
 		}
 		if len(a.Pending) > 0 {
 			fmt.Fprintf(&b, "pending: %s\n", strings.Join(a.Pending, " "))
+		}
+		if a.Type == api.ActionClearFinished {
+			uncordon := ""
+			if a.Uncordon {
+				uncordon = ", its cordon lifted first"
+			}
+			fmt.Fprintf(&b, "clears:  the annotations of swap %s%s\n", a.Swap, uncordon)
 		}
 		if a.CooldownUntil != nil {
 			fmt.Fprintf(&b, "cooldown: until %s\n", a.CooldownUntil.UTC().Format(time.RFC3339))

@@ -3,11 +3,16 @@ package main
 import (
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/swapplan"
 )
 
 func TestPlanPrintsJSONYAMLTextAndWide(t *testing.T) {
@@ -30,4 +35,18 @@ func TestPlanPrintsJSONYAMLTextAndWide(t *testing.T) {
 	code, _, stderr := runCLI(t, "plan", "-f", file, "-o", "table")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "want json, yaml, text or wide")
+}
+
+func TestPlanTextNamesTheUnfinishedDemotionsAndWideWhatAClearFinishedClears(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	p := swapplan.Plan{Action: swapplan.Action{Type: api.ActionClearFinished, Node: "v1", Swap: "20261130-113000-v1", Uncordon: true},
+		Reason: "v1 finished its demotion", Voters: []string{"s1", "v2", "v3"},
+		Pending: []api.UnfinishedDemotion{{Node: "s2", Swap: "20261129-080000-v2", NodeGone: true}}}
+	var text, wide strings.Builder
+	require.NoError(t, writePlanText(&text, p, now, false))
+	require.NoError(t, writePlanText(&wide, p, now, true))
+	assert.Contains(t, text.String(), "action:  clear-finished v1\n")
+	assert.Contains(t, text.String(), "unfinished: s2 (swap 20261129-080000-v2, its Node gone)\n")
+	assert.NotContains(t, text.String(), "clears:")
+	assert.Contains(t, wide.String(), "clears:  the annotations of swap 20261130-113000-v1, its cordon lifted first\n")
 }

@@ -235,8 +235,18 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 	if c := st.CooldownUntil; c != nil && c.After(now) {
 		row("COOLDOWN", "until %s", clock(*c))
 	}
-	if len(st.Pending) > 0 {
-		row("PENDING", "%s (left to node recovery)", strings.Join(st.Pending, " "))
+	for _, u := range st.Unfinished {
+		if u.NodeGone {
+			row("PENDING", "%s: swap %s ended without it and its Node was deleted, so nothing is kept for its agent: "+
+				"its host may still run what it was asked to until an operator stops it", u.Node, u.Swap)
+			continue
+		}
+		row("PENDING", "%s: swap %s ended before its agent reported the finish of its demotion: its step-down and member-gone stay on its Node "+
+			"until the agent does, then they are cleared; bring the agent back, or, the host gone for good, delete the Node", u.Node, u.Swap)
+	}
+	if len(st.Unfinished) == 0 && len(st.Pending) > 0 {
+		// A status an earlier controller wrote names the last end's.
+		row("PENDING", "%s (named by the last swap's end: see its reason)", strings.Join(st.Pending, " "))
 	}
 	for _, p := range st.Problems {
 		row("PROBLEM", "%s", p)

@@ -66,3 +66,20 @@ func TestStatusOutputsTheTableWideJSONAndYAML(t *testing.T) {
 	_, err := statusRenderer("table")
 	assert.ErrorAs(t, err, new(usageError))
 }
+
+func TestStatusSaysOfEachUnfinishedDemotionWhatStaysOnItsNodeOrThatItsNodeIsGone(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	st := api.Status{UpdatedAt: now, Pending: []string{"s1", "v9"}, Unfinished: []api.UnfinishedDemotion{
+		{Node: "s1", Swap: "20261130-113000-v1"}, {Node: "v9", Swap: "20261130-113000-v1", NodeGone: true}}}
+	var b strings.Builder
+	renderStatus(&b, st, now, false)
+	out := b.String()
+	assert.Contains(t, out, "PENDING  s1: swap 20261130-113000-v1 ended before its agent reported the finish of its demotion: "+
+		"its step-down and member-gone stay on its Node until the agent does, then they are cleared")
+	assert.Contains(t, out, "PENDING  v9: swap 20261130-113000-v1 ended without it and its Node was deleted, so nothing is kept for its agent")
+	assert.NotContains(t, out, "node recovery")
+
+	b.Reset()
+	renderStatus(&b, api.Status{UpdatedAt: now, Pending: []string{"v2"}}, now, false)
+	assert.Contains(t, b.String(), "PENDING  v2 (named by the last swap's end: see its reason)", "a status an earlier controller wrote")
+}
