@@ -93,6 +93,11 @@ type Agent struct {
 	roleFault atomic.Pointer[roleFault]
 	// probeNow asks the probe loop for a sample now, out of its period.
 	probeNow chan struct{}
+	// nodeChanged is told of every change of the Node, for steps that a
+	// newer instruction stops (preemptOn).
+	nodeChanged chan struct{}
+	// retry is the decision whose steps last failed; the loop's alone.
+	retry *retry
 }
 
 // roleFault is a corrupt role file and the role the host keeps meanwhile.
@@ -121,21 +126,22 @@ func New(o Options) (*Agent, error) {
 	}
 	log := o.Log.With(logkey.Component, "agent", logkey.Node, o.Config.NodeName)
 	a := &Agent{
-		cfg:      o.Config,
-		platform: o.Platform,
-		etcd:     o.Etcd,
-		clock:    o.Clock,
-		log:      log,
-		notify:   o.Notify,
-		watchdog: o.WatchdogInterval,
-		host:     host{roleFile: o.Config.RoleFile, dataDir: o.Config.DataDir, staged: o.Config.StagedFiles, keep: o.Config.KeepRemoved, joinFile: o.Config.JoinFile},
-		st:       st,
-		node:     newNodeClient(o.Kube, o.Config.NodeName, log),
-		trigger:  make(chan struct{}, 1),
-		probeNow: make(chan struct{}, 1),
-		told:     map[string]string{},
-		registry: o.Registry,
-		metrics:  newMetrics(o.Registry),
+		cfg:         o.Config,
+		platform:    o.Platform,
+		etcd:        o.Etcd,
+		clock:       o.Clock,
+		log:         log,
+		notify:      o.Notify,
+		watchdog:    o.WatchdogInterval,
+		host:        host{roleFile: o.Config.RoleFile, dataDir: o.Config.DataDir, staged: o.Config.StagedFiles, keep: o.Config.KeepRemoved, joinFile: o.Config.JoinFile},
+		st:          st,
+		node:        newNodeClient(o.Kube, o.Config.NodeName, log),
+		trigger:     make(chan struct{}, 1),
+		probeNow:    make(chan struct{}, 1),
+		nodeChanged: make(chan struct{}, 1),
+		told:        map[string]string{},
+		registry:    o.Registry,
+		metrics:     newMetrics(o.Registry),
 	}
 	a.reports = newReporter(st, a.node.annotate, log.With(logkey.Part, "reporter"))
 	if o.Config.TokenFile != "" {
@@ -176,7 +182,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
 	}
-	if err := a.node.start(ctx, a.poke); err != nil {
+	onNode := func() {
+		a.poke()
+		select {
+		case a.nodeChanged <- struct{}{}:
+		default:
+		}
+	}
+	if err := a.node.start(ctx, onNode); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
@@ -215,6 +228,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			_ = a.notify("READY=1")
 			a.log.Info("ready", logkey.Platform, a.cfg.Platform)
 		}
+		var again clock.Timer
+		var retry <-chan time.Time
+		if r := a.retry; r != nil {
+			again = a.clock.NewTimer(r.next.Sub(a.clock.Now()))
+			retry = again.C()
+		}
 		select {
 		case <-ctx.Done():
 			_ = a.notify("STOPPING=1")
@@ -222,6 +241,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-a.trigger:
 		case <-resync.C():
+		case <-retry:
+		}
+		if again != nil {
+			again.Stop()
 		}
 	}
 }
@@ -370,11 +393,16 @@ func (a *Agent) reconcile(ctx context.Context) {
 		return
 	}
 	d := role.Decide(f)
+	why := d.Why
 	if f.RoleErr != nil {
-		a.say(d.Why + a.keeps())
-	} else {
-		a.say(d.Why)
+		why += a.keeps()
 	}
+	key := decisionKey(d)
+	if r := a.retry; r != nil && r.key == key && a.clock.Now().Before(r.next) {
+		a.say(r.say(why))
+		return
+	}
+	a.say(why)
 	woke := a.woken.Swap(0)
 	if len(d.Steps) == 0 && d.Report == nil {
 		return
@@ -385,9 +413,21 @@ func (a *Agent) reconcile(ctx context.Context) {
 	if woke != 0 && woke <= start.UnixNano() {
 		a.metrics.reaction.Observe(start.Sub(time.Unix(0, woke)).Seconds())
 	}
-	done, err := a.carryOut(ctx, d, f)
+	stepCtx, stop := ctx, context.CancelFunc(func() {})
+	if preemptible(d) && len(d.Steps) > 0 {
+		stepCtx, stop = a.preemptOn(ctx, f)
+	}
+	done, err := a.carryOut(stepCtx, d, f)
+	preempted := errors.Is(context.Cause(stepCtx), errPreempted)
+	stop()
 	if ctx.Err() != nil {
 		return // stopped midway: the next run takes it up again
+	}
+	if preempted && err != nil {
+		// Note: not a failure: the next look carries out what came.
+		log.Info("steps stopped for a newer instruction", logkey.Err, err)
+		a.poke()
+		return
 	}
 	took := a.clock.Since(start).Round(time.Millisecond)
 	a.metrics.took.Observe(took.Seconds())
@@ -398,8 +438,12 @@ func (a *Agent) reconcile(ctx context.Context) {
 	switch {
 	case err != nil:
 		a.metrics.actions.WithLabelValues(action, "failed").Inc()
-		log.Error("step failed", logkey.Err, err, logkey.Took, took)
+		next := a.failed(key, err)
+		log.Error("step failed", logkey.Err, err, logkey.Took, took, logkey.Attempt, a.retry.attempts, logkey.RetryIn, next.Sub(a.clock.Now()).Round(time.Millisecond))
 	default:
+		if len(d.Steps) > 0 {
+			a.retry = nil
+		}
 		a.metrics.actions.WithLabelValues(action, "done").Inc()
 		if len(d.Steps) > 0 {
 			log.Info("steps carried out", logkey.Took, took)

@@ -123,6 +123,8 @@ type fixture struct {
 	agent    *Agent
 	// realEtcd, when set, is the host's member instead of etcd.
 	realEtcd Etcd
+	// status is the last status line told to systemd (lastNote).
+	status string
 }
 
 func newFixture(t *testing.T) *fixture {

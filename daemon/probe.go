@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -88,7 +90,13 @@ func (p *prober) p99() float64 {
 	return float64(s[min(i, len(s))-1]) / float64(time.Millisecond)
 }
 
-// sample takes one sample at now; server says a server runs here.
+// sample takes one sample at now; server says a server runs here. The
+// etcd calls are made at once, side by side, and all of them within one
+// period: a member that does not answer makes a sample that says so, on
+// time, never a late one. Note: the controller tells a live agent from a
+// silent one by its samples' times alone, so a sample that waited out
+// each call's timeout in turn (three of them, 15 s by default, while a
+// new server's etcd cannot start) made a live agent look dead.
 func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool) (api.Probe, []etcdclient.Member) {
 	s := api.Probe{At: now.UTC(), Period: api.Duration(p.period), Staged: staged}
 	var problems []string
@@ -99,31 +107,61 @@ func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool)
 	healthy := s.FsyncP99Ms <= ms(p.cfg.FsyncLimit)
 	var members []etcdclient.Member
 	if server {
-		var err error
-		members, err = p.etcd.Members(ctx)
-		if err != nil {
-			problems = append(problems, err.Error())
-		}
+		e := p.etcdSample(ctx)
+		members = e.members
 		names := map[uint64]string{}
 		for _, m := range members {
 			names[m.ID] = m.Name
 			s.Members = append(s.Members, api.Member{Name: m.Name, Learner: m.Learner, ID: strconv.FormatUint(m.ID, 16)})
 		}
-		if st, err := p.etcd.Status(ctx); err != nil {
-			problems = append(problems, err.Error())
-		} else {
-			s.Member, s.Leader = names[st.MemberID], names[st.Leader]
+		for _, err := range []error{e.membersErr, e.statusErr, e.readErr} {
+			if err != nil {
+				problems = append(problems, err.Error())
+			}
 		}
-		if rtt, err := p.etcd.Read(ctx); err != nil {
-			problems = append(problems, err.Error())
-		} else {
-			s.RTTMs = round(ms(rtt))
-			healthy = healthy && rtt <= p.cfg.ReadLimit
+		if e.statusErr == nil {
+			s.Member, s.Leader = names[e.status.MemberID], names[e.status.Leader]
+		}
+		if e.readErr == nil {
+			s.RTTMs = round(ms(e.rtt))
+			healthy = healthy && e.rtt <= p.cfg.ReadLimit
 		}
 	}
 	s.Error = strings.Join(problems, "; ")
 	s.Healthy = healthy && len(problems) == 0
 	return s, members
+}
+
+// etcdSample is what the local member answered within a sample.
+type etcdSample struct {
+	members    []etcdclient.Member
+	membersErr error
+	status     etcdclient.Status
+	statusErr  error
+	rtt        time.Duration
+	readErr    error
+}
+
+// etcdSample asks the local member for its member list, its status and a
+// timed read, side by side, each within the period at most; a call that
+// has not answered by then is reported as such.
+func (p *prober) etcdSample(ctx context.Context) etcdSample {
+	ctx, cancel := context.WithTimeout(ctx, p.period)
+	defer cancel()
+	var e etcdSample
+	var wg sync.WaitGroup
+	wg.Go(func() { e.members, e.membersErr = p.etcd.Members(ctx) })
+	wg.Go(func() { e.status, e.statusErr = p.etcd.Status(ctx) })
+	wg.Go(func() { e.rtt, e.readErr = p.etcd.Read(ctx) })
+	wg.Wait()
+	late := func(err error) error {
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("%w (etcd did not answer within the probe period %s)", err, p.period)
+		}
+		return err
+	}
+	e.membersErr, e.statusErr, e.readErr = late(e.membersErr), late(e.statusErr), late(e.readErr)
+	return e
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -125,4 +126,39 @@ func TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindow(t *testing.
 	fit := swapplan.Judge(sample(healthy, judge.Window), time.Now(), judge)
 	assert.Equal(t, api.VerdictFit, fit.State, fit.Reason)
 	assert.Positive(t, fit.RTTMs)
+}
+
+// hungEtcd is a local member that answers nothing: each call waits until
+// its context ends, as a server's etcd that cannot start does.
+type hungEtcd struct{ fakeEtcd }
+
+func (*hungEtcd) Members(ctx context.Context) ([]etcdclient.Member, error) {
+	<-ctx.Done()
+	return nil, fmt.Errorf("etcd member list: %w", ctx.Err())
+}
+
+func (*hungEtcd) Status(ctx context.Context) (etcdclient.Status, error) {
+	<-ctx.Done()
+	return etcdclient.Status{}, fmt.Errorf("etcd status: %w", ctx.Err())
+}
+
+func (*hungEtcd) Read(ctx context.Context) (time.Duration, error) {
+	<-ctx.Done()
+	return 0, fmt.Errorf("etcd linearizable read: %w", ctx.Err())
+}
+
+func TestASampleOfAServerWhoseEtcdAnswersNothingComesWithinOnePeriodAndSaysSo(t *testing.T) {
+	const period = 300 * time.Millisecond
+	p := newProber(t.TempDir(), config.DefaultAgent().Probe, period, &hungEtcd{})
+	defer p.close()
+	start := time.Now()
+	s, members := p.sample(context.Background(), start, true, false)
+	took := time.Since(start)
+	assert.Less(t, took, 2*period, "the three calls wait side by side, within one period, not one after another")
+	assert.Nil(t, members)
+	assert.False(t, s.Healthy)
+	for _, call := range []string{"etcd member list", "etcd status", "etcd linearizable read"} {
+		assert.Contains(t, s.Error, call+": context deadline exceeded (etcd did not answer within the probe period 300ms)")
+	}
+	assert.NoError(t, s.Validate())
 }

@@ -40,6 +40,8 @@ const (
 	State = "state"
 	// RetryIn is how long until the next try.
 	RetryIn = "retry_in"
+	// Attempt counts the tries of one thing so far.
+	Attempt = "attempt"
 	// File is the path of a file the agent wrote or read.
 	File = "file"
 	// Server is the URL of the k3s server a host joins.

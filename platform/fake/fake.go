@@ -28,6 +28,7 @@ type Platform struct {
 	units  map[platform.Unit]*unit
 	calls  []Call
 	block  map[string]chan struct{}
+	fail   map[string]error
 	notify chan Call
 }
 
@@ -44,6 +45,21 @@ func New(now func() time.Time) *Platform {
 		now:   now,
 		units: map[platform.Unit]*unit{platform.Server: {}, platform.Agent: {}},
 		block: map[string]chan struct{}{},
+		fail:  map[string]error{},
+	}
+}
+
+// Fail makes the calls of op ("start", "stop") on the unit fail with err,
+// after any block, changing nothing, as a unit whose start job fails
+// would, until restore is called. The calls are recorded all the same.
+func (p *Platform) Fail(op string, u platform.Unit, err error) (restore func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fail[op+"/"+string(u)] = err
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.fail, op+"/"+string(u))
 	}
 }
 
@@ -171,6 +187,9 @@ func (p *Platform) Start(ctx context.Context, u platform.Unit, opts platform.Sta
 	defer p.mu.Unlock()
 	c := Call{Op: "start", Unit: u, URL: opts.ServerURL, At: p.now()}
 	p.record(c)
+	if err := p.fail["start/"+string(u)]; err != nil {
+		return time.Time{}, fmt.Errorf("start %s: %w", u, err)
+	}
 	if u == platform.Agent && opts.ServerURL == "" {
 		return time.Time{}, platform.ErrNoServerURL
 	}
@@ -199,6 +218,9 @@ func (p *Platform) Stop(ctx context.Context, u platform.Unit) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.record(Call{Op: "stop", Unit: u, At: p.now()})
+	if err := p.fail["stop/"+string(u)]; err != nil {
+		return fmt.Errorf("stop %s: %w", u, err)
+	}
 	s := p.units[u]
 	s.active, s.enabled, s.started = false, false, time.Time{}
 	return nil

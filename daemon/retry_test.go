@@ -1,0 +1,138 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/platform"
+	"github.com/fleet-role/fleet-role/role"
+)
+
+// errStartFailed is a start job that fails, as k3s's server's does when
+// its etcd cannot start.
+var errStartFailed = errors.New("systemd job did not complete: failed")
+
+// crashLooping is a promoted host whose server cannot start: the role file
+// says server, its datastore is there, the server unit is stopped, and
+// every start of it fails.
+func crashLooping(t *testing.T, f *fixture) {
+	t.Helper()
+	f.staged()
+	f.role("server")
+	f.datastore("h2-0a1b2c3d")
+	f.cfg.ProbePeriod = time.Second
+	t.Cleanup(f.plat.Fail("start", platform.Server, errStartFailed))
+}
+
+// starts waits for the n-th start of the server.
+func (f *fixture) waitStarts(n int, within time.Duration) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool { return f.calls("start", platform.Server) >= n }, within, 5*time.Millisecond,
+		"%d start(s) of the server", n)
+}
+
+func TestAStartThatFailsIsTriedAgainAfterABackoffNotBackToBack(t *testing.T) {
+	f := newFixture(t)
+	crashLooping(t, f)
+	f.start()
+	f.waitStarts(1, 5*time.Second)
+	// k3s writing in its data dir, as a start does, wakes the loop.
+	for i := range 20 {
+		f.write(f.etcdDir()+"/member/wal/"+string(rune('a'+i)), "x")
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.Equal(t, 1, f.calls("start", platform.Server), "no second start within the first backoff (2 s), whatever wakes the loop")
+	f.waitStarts(2, 5*time.Second)
+	calls := f.plat.Calls()
+	var starts []time.Time
+	for _, c := range calls {
+		if c.Op == "start" && c.Unit == platform.Server {
+			starts = append(starts, c.At)
+		}
+	}
+	gap := starts[1].Sub(starts[0])
+	assert.GreaterOrEqual(t, gap, retryBackoff.Duration, "the second start after the first backoff")
+	assert.LessOrEqual(t, gap, retryBackoff.Duration+time.Duration(float64(retryBackoff.Duration)*retryBackoff.Jitter)+time.Second,
+		"and not much later: the backoff's jitter is a fifth at most")
+	failed := f.agent.metrics.actions.WithLabelValues(role.DoServe, "failed")
+	assert.Eventually(t, func() bool { return testutil.ToFloat64(failed) == 2 }, time.Second, 5*time.Millisecond, "each failed attempt counted once")
+}
+
+// lastNote is the last status line the agent told systemd.
+func (f *fixture) lastNote() string {
+	for {
+		select {
+		case n := <-f.notes:
+			if s, ok := strings.CutPrefix(n, "STATUS="); ok {
+				f.status = s
+			}
+		default:
+			return f.status
+		}
+	}
+}
+
+func TestAStepDownAskedWhileAStartHangsIsCarriedOutWithoutWaitingForTheStart(t *testing.T) {
+	f := newFixture(t)
+	crashLooping(t, f)
+	release := f.plat.Block("start", platform.Server)
+	defer release()
+	f.start()
+	require.Eventually(t, func() bool { return strings.Contains(f.lastNote(), "the server runs") }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the start hangs, as a start job waiting out k3s's restarts does
+	asked := time.Now()
+	f.request(api.RequestStepDown)
+	r := f.waitReport(api.RequestStepDown, api.StateDone)
+	assert.Less(t, time.Since(asked), f.cfg.ProbePeriod, "carried out within one probe period, the hung start stopped")
+	b, _ := os.ReadFile(f.cfg.RoleFile)
+	assert.Equal(t, "agent\n", string(b))
+	st, _ := f.plat.State(context.Background(), platform.Server)
+	assert.False(t, st.Active)
+	assert.Equal(t, "s1", r.Swap)
+}
+
+func TestAStepDownAskedRightAfterAFailedStartIsCarriedOutAtOnceNotAfterTheBackoff(t *testing.T) {
+	f := newFixture(t)
+	crashLooping(t, f)
+	f.start()
+	f.waitStarts(1, 5*time.Second)
+	require.Eventually(t, func() bool { return strings.Contains(f.lastNote(), "tried again at") }, 5*time.Second, 5*time.Millisecond,
+		"the status line says the start waits for its backoff")
+	asked := time.Now()
+	f.request(api.RequestStepDown)
+	f.waitReport(api.RequestStepDown, api.StateDone)
+	assert.Less(t, time.Since(asked), f.cfg.ProbePeriod, "a request is carried out at once, not after the failed start's backoff")
+	assert.Equal(t, 1, f.calls("start", platform.Server), "the server is not started again")
+	assert.Equal(t, 1, f.calls("stop", platform.Server))
+}
+
+func TestAFinishToldWhileAStartHangsIsCarriedOutWithoutWaitingForTheStart(t *testing.T) {
+	f := newFixture(t)
+	crashLooping(t, f)
+	f.request(api.RequestPromote)
+	f.start()
+	f.waitReport(api.RequestPromote, api.StateFailed)
+	require.Eventually(t, func() bool { return strings.Contains(f.lastNote(), "tried again at") }, 5*time.Second, 5*time.Millisecond)
+	// The next start, after the backoff, hangs.
+	release := f.plat.Block("start", platform.Server)
+	defer release()
+	require.Eventually(t, func() bool { return strings.HasSuffix(f.lastNote(), "the server runs") }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	// The promotion failed; the rollback says the member is gone.
+	told := time.Now()
+	f.annotate(api.AnnotationMemberGone, "s1")
+	f.waitReport(api.ReportFinish, api.StateDone)
+	assert.Less(t, time.Since(told), f.cfg.ProbePeriod)
+	assert.NoDirExists(t, f.etcdDir(), "its datastore moved aside")
+	agent, _ := f.plat.State(context.Background(), platform.Agent)
+	assert.True(t, agent.Active, "the host is an agent")
+}
