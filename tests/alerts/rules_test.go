@@ -303,6 +303,25 @@ var cases = []struct {
 		expect(t, "FleetRoleAgentSilent", firing(t, series, "FleetRoleAgentSilent", 11*time.Minute, 15*time.Minute, 20*time.Minute),
 			map[time.Duration][]string{11 * time.Minute: {}, 15 * time.Minute: {}, 20 * time.Minute: {}})
 	}},
+	{"AHostKeepingAnUnfinishedDemotionFiresAfterAQuarterOfAnHour", func(t *testing.T) {
+		// A swap ends at minute 5 with s1's demotion unfinished; the
+		// stand-by replica counts nothing.
+		series := `
+  fleet_role_unfinished_demotions{job="fleet-role-controller", instance="a"} 0x4 1x30
+  fleet_role_unfinished_demotions{job="fleet-role-controller", instance="b"} 0x35
+`
+		want := `{alertname="FleetRoleDemotionUnfinished", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRoleDemotionUnfinished", firing(t, series, "FleetRoleDemotionUnfinished", 19*time.Minute, 20*time.Minute, 35*time.Minute),
+			map[time.Duration][]string{19 * time.Minute: {}, 20 * time.Minute: {want}, 35 * time.Minute: {want}})
+	}},
+	{"AHostWhoseAgentFinishesWithinAQuarterOfAnHourIsQuiet", func(t *testing.T) {
+		// Its agent back at minute 15, the finish reported and cleared.
+		series := `
+  fleet_role_unfinished_demotions{job="fleet-role-controller", instance="a"} 0x4 1x10 0x20
+`
+		expect(t, "FleetRoleDemotionUnfinished", firing(t, series, "FleetRoleDemotionUnfinished", 15*time.Minute, 20*time.Minute, 35*time.Minute),
+			map[time.Duration][]string{15 * time.Minute: {}, 20 * time.Minute: {}, 35 * time.Minute: {}})
+	}},
 }
 
 // TestEachAlertFiresWhenItShouldAndOnlyThen runs the cases, then checks
