@@ -18,4 +18,8 @@ type AgentState struct {
 	Pending  *Report  `json:"pending,omitempty"`
 	// Voters are the nodes whose members voted when last seen.
 	Voters []string `json:"voters,omitempty"`
+	// Listed is this host's etcd member, by name, as the cluster last
+	// listed it (its own etcd, or its voters' while its own did not
+	// answer): a later list of the voters without it says it was removed.
+	Listed string `json:"listed,omitempty"`
 }

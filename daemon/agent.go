@@ -38,6 +38,9 @@ type Etcd interface {
 	// RemoveMember removes another host's member by name and/or ID (0:
 	// none), idempotently, never this host's own nor past quorum.
 	RemoveMember(ctx context.Context, name string, id uint64) (bool, error)
+	// MembersOf lists the members as the members at the endpoints (other
+	// hosts' client URLs) know them, linearizably.
+	MembersOf(ctx context.Context, endpoints []string) ([]etcdclient.Member, error)
 }
 
 // Options are the agent's parts. Clock, Log and Notify may be nil.
@@ -98,6 +101,9 @@ type Agent struct {
 	nodeChanged chan struct{}
 	// retry is the decision whose steps last failed; the loop's alone.
 	retry *retry
+	// asked is the voters' last answer on this host's member; the loop's
+	// alone.
+	asked membership
 }
 
 // roleFault is a corrupt role file and the role the host keeps meanwhile.
@@ -381,6 +387,7 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 		}
 		f.Staged = installed
 	}
+	f.Unlisted = a.unlisted(ctx, f)
 	return f, nil
 }
 

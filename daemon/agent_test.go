@@ -44,6 +44,27 @@ type fakeEtcd struct {
 	moved    []string
 	saved    int
 	removals []string
+	// others is the member list the other members give (MembersOf), nil
+	// when they do not answer; asked are the endpoints of each call.
+	others []etcdclient.Member
+	asked  [][]string
+}
+
+func (e *fakeEtcd) MembersOf(_ context.Context, endpoints []string) ([]etcdclient.Member, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.asked = append(e.asked, endpoints)
+	if e.others == nil {
+		return nil, errors.New("etcd member list: context deadline exceeded")
+	}
+	return append([]etcdclient.Member(nil), e.others...), nil
+}
+
+// setOthers sets what the other members list.
+func (e *fakeEtcd) setOthers(m []etcdclient.Member) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.others = m
 }
 
 func (e *fakeEtcd) Members(context.Context) ([]etcdclient.Member, error) {

@@ -208,6 +208,9 @@ func (a *Agent) probeOnce(ctx context.Context, p *prober) {
 	if len(members) > 0 {
 		a.keepVoters(members)
 	}
+	// Note: the cluster lists this host's member: a voters' list without
+	// it later says it was removed (unlisted).
+	a.keepListed(s.Member)
 	b, err := json.Marshal(s)
 	if err != nil {
 		return

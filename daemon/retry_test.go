@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/daemon/etcdclient"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/role"
 )
@@ -135,4 +137,87 @@ func TestAFinishToldWhileAStartHangsIsCarriedOutWithoutWaitingForTheStart(t *tes
 	assert.NoDirExists(t, f.etcdDir(), "its datastore moved aside")
 	agent, _ := f.plat.State(context.Background(), platform.Agent)
 	assert.True(t, agent.Active, "the host is an agent")
+}
+
+// voters is the voters' member list with h2's member, or without it.
+func voters(withH2 bool) []etcdclient.Member {
+	m := []etcdclient.Member{{ID: 1, Name: "h1-0a1b2c3d", PeerURLs: []string{"https://10.0.0.1:2380"}}, {ID: 3, Name: "h3-0a1b2c3d", PeerURLs: []string{"https://10.0.0.3:2380"}}}
+	if withH2 {
+		// A learner not started yet: no name, its peer URL alone.
+		m = append(m, etcdclient.Member{ID: 2, Learner: true, PeerURLs: []string{"https://10.0.0.2:2380"}})
+	}
+	return m
+}
+
+func TestAServerThatCannotStartFinishesAsAnAgentOnceTheVotersNoLongerListItsMember(t *testing.T) {
+	f := newFixture(t)
+	crashLooping(t, f)
+	f.etcd.setOthers(voters(true))
+	f.start()
+	f.waitStarts(2, 10*time.Second)
+	b, _ := os.ReadFile(f.cfg.RoleFile)
+	assert.Equal(t, "server\n", string(b), "listed, its member is there: the server is started again")
+	assert.Equal(t, "h2-0a1b2c3d", f.agent.st.get().Listed, "the member the voters listed, by its peer URL")
+
+	f.etcd.setOthers(voters(false))
+	require.Eventually(t, func() bool {
+		st, _ := f.plat.State(context.Background(), platform.Agent)
+		return st.Active
+	}, 10*time.Second, 10*time.Millisecond, "the host finishes as an agent")
+	b, _ = os.ReadFile(f.cfg.RoleFile)
+	assert.Equal(t, "agent\n", string(b))
+	assert.NoDirExists(t, f.etcdDir(), "its datastore moved aside")
+	assert.Len(t, f.removedDirs(), 1)
+	f.etcd.mu.Lock()
+	defer f.etcd.mu.Unlock()
+	require.NotEmpty(t, f.etcd.asked)
+	assert.Equal(t, []string{"https://10.0.0.1:2379", "https://10.0.0.3:2379"}, f.etcd.asked[0], "the other servers' client URLs")
+}
+
+func TestAServerThatCannotStartAndWasNeverListedIsStartedAgainNotDemoted(t *testing.T) {
+	f := newFixture(t)
+	crashLooping(t, f)
+	f.etcd.setOthers(voters(false))
+	f.start()
+	f.waitStarts(2, 10*time.Second)
+	b, _ := os.ReadFile(f.cfg.RoleFile)
+	assert.Equal(t, "server\n", string(b), "a member never listed may be added yet: k3s adds it on its start")
+	assert.Empty(t, f.agent.st.get().Listed)
+	assert.Zero(t, f.calls("start", platform.Agent))
+}
+
+func TestAServerThatCannotStartIsNotDemotedWhenTheVotersDoNotAnswer(t *testing.T) {
+	f := newFixture(t)
+	crashLooping(t, f)
+	f.write(filepath.Join(f.cfg.StateDir, api.AgentStateFile), `{"v": 1, "listed": "h2-0a1b2c3d"}`)
+	f.start()
+	f.waitStarts(2, 10*time.Second)
+	b, _ := os.ReadFile(f.cfg.RoleFile)
+	assert.Equal(t, "server\n", string(b), "no answer says nothing")
+	assert.Zero(t, f.calls("start", platform.Agent))
+}
+
+func TestAServerThatCannotStartFinishesAsAnAgentByK3sOwnSigns(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sign func(f *fixture)
+	}{
+		{"its tombstone", func(f *fixture) { f.write(filepath.Join(f.etcdDir(), "tombstone"), "") }},
+		{"removed-node-name naming its member", func(f *fixture) { f.annotate(api.AnnotationEtcdRemovedNodeName, "h2-0a1b2c3d") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			crashLooping(t, f)
+			f.start()
+			f.waitStarts(1, 5*time.Second)
+			tc.sign(f)
+			require.Eventually(t, func() bool {
+				st, _ := f.plat.State(context.Background(), platform.Agent)
+				return st.Active
+			}, 5*time.Second, 10*time.Millisecond, "the host finishes as an agent")
+			b, _ := os.ReadFile(f.cfg.RoleFile)
+			assert.Equal(t, "agent\n", string(b))
+			assert.NoDirExists(t, f.etcdDir())
+		})
+	}
 }

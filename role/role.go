@@ -136,6 +136,24 @@ type Facts struct {
 	// so Request is the controller's latest request (none when there is
 	// none, or no Node yet).
 	NodeRead bool
+	// Unlisted: the voters' member list, asked while this host's server
+	// does not run, lists neither this host's member (Member) nor a member
+	// at its peer URL, and the cluster listed that member before: it was
+	// removed. The agent asks only for a host whose role file says server
+	// and whose datastore names a member.
+	Unlisted bool
+}
+
+// Removed says this host's member was removed behind the back of a server
+// that does not run: the voters no longer list it. Not while the host is
+// asked to promote: a candidate's member is the controller's to judge (a
+// rollback tells the host with member-gone), and k3s adds a member again
+// that it lost before its server ever started.
+func (f Facts) Removed() bool {
+	if !f.Unlisted || f.Role != api.HostServer || f.Server.Active {
+		return false
+	}
+	return f.Request == nil || f.Request.Action != api.RequestPromote
 }
 
 // CurrentSwap is the swap the controller's latest request belongs to.
@@ -223,12 +241,14 @@ func Decide(f Facts) Decision {
 	if q := f.Request; q != nil && !same(q, f.Handled) {
 		return decideRequest(f, q)
 	}
-	gone := MemberGone(f.Tombstone, f.Member, f.RemovedNodeName, f.MemberGoneSwap, f.CurrentSwap())
+	gone := MemberGone(f.Tombstone, f.Member, f.RemovedNodeName, f.MemberGoneSwap, f.CurrentSwap()) || f.Removed()
 	switch {
 	// Note: a server whose member is gone finishes a demotion too: its
 	// agent missed the step-down (stopped, or its host down, while a
 	// rollback went on without it), and k3s, started again, would fail
-	// against the cluster that removed it, or join it as a new member.
+	// against the cluster that removed it, or join it as a new member;
+	// one that cannot reach its peers at all would be started again and
+	// again, for ever.
 	case f.Tombstone || f.Role == api.HostAgent || gone:
 		return decideAgent(f, gone)
 	case f.Role == api.HostServer:

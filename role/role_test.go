@@ -219,3 +219,52 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+func TestAServerThatDoesNotRunFinishesAsAnAgentByEachWayOfKnowingItsMemberIsGone(t *testing.T) {
+	swap := "20261130-113000-v1"
+	stepDown := &api.Request{Swap: swap, Action: api.RequestStepDown, At: time.Date(2026, 11, 30, 11, 50, 0, 0, time.UTC)}
+	promote := &api.Request{Swap: swap, Action: api.RequestPromote, At: time.Date(2026, 11, 30, 11, 40, 0, 0, time.UTC)}
+	// A promoted host whose server cannot start: the role file says
+	// server, its datastore names its member, the server unit stopped.
+	base := func() Facts {
+		return Facts{Role: api.HostServer, Datastore: true, Member: "h-0a1b2c3d", Staged: true, NodeRead: true, KnowsVoters: true,
+			Handled: promote}
+	}
+	finish := []Step{WriteAgentRole, StopServer, MoveDatastore, StartAgent}
+	for _, tc := range []struct {
+		name   string
+		change func(*Facts)
+		want   []Step
+		report bool
+	}{
+		{"nothing says so: the server is started again", func(*Facts) {}, []Step{StartServer}, false},
+		{"k3s's tombstone", func(f *Facts) { f.Tombstone = true }, finish, true},
+		{"k3s's removed-node-name naming its member", func(f *Facts) { f.RemovedNodeName = "h-0a1b2c3d" }, finish, true},
+		{"the controller's member-gone naming the swap, its step-down kept on the Node", func(f *Facts) {
+			f.Request, f.Handled, f.MemberGoneSwap = stepDown, stepDown, swap
+		}, finish, true},
+		{"the voters' member list, with no request on the Node", func(f *Facts) { f.Unlisted, f.Handled = true, nil }, finish, false},
+		{"the voters' member list, a step-down on the Node", func(f *Facts) { f.Unlisted, f.Request, f.Handled = true, stepDown, stepDown }, finish, true},
+		{"not the voters' member list while the Node asks a promotion: k3s adds the member again", func(f *Facts) {
+			f.Unlisted, f.Request = true, promote
+		}, []Step{StartServer}, false},
+		{"not the voters' member list while the server runs", func(f *Facts) {
+			f.Unlisted, f.Handled = true, nil
+			f.Server = Unit{Active: true, Enabled: true, StartedAt: time.Now()}
+		}, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := base()
+			tc.change(&f)
+			d := Decide(f)
+			assert.Equal(t, tc.want, d.Steps, d.Why)
+			if tc.report {
+				require.NotNil(t, d.Report, "the finish is reported to the swap")
+				assert.Equal(t, api.ReportFinish, d.Report.Action)
+				assert.Equal(t, swap, d.Report.Swap)
+			} else {
+				assert.Nil(t, d.Report)
+			}
+		})
+	}
+}

@@ -47,6 +47,7 @@ type Member struct {
 	Name       string
 	Learner    bool
 	ClientURLs []string
+	PeerURLs   []string
 }
 
 // Status is the local member's view.
@@ -111,8 +112,20 @@ func (c *Client) client() (*clientv3.Client, error) {
 	if c.c != nil {
 		return c.c, nil
 	}
+	cl, err := c.dial([]string{c.cfg.Endpoint})
+	if err != nil {
+		return nil, err
+	}
+	c.c = cl
+	return cl, nil
+}
+
+// dial makes a client of the endpoints, with the local member's
+// certificates (k3s's etcd client certificate is the cluster's, good on
+// every member).
+func (c *Client) dial(endpoints []string) (*clientv3.Client, error) {
 	cc := clientv3.Config{
-		Endpoints:   []string{c.cfg.Endpoint},
+		Endpoints:   endpoints,
 		DialTimeout: c.cfg.Timeout,
 		Logger:      zap.NewNop(),
 		// Note: the local member is down for as long as the host is a
@@ -124,7 +137,7 @@ func (c *Client) client() (*clientv3.Client, error) {
 			MinConnectTimeout: c.cfg.Timeout,
 		})},
 	}
-	if strings.HasPrefix(c.cfg.Endpoint, "https://") {
+	if strings.HasPrefix(endpoints[0], "https://") {
 		tlsInfo := transport.TLSInfo{CertFile: c.cfg.CertFile, KeyFile: c.cfg.KeyFile, TrustedCAFile: c.cfg.CAFile}
 		tc, err := tlsInfo.ClientConfig()
 		if err != nil {
@@ -136,7 +149,6 @@ func (c *Client) client() (*clientv3.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
-	c.c = cl
 	return cl, nil
 }
 
@@ -160,15 +172,38 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
+	return memberList(ctx, cl)
+}
+
+func memberList(ctx context.Context, cl *clientv3.Client) ([]Member, error) {
 	resp, err := cl.MemberList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("etcd member list: %w", err)
 	}
 	out := make([]Member, 0, len(resp.Members))
 	for _, m := range resp.Members {
-		out = append(out, Member{ID: m.ID, Name: m.Name, Learner: m.IsLearner, ClientURLs: m.ClientURLs})
+		out = append(out, Member{ID: m.ID, Name: m.Name, Learner: m.IsLearner, ClientURLs: m.ClientURLs, PeerURLs: m.PeerURLs})
 	}
 	return out, nil
+}
+
+// MembersOf lists the cluster's members as other members know them,
+// through their client URLs (the endpoints), with a linearizable request
+// (etcd's MemberList is one unless asked serializable): the cluster's own
+// answer, not one member's view. For a host whose own member does not
+// answer. The client lasts for the call.
+func (c *Client) MembersOf(ctx context.Context, endpoints []string) ([]Member, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("etcd member list: no other member to ask")
+	}
+	cl, err := c.dial(endpoints)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	return memberList(ctx, cl)
 }
 
 // Status reads the local member's status.

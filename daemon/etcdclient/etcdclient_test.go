@@ -437,3 +437,40 @@ func TestAMemberBackAfterMinutesDownIsReachedAtOnce(t *testing.T) {
 	t.Logf("members listed %s after the member was back", took.Round(time.Millisecond))
 	assert.Less(t, took, 10*time.Second, "the member is reached within a reconnect's short wait")
 }
+
+func TestMembersOfAsksTheOtherMembersWhenTheLocalOneIsGone(t *testing.T) {
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3")
+	c := wrap(t, ms[2])
+	ctx := context.Background()
+	others := []string{ms[0].Client, ms[1].Client}
+	members, err := c.MembersOf(ctx, others)
+	require.NoError(t, err)
+	require.Len(t, members, 3)
+	var own etcdclient.Member
+	for _, m := range members {
+		if m.Name == ms[2].Name {
+			own = m
+		}
+	}
+	require.NotZero(t, own.ID)
+	require.NotEmpty(t, own.PeerURLs, "a member is listed with its peer URLs, as a learner not started yet is listed by them alone")
+
+	ms[2].Stop()
+	_, err = wrap(t, ms[0]).RemoveMember(ctx, "", own.ID)
+	require.NoError(t, err)
+	members, err = c.MembersOf(ctx, others)
+	require.NoError(t, err)
+	assert.Len(t, members, 2)
+	for _, m := range members {
+		assert.NotEqual(t, own.ID, m.ID, "the removed member is not listed")
+	}
+	_, err = c.Members(ctx)
+	assert.Error(t, err, "the local member, stopped, answers nothing")
+
+	ms[0].Stop()
+	ms[1].Stop()
+	start := time.Now()
+	_, err = c.MembersOf(ctx, others)
+	assert.ErrorContains(t, err, "etcd member list")
+	assert.Less(t, time.Since(start), 3*time.Second+2*time.Second, "within the client's timeout")
+}
