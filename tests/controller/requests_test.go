@@ -191,6 +191,21 @@ func TestEveryNodePatchTheExecutorSendsIsAcceptedByTheRealAPIServer(t *testing.T
 		assert.Equal(t, map[string]string{api.AnnotationEtcdNodeName: "end-0a1b2c3d", api.AnnotationProbe: "{}"}, n.Annotations)
 		assert.True(t, n.Spec.Unschedulable, "the end clears annotations alone")
 	})
+
+	t.Run("the clear of a finished demotion is the end's clear, after the swap's uncordon", func(t *testing.T) {
+		n := f.create("clear-finished", func(n *corev1.Node) {
+			n.Spec.Unschedulable = true
+			n.Annotations[api.AnnotationCordonedBy] = swapID
+			n.Annotations[api.AnnotationMemberGone] = swapID
+			n.Annotations[api.AnnotationRequest] = `{"v":1,"swap":"` + swapID + `","action":"step-down","at":"2026-12-01T09:55:00Z"}`
+		})
+		n, err := f.apply(n, swapplan.Action{Type: api.ActionUncordon})
+		require.NoError(t, err)
+		assert.False(t, n.Spec.Unschedulable)
+		n, err = f.apply(n, swapplan.Action{Type: api.ActionClearFinished, Swap: swapID})
+		require.NoError(t, err)
+		assert.Equal(t, map[string]string{api.AnnotationEtcdNodeName: "clear-finished-0a1b2c3d", api.AnnotationProbe: "{}"}, n.Annotations)
+	})
 }
 
 func TestTheRealAPIServerUncordonsOnlyANodeWhoseCordonedByNamesTheSwap(t *testing.T) {
