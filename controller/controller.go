@@ -300,8 +300,11 @@ func (c *Controller) pass(ctx context.Context) {
 	}
 	a := plan.Action
 	log := c.log.With(logkey.Step, plan.Step, logkey.Action, a.Type, logkey.Node, a.Node)
-	if plan.Swap != nil {
+	switch {
+	case plan.Swap != nil:
 		log = log.With(logkey.Swap, plan.Swap.ID)
+	case a.Swap != "":
+		log = log.With(logkey.Swap, a.Swap) // a clear-finished: the swap that ended
 	}
 	switch {
 	case err != nil:
