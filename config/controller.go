@@ -209,8 +209,10 @@ type Bounds struct {
 	// StepDown: the outgoing voter's step-down. Past it: go on to the
 	// removal.
 	StepDown time.Duration `toml:"step_down"`
-	// MemberGone: the outgoing host finishing its demotion. Past it: clean
-	// up anyway and leave the host to node recovery.
+	// MemberGone: a demoted host (the outgoing voter, or a rolled-back
+	// candidate) finishing its demotion. Past it: clean up anyway and end,
+	// the host's step-down and member-gone kept on its Node until its
+	// agent reports the finish.
 	MemberGone time.Duration `toml:"member_gone"`
 	// Uncordon: the outgoing host Ready again. Past it: end pending.
 	Uncordon time.Duration `toml:"uncordon"`
@@ -506,8 +508,9 @@ join = "{{d .Bounds.Join}}"
 gates = "{{d .Bounds.Gates}}"
 # The outgoing voter's step-down. Past it: go on to the removal.
 step_down = "{{d .Bounds.StepDown}}"
-# The outgoing host finishing its demotion. Past it: clean up anyway and
-# leave the host to node recovery.
+# A demoted host (the outgoing voter, or a rolled-back candidate) finishing
+# its demotion. Past it: clean up anyway and end, the host's step-down and
+# member-gone kept on its Node until its agent reports the finish.
 member_gone = "{{d .Bounds.MemberGone}}"
 # The outgoing host Ready again. Past it: end pending.
 uncordon = "{{d .Bounds.Uncordon}}"
