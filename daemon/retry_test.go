@@ -154,9 +154,7 @@ func TestAServerThatCannotStartFinishesAsAnAgentOnceTheVotersNoLongerListItsMemb
 	crashLooping(t, f)
 	f.etcd.setOthers(voters(true))
 	f.start()
-	f.waitStarts(2, 10*time.Second)
-	b, _ := os.ReadFile(f.cfg.RoleFile)
-	assert.Equal(t, "server\n", string(b), "listed, its member is there: the server is started again")
+	f.keepsServing("listed, its member is there: the server is started again")
 	assert.Equal(t, "h2-0a1b2c3d", f.agent.st.get().Listed, "the member the voters listed, by its peer URL")
 
 	f.etcd.setOthers(voters(false))
@@ -164,7 +162,7 @@ func TestAServerThatCannotStartFinishesAsAnAgentOnceTheVotersNoLongerListItsMemb
 		st, _ := f.plat.State(context.Background(), platform.Agent)
 		return st.Active
 	}, 10*time.Second, 10*time.Millisecond, "the host finishes as an agent")
-	b, _ = os.ReadFile(f.cfg.RoleFile)
+	b, _ := os.ReadFile(f.cfg.RoleFile)
 	assert.Equal(t, "agent\n", string(b))
 	assert.NoDirExists(t, f.etcdDir(), "its datastore moved aside")
 	assert.Len(t, f.removedDirs(), 1)
@@ -179,11 +177,8 @@ func TestAServerThatCannotStartAndWasNeverListedIsStartedAgainNotDemoted(t *test
 	crashLooping(t, f)
 	f.etcd.setOthers(voters(false))
 	f.start()
-	f.waitStarts(2, 10*time.Second)
-	b, _ := os.ReadFile(f.cfg.RoleFile)
-	assert.Equal(t, "server\n", string(b), "a member never listed may be added yet: k3s adds it on its start")
+	f.keepsServing("a member never listed may be added yet: k3s adds it on its start")
 	assert.Empty(t, f.agent.st.get().Listed)
-	assert.Zero(t, f.calls("start", platform.Agent))
 }
 
 func TestAServerThatCannotStartIsNotDemotedWhenTheVotersDoNotAnswer(t *testing.T) {
@@ -191,10 +186,17 @@ func TestAServerThatCannotStartIsNotDemotedWhenTheVotersDoNotAnswer(t *testing.T
 	crashLooping(t, f)
 	f.write(filepath.Join(f.cfg.StateDir, api.AgentStateFile), `{"v": 1, "listed": "h2-0a1b2c3d"}`)
 	f.start()
+	f.keepsServing("no answer says nothing")
+}
+
+// keepsServing checks that the crash-looping host is started again, a
+// server still: its role file says so, its agent unit never started.
+func (f *fixture) keepsServing(why string) {
+	f.t.Helper()
 	f.waitStarts(2, 10*time.Second)
 	b, _ := os.ReadFile(f.cfg.RoleFile)
-	assert.Equal(t, "server\n", string(b), "no answer says nothing")
-	assert.Zero(t, f.calls("start", platform.Agent))
+	assert.Equal(f.t, "server\n", string(b), why)
+	assert.Zero(f.t, f.calls("start", platform.Agent), why)
 }
 
 func TestAServerThatCannotStartFinishesAsAnAgentByK3sOwnSigns(t *testing.T) {
