@@ -5,6 +5,12 @@ package api
 // upgrades.
 const AgentStateFile = "agent-state.json"
 
+// APIServersFile is the name of the file, in the agent's `state_dir`, in
+// which it keeps the apiservers it knows, the one that answered last
+// first: written atomically and read by the agent alone, across its
+// restarts (`{"servers": ["10.0.0.11:6443", ...]}`).
+const APIServersFile = "api-servers.json"
+
 // AgentState is what the agent keeps on disk across restarts and upgrades
 // (AgentStateFile): the last request carried out, the swap whose finished
 // demotion was last reported, the report not yet written on the Node, and

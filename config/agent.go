@@ -37,6 +37,13 @@ type Agent struct {
 	StateDir string `toml:"state_dir"`
 	// Kubeconfig to reach the API server; empty means in-cluster.
 	Kubeconfig string `toml:"kubeconfig"`
+	// FollowServers: the agent reaches the API through any live server,
+	// not only the kubeconfig's: the servers of the inventory, then those
+	// the `kubernetes` EndpointSlice lists, the one that answered last
+	// first, never this host's own (a host's k3s goes with its etcd
+	// member). Off, the kubeconfig's server is used as given: a fixed
+	// registration address in front of every server.
+	FollowServers bool `toml:"follow_servers"`
 	// TokenFile is the ServiceAccount token the kubeconfig reads (its
 	// user's tokenFile). The agent renews it by a TokenRequest for its own
 	// ServiceAccount once half its lifetime has passed, and rewrites the
@@ -203,6 +210,7 @@ func DefaultAgent() Agent {
 		RoleFile:      "/var/lib/fleet-role/role",
 		StateDir:      "/var/lib/fleet-role",
 		Kubeconfig:    "/etc/fleet-role/kubeconfig",
+		FollowServers: true,
 		TokenFile:     "/var/lib/fleet-role/token",
 		ProbePeriod:   time.Minute,
 		ResyncPeriod:  30 * time.Second,
@@ -420,6 +428,13 @@ state_dir = "{{.StateDir}}"
 # Ansible writes it with the server address that stays up while this
 # host's k3s is stopped, and the token file below as its credentials.
 kubeconfig = "{{.Kubeconfig}}"
+
+# Reach the API through any live server, not only the kubeconfig's: the
+# servers below, then those the kubernetes EndpointSlice lists, the one
+# that answered last first, never this host's own (a host's k3s goes with
+# its etcd member). false: the kubeconfig's server as given, for a fixed
+# registration address in front of every server.
+follow_servers = {{.FollowServers}}
 
 # The ServiceAccount token the kubeconfig reads (its tokenFile). The agent
 # renews it once half its lifetime has passed, by a TokenRequest for its

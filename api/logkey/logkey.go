@@ -44,8 +44,11 @@ const (
 	Attempt = "attempt"
 	// File is the path of a file the agent wrote or read.
 	File = "file"
-	// Server is the URL of the k3s server a host joins.
+	// Server is the URL of the k3s server a host joins, or the address of
+	// the apiserver the agent reached.
 	Server = "server"
+	// Servers are the apiservers the agent knows.
+	Servers = "servers"
 )
 
 // The controller's fields.

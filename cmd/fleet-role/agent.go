@@ -1,16 +1,25 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"path/filepath"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	typeddiscoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon"
+	"github.com/fleet-role/fleet-role/daemon/apiservers"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/platform/docker"
@@ -38,9 +47,12 @@ func newAgentCommand() *cobra.Command {
 				return err
 			}
 			defer plat.Close()
-			kube, err := agentClient(cfg.Kubeconfig)
+			kube, follow, err := agentClient(cfg, log)
 			if err != nil {
 				return err
+			}
+			if follow != nil {
+				go follow(cmd.Context())
 			}
 			etcd, err := etcdclient.New(etcdclient.Config{
 				Endpoint: cfg.Etcd.Endpoint, CAFile: cfg.Etcd.CAFile, CertFile: cfg.Etcd.CertFile, KeyFile: cfg.Etcd.KeyFile,
@@ -90,16 +102,63 @@ func newPlatform(cfg config.Agent) (platform.Platform, error) {
 // for its own, narrower one. It is a core/v1 client, not a Clientset of
 // every API group: the agent reaches nothing else, and a Clientset's
 // making alone pages in megabytes of the binary (docs/figures.md).
-func agentClient(kubeconfig string) (typedcorev1.CoreV1Interface, error) {
+//
+// With follow_servers, the client dials any live server
+// (daemon/apiservers), and follow keeps their list from the `kubernetes`
+// EndpointSlice until its context ends; nil otherwise.
+func agentClient(cfg config.Agent, log *slog.Logger) (typedcorev1.CoreV1Interface, func(context.Context), error) {
 	var rc *rest.Config
 	var err error
-	if kubeconfig == "" {
+	if cfg.Kubeconfig == "" {
 		rc, err = rest.InClusterConfig()
-	} else if err = checkKubeconfig(kubeconfig); err == nil {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else if err = checkKubeconfig(cfg.Kubeconfig); err == nil {
+		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return typedcorev1.NewForConfig(withOurDefaults(rc))
+	rc = withOurDefaults(rc)
+	var follow func(context.Context)
+	if cfg.FollowServers && cfg.Kubeconfig != "" {
+		servers, err := agentServers(cfg, rc, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		servers.Configure(rc)
+		disc, err := typeddiscoveryv1.NewForConfig(rc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		}
+		follow = func(ctx context.Context) { servers.Watch(ctx, disc) }
+	}
+	core, err := typedcorev1.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return core, follow, nil
+}
+
+// agentServers are the apiservers the agent may reach: those kept in its
+// state dir, then the kubeconfig's, then every server of the inventory
+// at k3s's port, never this host's own.
+func agentServers(cfg config.Agent, rc *rest.Config, log *slog.Logger) (*apiservers.Servers, error) {
+	u, err := url.Parse(rc.Host)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("kubernetes client: the kubeconfig's server %q is no URL", rc.Host)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	seed := []string{net.JoinHostPort(u.Hostname(), port)}
+	var own []string
+	for _, s := range cfg.Servers {
+		if s.Name == cfg.NodeName {
+			own = append(own, s.Address)
+			continue
+		}
+		seed = append(seed, net.JoinHostPort(s.Address, "6443"))
+	}
+	file := filepath.Join(cfg.StateDir, api.APIServersFile)
+	return apiservers.New(file, seed, own, log.With(logkey.Component, "agent", logkey.Part, "apiservers")), nil
 }

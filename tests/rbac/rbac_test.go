@@ -249,6 +249,8 @@ func agentUses(node string) []request {
 		{verb: "create", resource: "events", namespace: metav1.NamespaceDefault, why: "daemon/kube.go event: Events on its Node, which client-go puts in default (tools/record/event.go makeEvent)"},
 		{verb: "patch", resource: "events", namespace: metav1.NamespaceDefault, why: "daemon/kube.go: the event broadcaster patches a repeated Event's count (client-go tools/record/event.go recordToSink)"},
 		{verb: "create", resource: "serviceaccounts/token", namespace: api.Namespace, name: "fleet-role-agent-" + node, why: "daemon/token.go renew: a TokenRequest for its own ServiceAccount"},
+		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices", namespace: metav1.NamespaceDefault, name: "kubernetes", why: "daemon/apiservers Watch: the apiservers, field selector metadata.name"},
+		{verb: "watch", group: "discovery.k8s.io", resource: "endpointslices", namespace: metav1.NamespaceDefault, name: "kubernetes", why: "daemon/apiservers Watch: the apiservers, field selector metadata.name"},
 	}
 }
 
@@ -273,6 +275,9 @@ func agentMustNot(node, other string) []request {
 		{verb: "create", resource: "pods/eviction", namespace: "apps", name: "web", why: "no drain"},
 		{verb: "list", resource: "pods", why: "no Pod read"},
 		{verb: "get", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "kured", why: "the holds are the controller's"},
+		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices", namespace: metav1.NamespaceDefault, why: "the apiservers' slice alone, by name, not every slice"},
+		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices", namespace: "kube-system", name: "kubernetes", why: "not a slice of that name elsewhere"},
+		{verb: "update", group: "discovery.k8s.io", resource: "endpointslices", namespace: metav1.NamespaceDefault, name: "kubernetes", why: "the apiservers' slice is read, never written"},
 	}
 }
 

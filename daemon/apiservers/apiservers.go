@@ -1,0 +1,256 @@
+// Package apiservers is how the agent reaches the Kubernetes API through
+// any live server of a k3s fleet, as k3s's own agent does
+// (k3s-io/k3s pkg/agent/loadbalancer and pkg/agent/tunnel): on k3s each
+// server's apiserver runs over its own etcd member and stops with it, so
+// an agent pointed at one server goes silent once that server is swapped
+// out.
+//
+// Servers keeps the addresses (host:port) of the apiservers it knows,
+// seeded with every server of the inventory, learnt from the `kubernetes`
+// EndpointSlices of the default namespace (every apiserver registers
+// itself there while it serves), and kept in a file across restarts. Its
+// DialContext stands in for the client's dialer: it dials the server
+// that answered last, and on a connection error the next, so a client
+// fails over within a dial timeout. The host's own address is never
+// dialled: a host's own k3s goes with its member.
+package apiservers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	typeddiscoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/fleet-role/fleet-role/api/logkey"
+	"github.com/fleet-role/fleet-role/platform"
+)
+
+// ServiceName is the Service whose EndpointSlices list the apiservers.
+const ServiceName = "kubernetes"
+
+// ServerName is the name every k3s apiserver's serving certificate holds
+// (k3s-io/k3s pkg/daemons/control/deps, genServerCerts: kubernetes,
+// kubernetes.default, ...), whatever server answers: the client verifies
+// it rather than the address it dialled.
+const ServerName = "kubernetes"
+
+// DialTimeout bounds the dial of one server.
+const DialTimeout = 3 * time.Second
+
+// ErrNoServer: no server answered.
+var ErrNoServer = errors.New("no apiserver answered")
+
+// Servers are the apiservers the agent knows, the one that answered last
+// first.
+type Servers struct {
+	mu      sync.Mutex
+	list    []string
+	exclude []string
+	file    string
+	log     *slog.Logger
+	dialer  net.Dialer
+}
+
+// state is the file's content.
+type state struct {
+	Servers []string `json:"servers"`
+}
+
+// New returns the servers kept in file (written by an earlier run), then
+// those of seed not among them, less exclude (this host's own addresses).
+// A file that cannot be read is taken as empty.
+func New(file string, seed, exclude []string, log *slog.Logger) *Servers {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Servers{file: file, exclude: exclude, log: log, dialer: net.Dialer{Timeout: DialTimeout}}
+	var kept state
+	if b, err := os.ReadFile(file); err == nil {
+		if err := json.Unmarshal(b, &kept); err != nil {
+			log.Warn("the apiservers' file not read; seeded again", logkey.File, file, logkey.Err, err)
+		}
+	}
+	s.list = s.merge(kept.Servers, seed)
+	return s
+}
+
+// merge keeps the addresses of first then of rest, once each, less the
+// excluded ones.
+func (s *Servers) merge(first, rest []string) []string {
+	var out []string
+	for _, a := range slices.Concat(first, rest) {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil || slices.Contains(s.exclude, host) || slices.Contains(out, a) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// List returns the servers, the one to dial first first.
+func (s *Servers) List() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.list)
+}
+
+// DialContext dials the servers in order, the first that answers moved
+// first and kept; the address asked is not used.
+func (s *Servers) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
+	var errs []error
+	for _, addr := range s.List() {
+		c, err := s.dialer.DialContext(ctx, network, addr)
+		if err == nil {
+			s.answered(addr)
+			return c, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("%w: %w", ErrNoServer, errors.Join(errs...))
+}
+
+// answered moves addr first.
+func (s *Servers) answered(addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.list) > 0 && s.list[0] == addr {
+		return
+	}
+	s.list = s.merge([]string{addr}, s.list)
+	s.log.Info("apiserver reached", logkey.Server, addr)
+	s.save()
+}
+
+// Set makes the servers the ones listed, in the order kept: those already
+// known keep their place, new ones come last, those gone are dropped. An
+// empty list changes nothing (no server serves, or the slice is being
+// rewritten): the last known are better than none.
+func (s *Servers) Set(addrs []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := s.merge(nil, addrs)
+	if len(next) == 0 {
+		return
+	}
+	var ordered []string
+	for _, a := range s.list {
+		if slices.Contains(next, a) {
+			ordered = append(ordered, a)
+		}
+	}
+	ordered = s.merge(ordered, next)
+	if slices.Equal(ordered, s.list) {
+		return
+	}
+	s.list = ordered
+	s.log.Info("apiservers learnt", logkey.Servers, ordered)
+	s.save()
+}
+
+// save writes the list, atomically; a write that fails is logged, the list
+// kept in memory.
+func (s *Servers) save() {
+	if s.file == "" {
+		return
+	}
+	b, err := json.MarshalIndent(state{Servers: s.list}, "", "  ")
+	if err == nil {
+		if err = os.MkdirAll(filepath.Dir(s.file), 0o700); err == nil {
+			err = platform.WriteFileAtomic(s.file, b, 0o600)
+		}
+	}
+	if err != nil {
+		s.log.Warn("the apiservers' file not written", logkey.File, s.file, logkey.Err, err)
+	}
+}
+
+// Addresses are the ready endpoints' addresses of the slices, with the
+// port of the slices' https port (6443 when they name none).
+func Addresses(all []discoveryv1.EndpointSlice) []string {
+	var out []string
+	for _, sl := range all {
+		port := 6443
+		for _, p := range sl.Ports {
+			if p.Port != nil && (p.Name == nil || *p.Name == "https") {
+				port = int(*p.Port)
+			}
+		}
+		for _, e := range sl.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
+			for _, a := range e.Addresses {
+				out = append(out, net.JoinHostPort(a, strconv.Itoa(port)))
+			}
+		}
+	}
+	return out
+}
+
+// Configure makes the client reach the API through the servers: its
+// dialer, and the name its serving certificate is checked against (left
+// as set when set).
+func (s *Servers) Configure(rc *rest.Config) {
+	rc.Dial = s.DialContext
+	if rc.TLSClientConfig.ServerName == "" {
+		rc.TLSClientConfig.ServerName = ServerName
+	}
+}
+
+// Watch keeps the servers those the `kubernetes` EndpointSlice lists,
+// until ctx ends. Its list and watch go through the servers themselves.
+// Note: the apiservers' reconciler keeps one slice of the Service's name
+// (kubernetes pkg/controlplane/reconcilers); the agent asks for it by
+// name, which its RBAC allows alone.
+func (s *Servers) Watch(ctx context.Context, client typeddiscoveryv1.DiscoveryV1Interface) {
+	own := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ServiceName).String()
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			own(&o)
+			return client.EndpointSlices(metav1.NamespaceDefault).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			own(&o)
+			return client.EndpointSlices(metav1.NamespaceDefault).Watch(ctx, o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, &discoveryv1.EndpointSlice{}, 0, cache.Indexers{})
+	update := func() {
+		var all []discoveryv1.EndpointSlice
+		for _, o := range inf.GetStore().List() {
+			if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+				all = append(all, *sl)
+			}
+		}
+		s.Set(Addresses(all))
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { update() },
+		UpdateFunc: func(any, any) { update() },
+		DeleteFunc: func(any) { update() },
+	})
+	inf.RunWithContext(ctx)
+}
