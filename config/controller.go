@@ -209,6 +209,11 @@ type Bounds struct {
 	// StepDown: the outgoing voter's step-down. Past it: go on to the
 	// removal.
 	StepDown time.Duration `toml:"step_down"`
+	// RemoveMember: the removal of the outgoing voter's member, held while
+	// a remaining voter is unhealthy (silent among them: Ready, but its
+	// agent writes nothing, as one that cannot reach the API). Past it the
+	// swap still holds, names them, and says it is past its bound.
+	RemoveMember time.Duration `toml:"remove_member"`
 	// MemberGone: a demoted host (the outgoing voter, or a rolled-back
 	// candidate) finishing its demotion. Past it: clean up anyway and end,
 	// the host's step-down and member-gone kept on its Node until its
@@ -252,16 +257,19 @@ func DefaultController() Controller {
 		Holds:             Holds{KuredLockAnnotation: DefaultKuredLockAnnotation},
 		Notify:            Notify{URLs: []string{}},
 		Bounds: Bounds{
-			Snapshot:   10 * time.Minute,
-			Runners:    time.Hour,
-			Drain:      15 * time.Minute,
-			Promote:    10 * time.Minute,
-			Join:       10 * time.Minute,
-			Gates:      15 * time.Minute,
-			StepDown:   5 * time.Minute,
-			MemberGone: 15 * time.Minute,
-			Uncordon:   15 * time.Minute,
-			Rollback:   5 * time.Minute,
+			Snapshot: 10 * time.Minute,
+			Runners:  time.Hour,
+			Drain:    15 * time.Minute,
+			Promote:  10 * time.Minute,
+			Join:     10 * time.Minute,
+			Gates:    15 * time.Minute,
+			StepDown: 5 * time.Minute,
+			// Note: the outgoing voter is stopped meanwhile; the cluster
+			// has no fault tolerance to spare until its member goes.
+			RemoveMember: 10 * time.Minute,
+			MemberGone:   15 * time.Minute,
+			Uncordon:     15 * time.Minute,
+			Rollback:     5 * time.Minute,
 			// Note: k3s's member controller removes a member within seconds
 			// when it can at all; its own leader removes a learner stalled
 			// for 5 minutes (pkg/etcd/etcd.go, learnerMaxStallTime), so the
@@ -350,7 +358,7 @@ func (c Controller) Validate() error {
 		v   time.Duration
 	}{
 		{"snapshot", b.Snapshot}, {"runners", b.Runners}, {"drain", b.Drain}, {"promote", b.Promote},
-		{"join", b.Join}, {"gates", b.Gates}, {"step_down", b.StepDown}, {"member_gone", b.MemberGone},
+		{"join", b.Join}, {"gates", b.Gates}, {"step_down", b.StepDown}, {"remove_member", b.RemoveMember}, {"member_gone", b.MemberGone},
 		{"uncordon", b.Uncordon}, {"rollback", b.Rollback}, {"remove_fallback", b.RemoveFallback},
 		{"remove_by_voter", b.RemoveByVoter},
 	} {
@@ -508,6 +516,10 @@ join = "{{d .Bounds.Join}}"
 gates = "{{d .Bounds.Gates}}"
 # The outgoing voter's step-down. Past it: go on to the removal.
 step_down = "{{d .Bounds.StepDown}}"
+# The removal of the outgoing voter's member, held while a remaining voter
+# is unhealthy (silent among them). Past it the swap still holds, names
+# them, and says so.
+remove_member = "{{d .Bounds.RemoveMember}}"
 # A demoted host (the outgoing voter, or a rolled-back candidate) finishing
 # its demotion. Past it: clean up anyway and end, the host's step-down and
 # member-gone kept on its Node until its agent reports the finish.

@@ -22,7 +22,7 @@ func PlanConfig(c config.Controller) swapplan.Config {
 		Window:      w,
 		Bounds: swapplan.Bounds{
 			Snapshot: b.Snapshot, Runners: b.Runners, Drain: b.Drain, Promote: b.Promote, Join: b.Join,
-			Gates: b.Gates, StepDown: b.StepDown, MemberGone: b.MemberGone, Uncordon: b.Uncordon, Rollback: b.Rollback,
+			Gates: b.Gates, StepDown: b.StepDown, RemoveMember: b.RemoveMember, MemberGone: b.MemberGone, Uncordon: b.Uncordon, Rollback: b.Rollback,
 			RemoveFallback: b.RemoveFallback, RemoveByVoter: b.RemoveByVoter,
 		},
 	}

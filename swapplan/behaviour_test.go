@@ -51,6 +51,34 @@ func TestTheRemovalIsHeldWhileARemainingVoterIsUnhealthy(t *testing.T) {
 	assert.Equal(t, api.ResultCompleted, w.run(100).Result)
 }
 
+func TestTheRemovalHeldByAVoterReadyButSilentNamesItAndSaysSoPastItsBound(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
+	v3 := w.Hosts["v3"]
+	v3.UnhealthyUntil = w.now.Add(time.Hour)
+	w.pass()
+	v3.SilentUntil = w.now.Add(time.Hour) // its last sample unhealthy, then none
+	var reasons []string
+	for w.now.Before(v3.SilentUntil.Add(-50 * time.Minute)) {
+		plan := w.pass()
+		require.NotEqual(t, api.ActionRemoveMember, plan.Action.Type, "never removed while a remaining voter is silent")
+		require.Equal(t, api.StepRemoveMember, plan.Step)
+		reasons = append(reasons, plan.Reason)
+	}
+	assert.True(t, w.node("v3").Ready, "its kubelet beats")
+	assert.Contains(t, reasons[len(reasons)/2], "v3 is Ready but its agent has been silent since", "named, and why")
+	assert.Contains(t, reasons[len(reasons)/2], "it may not reach the API server")
+	assert.NotContains(t, reasons[0], "past its bound")
+	last := reasons[len(reasons)-1]
+	assert.True(t, strings.HasPrefix(last, "held past its bound 5m0s (the outgoing voter is stopped: no fault tolerance is left until its member goes): "+
+		"removal held while a remaining voter is unhealthy: v3 is Ready but its agent has been silent"), last)
+
+	v3.SilentUntil, v3.UnhealthyUntil = w.now, w.now
+	w.runUntil(20, acting(api.ActionRemoveMember, "v1"))
+	assert.Equal(t, api.ResultCompleted, w.run(100).Result)
+}
+
 func TestTheSwapWaitsWhileTheSnapshotIsNotReadyEvenWhenTheAgentSaysDone(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.Hosts["v2"].SnapshotNotReady = true

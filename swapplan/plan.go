@@ -224,6 +224,8 @@ func (p *planner) bound(step string) time.Duration {
 		return b.Gates
 	case api.StepStepDown:
 		return b.StepDown
+	case api.StepRemoveMember:
+		return b.RemoveMember
 	case api.StepMemberGone:
 		return b.MemberGone
 	case api.StepUncordon:

@@ -54,16 +54,19 @@ type Config struct {
 // Bounds are the steps' own bounds. What happens past each is in the
 // steps' table of docs/swap.md.
 type Bounds struct {
-	Snapshot   time.Duration // past it: abandon
-	Runners    time.Duration // runners-in: abandon; runners-out: go on
-	Drain      time.Duration // drain-in: abandon; drain-out: go on
-	Promote    time.Duration // rollback
-	Join       time.Duration // rollback
-	Gates      time.Duration // hold, and say so
-	StepDown   time.Duration // go on
-	MemberGone time.Duration // clean up anyway; OUT left pending
-	Uncordon   time.Duration // end pending
-	Rollback   time.Duration // the candidate's step-down: go on
+	Snapshot time.Duration // past it: abandon
+	Runners  time.Duration // runners-in: abandon; runners-out: go on
+	Drain    time.Duration // drain-in: abandon; drain-out: go on
+	Promote  time.Duration // rollback
+	Join     time.Duration // rollback
+	Gates    time.Duration // hold, and say so
+	StepDown time.Duration // go on
+	// RemoveMember: the removal held while a remaining voter is
+	// unhealthy: hold, and say so.
+	RemoveMember time.Duration
+	MemberGone   time.Duration // clean up anyway; OUT left pending
+	Uncordon     time.Duration // end pending
+	Rollback     time.Duration // the candidate's step-down: go on
 	// RemoveFallback is how long k3s is given to remove the candidate's
 	// member in a rollback; past it a voter's agent is asked to.
 	RemoveFallback time.Duration
@@ -75,7 +78,7 @@ type Bounds struct {
 // Sum is the longest a swap waits on its bounded steps: the whole wait.
 func (b Bounds) Sum() time.Duration {
 	return b.Snapshot + 2*b.Runners + 2*b.Drain + b.Promote + b.Join + b.Gates +
-		b.StepDown + b.MemberGone + b.Uncordon + b.Rollback + b.RemoveFallback + b.RemoveByVoter
+		b.StepDown + b.RemoveMember + b.MemberGone + b.Uncordon + b.Rollback + b.RemoveFallback + b.RemoveByVoter
 }
 
 // Lease is the regrade Lease.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -420,21 +421,44 @@ func (p *planner) removeMember(in, out *Node) Plan {
 		}
 	}
 	healthy := 0
+	var held []string
 	for _, name := range remaining {
 		v := p.node(name)
-		if v == nil {
-			return p.wait(api.StepRemoveMember, "removal held: the remaining voter %s has no Node", name)
+		switch {
+		case v == nil:
+			held = append(held, fmt.Sprintf("the remaining voter %s has no Node", name))
+		case v.Ready && v.Probe != nil && p.silent(v):
+			// Note: a voter whose kubelet beats but whose agent writes
+			// nothing may be one whose agent cannot reach the API: it is
+			// named as such, and the removal waits for it all the same.
+			held = append(held, fmt.Sprintf("%s is Ready but its agent has been silent since %s (3 periods of %s): it may not reach the API server",
+				v.Name, stamp(v.Probe.At), p.period(v)))
+		default:
+			if why := p.unhealthy(v); why != "" {
+				held = append(held, why)
+				continue
+			}
+			healthy++
 		}
-		if why := p.unhealthy(v); why != "" {
-			return p.wait(api.StepRemoveMember, "removal held while a remaining voter is unhealthy: %s", why)
-		}
-		healthy++
+	}
+	if len(held) > 0 {
+		return p.removalHeld("removal held while a remaining voter is unhealthy: %s", strings.Join(held, "; "))
 	}
 	if healthy < Quorum(len(remaining)) {
-		return p.wait(api.StepRemoveMember, "removal held: %d healthy remaining voter(s) are not a quorum of %d", healthy, len(remaining))
+		return p.removalHeld("removal held: %d healthy remaining voter(s) are not a quorum of %d", healthy, len(remaining))
 	}
 	return p.act(api.StepRemoveMember, Action{Type: api.ActionRemoveMember, Node: out.Name},
 		"asking k3s to remove the member of %s; %d remaining voter(s) are healthy", out.Name, healthy)
+}
+
+// removalHeld waits at the removal, and says so once past its bound: the
+// outgoing voter is stopped meanwhile, and the cluster has no fault
+// tolerance to spare until its member goes.
+func (p *planner) removalHeld(format string, args ...any) Plan {
+	if p.pastBound(api.StepRemoveMember) {
+		format = "held past its bound " + p.bound(api.StepRemoveMember).String() + " (the outgoing voter is stopped: no fault tolerance is left until its member goes): " + format
+	}
+	return p.wait(api.StepRemoveMember, format, args...)
 }
 
 // remaining are the voters left once OUT's member is removed: IN and the
