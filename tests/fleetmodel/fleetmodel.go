@@ -321,9 +321,20 @@ func (f *Fleet) k3s(now time.Time, nodes []swapplan.Node) {
 		if h == nil {
 			continue
 		}
-		if !f.K3sPaused && n.RemoveRequested && n.MemberName != "" && f.IsMember(n.MemberName) {
+		// k3s's member controller (v1.34.2 on; pkg/etcd/member_controller.go,
+		// etcdMemberHandler.sync): it removes the member node-name names
+		// (none there is success), records removed-node-name and drops
+		// remove and node-name; without node-name it errs and keeps
+		// remove, asked again.
+		// A removed-node-name of an older member resets the removal
+		// without making it: both dropped, to be asked again.
+		switch {
+		case f.K3sPaused || !n.RemoveRequested || n.MemberName == "":
+		case n.RemovedMember == "":
 			f.Members = slices.DeleteFunc(f.Members, func(m Member) bool { return m.Name == n.MemberName })
-			n.RemovedMember = n.MemberName
+			n.RemovedMember, n.MemberName, n.RemoveRequested = n.MemberName, "", false
+		case n.RemovedMember != n.MemberName:
+			n.RemovedMember, n.RemoveRequested = "", false
 		}
 		// Note: k3s writes a server's labels and node-name once its
 		// apiserver and controllers run, which needs its member to vote
@@ -425,8 +436,8 @@ func (f *Fleet) Delete(n *swapplan.Node) (gone bool) {
 	switch {
 	case !n.EtcdServer():
 		return true
-	case n.RemoveRequested && n.RemovedMember != "":
-		return true
+	case n.RemovedMember != "":
+		return true // removed already (k3s: onRemove skips it)
 	case n.MemberName == "" || f.K3sPaused:
 		return false
 	}

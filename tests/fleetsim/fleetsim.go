@@ -245,6 +245,14 @@ func (d *Driver) release(ctx context.Context, o *corev1.Node) {
 	_, _ = d.c.CoreV1().Nodes().Update(ctx, o, metav1.UpdateOptions{})
 }
 
+// orNull is the value, or null (a merge patch's deletion) for "".
+func orNull(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
+}
+
 func (d *Driver) pods(ctx context.Context, node string) []swapplan.Pod {
 	list, err := d.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
@@ -270,11 +278,17 @@ func (d *Driver) write(ctx context.Context, o *corev1.Node, was, n swapplan.Node
 		b, _ := json.Marshal(n.Probe)
 		ann[api.AnnotationProbe] = string(b)
 	}
+	// Note: k3s drops node-name and remove once it removed the member
+	// (pkg/etcd/member_controller.go, etcdMemberHandler.sync): a value
+	// the model emptied is dropped, null in the merge patch.
 	if n.MemberName != was.MemberName {
-		ann[api.AnnotationEtcdNodeName] = n.MemberName
+		ann[api.AnnotationEtcdNodeName] = orNull(n.MemberName)
 	}
 	if n.RemovedMember != was.RemovedMember {
-		ann[api.AnnotationEtcdRemovedNodeName] = n.RemovedMember
+		ann[api.AnnotationEtcdRemovedNodeName] = orNull(n.RemovedMember)
+	}
+	if was.RemoveRequested && !n.RemoveRequested {
+		ann[api.AnnotationEtcdRemove] = nil
 	}
 	for _, l := range n.ServerLabels {
 		if !slices.Contains(was.ServerLabels, l) {

@@ -205,10 +205,12 @@ func TestMemberSync(t *testing.T) {
 			map[string]string{remove: "true", AnnotationNodeAddress: "10.0.0.1"}, syncError},
 		{"a removal already recorded for the current member is left alone", map[string]string{etcd: "true"},
 			map[string]string{remove: "true", removed: "v1-a", name: "v1-a", AnnotationNodeAddress: "10.0.0.1"}, syncNothing},
-		{"a removal recorded for an older member is reset", map[string]string{etcd: "true"},
+		{"a removal recorded for an older member is reset, not made", map[string]string{etcd: "true"},
 			map[string]string{remove: "true", removed: "v1-a", name: "v1-b", AnnotationNodeAddress: "10.0.0.1"}, syncReset},
-		{"a removal recorded with no current member is left alone", map[string]string{etcd: "true"},
-			map[string]string{remove: "true", removed: "v1-a"}, syncNothing},
+		{"a removal recorded with no current member is an error: node-name is looked for first", map[string]string{etcd: "true"},
+			map[string]string{remove: "true", removed: "v1-a"}, syncError},
+		{"remove not true, nothing to do", map[string]string{etcd: "true"},
+			map[string]string{remove: "false", name: "v1-a", AnnotationNodeAddress: "10.0.0.1"}, syncNothing},
 		{"no remove annotation, nothing to do", map[string]string{etcd: "true"},
 			map[string]string{removed: "v1-a", name: "v1-b"}, syncNothing},
 	}
@@ -218,9 +220,10 @@ func TestMemberSync(t *testing.T) {
 			assert.Equal(t, tt.kind, act.kind)
 			switch act.kind {
 			case syncReset:
-				assert.Equal(t, map[string]any{removed: nil, remove: "false"}, act.patch)
+				assert.Equal(t, map[string]any{removed: nil, remove: nil}, act.patch, "both dropped: the removal is asked again")
 			case syncRemove:
-				assert.Equal(t, map[string]any{removed: tt.ann[name], name: nil, AnnotationNodeAddress: nil}, act.patch)
+				assert.Equal(t, map[string]any{removed: tt.ann[name], remove: nil, name: nil, AnnotationNodeAddress: nil}, act.patch,
+					"since k3s v1.34.2 a removal made drops remove")
 			}
 		})
 	}
@@ -251,8 +254,8 @@ func TestMemberOnRemove(t *testing.T) {
 			map[string]string{name: "v1-a"}, syncError},
 		{"a member removed on the remove annotation already goes", map[string]string{etcd: "true"},
 			map[string]string{remove: "TRUE", removed: "v1-a"}, syncNothing},
-		{"a removed-node-name without remove=true is not enough", map[string]string{etcd: "true"},
-			map[string]string{remove: "false", removed: "v1-a"}, syncError},
+		{"a removed-node-name is enough, whatever remove says", map[string]string{etcd: "true"},
+			map[string]string{removed: "v1-a"}, syncNothing},
 		{"an empty removed-node-name is not enough", map[string]string{etcd: "true"},
 			map[string]string{remove: "true", removed: "", name: "v1-b", AnnotationNodeAddress: "10.0.0.1"}, syncRemove},
 	}

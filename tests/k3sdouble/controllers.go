@@ -10,6 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -83,11 +87,19 @@ func (s *server) memberController(ctx context.Context) {
 			s.log.Warn("member removal", "node", n.Name, "err", act.err)
 			continue
 		case syncRemove:
-			if err := s.removePeer(cctx, act.name, act.address); err != nil {
+			err := s.removePeer(cctx, act.name, act.address)
+			switch {
+			case errors.Is(err, errNotEnoughStarted):
+				// k3s clears the request: the requester asks again once
+				// there are more members.
+				s.log.Warn("etcd member removal rejected, clearing remove annotation", "node", n.Name, "member", act.name, "err", err)
+				act.patch = map[string]any{api.AnnotationEtcdRemove: nil}
+			case err != nil:
 				s.log.Warn("member not removed", "node", n.Name, "member", act.name, "err", err)
 				continue
+			default:
+				s.log.Info("etcd member removal successful", "node", n.Name, "member", act.name, "address", act.address)
 			}
-			s.log.Info("etcd member removal successful", "node", n.Name, "member", act.name, "address", act.address)
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": act.patch}})
 		if _, err := s.kube.CoreV1().Nodes().Patch(cctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -144,16 +156,15 @@ func (s *server) onRemove(ctx context.Context, n *corev1.Node) bool {
 
 // memberOnRemove decides, from a deleted Node's labels and annotations,
 // what k3s's on-remove handler does: nothing without the etcd role label
-// (any value); nothing when remove = "true" (any case) and
-// removed-node-name is set and not empty (removed already); else remove
-// the member named by node-name at node-address, both needed (an error
-// without either). k3s: pkg/etcd/member_controller.go,
-// (*etcdMemberHandler).onRemove.
+// (any value); nothing when removed-node-name is set and not empty
+// (removed already, whatever remove says); else remove the member named
+// by node-name at node-address, both needed (an error without either).
+// k3s: pkg/etcd/member_controller.go, (*etcdMemberHandler).onRemove.
 func memberOnRemove(labels, ann map[string]string) syncAction {
 	if _, ok := labels[api.LabelEtcd]; !ok {
 		return syncAction{}
 	}
-	if strings.ToLower(ann[api.AnnotationEtcdRemove]) == "true" && ann[api.AnnotationEtcdRemovedNodeName] != "" {
+	if ann[api.AnnotationEtcdRemovedNodeName] != "" {
 		return syncAction{}
 	}
 	name, ok := ann[api.AnnotationEtcdNodeName]
@@ -187,28 +198,21 @@ type syncAction struct {
 
 // memberSync decides, from a Node's labels and annotations, what k3s's
 // member controller does: nothing without the etcd role label (any
-// value); with removed-node-name set, reset the removal when node-name
-// is present and differs (drop removed-node-name, remove = "false"),
-// else nothing; with remove = "true" in any case, remove the member
-// named by node-name at node-address (both needed), then record
-// removed-node-name and drop node-name and node-address. k3s:
-// pkg/etcd/member_controller.go, etcdMemberHandler.sync.
+// value) or without the remove annotation; an error without node-name or
+// node-address (checked first, whatever else is there); with
+// removed-node-name set, reset the removal when it differs from
+// node-name (both removed-node-name and remove dropped, the removal not
+// made: it must be asked again), else nothing; with remove = "true" in
+// any case, remove the member named by node-name at node-address, then
+// record removed-node-name and drop remove, node-name and node-address.
+// k3s (v1.34.2 on; v1.36.3 read): pkg/etcd/member_controller.go,
+// etcdMemberHandler.sync.
 func memberSync(labels, ann map[string]string) syncAction {
 	if _, ok := labels[api.LabelEtcd]; !ok {
 		return syncAction{}
 	}
 	requested, ok := ann[api.AnnotationEtcdRemove]
 	if !ok {
-		return syncAction{}
-	}
-	if removed, ok := ann[api.AnnotationEtcdRemovedNodeName]; ok {
-		if current, ok := ann[api.AnnotationEtcdNodeName]; ok && current != removed {
-			return syncAction{kind: syncReset, patch: map[string]any{
-				api.AnnotationEtcdRemovedNodeName: nil, api.AnnotationEtcdRemove: "false"}}
-		}
-		return syncAction{}
-	}
-	if strings.ToLower(requested) != "true" {
 		return syncAction{}
 	}
 	name, ok := ann[api.AnnotationEtcdNodeName]
@@ -219,18 +223,42 @@ func memberSync(labels, ann map[string]string) syncAction {
 	if !ok {
 		return syncAction{kind: syncError, err: errors.New("node address annotation not found")}
 	}
+	if removed, ok := ann[api.AnnotationEtcdRemovedNodeName]; ok {
+		if removed != name {
+			return syncAction{kind: syncReset, patch: map[string]any{api.AnnotationEtcdRemovedNodeName: nil, api.AnnotationEtcdRemove: nil}}
+		}
+		return syncAction{}
+	}
+	if strings.ToLower(requested) != "true" {
+		return syncAction{}
+	}
 	return syncAction{kind: syncRemove, name: name, address: address, patch: map[string]any{
-		api.AnnotationEtcdRemovedNodeName: name, api.AnnotationEtcdNodeName: nil, AnnotationNodeAddress: nil}}
+		api.AnnotationEtcdRemovedNodeName: name, api.AnnotationEtcdRemove: nil, api.AnnotationEtcdNodeName: nil, AnnotationNodeAddress: nil}}
 }
 
+// errNotEnoughStarted is etcd's answer to the removal of the leader when
+// no other voter is there to take over (rpctypes.ErrMemberNotEnoughStarted).
+var errNotEnoughStarted = rpctypes.ErrMemberNotEnoughStarted
+
 // removePeer removes the member whose name is name and one of whose peer
-// URLs has the host address; none such is success. k3s:
+// URLs has the host address; none such (or no name) is success. A member
+// that leads hands leadership first to the first other voter, through
+// its own client URL; with none, errNotEnoughStarted. k3s:
 // pkg/etcd/etcd.go, RemovePeer (self-removal allowed, as the member
-// controller asks).
+// controller asks) and moveLeader.
 func (s *server) removePeer(ctx context.Context, name, address string) error {
+	if name == "" {
+		return nil
+	}
 	members, err := s.cli.MemberList(ctx)
 	if err != nil {
 		return err
+	}
+	var others []*etcdserverpb.Member
+	for _, m := range members.Members {
+		if !m.IsLearner && m.Name != name {
+			others = append(others, m)
+		}
 	}
 	for _, m := range members.Members {
 		if m.Name != name {
@@ -241,16 +269,43 @@ func (s *server) removePeer(ctx context.Context, name, address string) error {
 			if err != nil {
 				return err
 			}
-			if u.Hostname() == address {
-				_, err := s.cli.MemberRemove(ctx, m.ID)
-				if err != nil && strings.Contains(err.Error(), "member not found") {
-					return nil
-				}
+			if u.Hostname() != address {
+				continue
+			}
+			st, err := s.cli.Status(ctx, clientURL(s.o.nodeIP))
+			if err != nil {
 				return err
 			}
+			if st.Leader == m.ID {
+				if len(others) == 0 {
+					return errNotEnoughStarted
+				}
+				if err := s.moveLeader(ctx, m, others[0]); err != nil {
+					return err
+				}
+			}
+			s.log.Info("Removing member from etcd", "name", m.Name, "id", m.ID, "address", address)
+			_, err = s.cli.MemberRemove(ctx, m.ID)
+			if err != nil && strings.Contains(err.Error(), "member not found") {
+				return nil
+			}
+			return err
 		}
 	}
 	return nil
+}
+
+// moveLeader asks the leader, through its own client URLs, to hand
+// leadership to another member. k3s: pkg/etcd/etcd.go, moveLeader.
+func (s *server) moveLeader(ctx context.Context, from, to *etcdserverpb.Member) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: from.ClientURLs, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	s.log.Info("Moving etcd cluster leader", "from", from.Name, "to", to.Name)
+	_, err = cli.MoveLeader(ctx, to.ID)
+	return err
 }
 
 // writeMetadata keeps this server's member name and address and the

@@ -102,23 +102,28 @@
 //   - The removal annotation. On the one ready server holding the Lease
 //     kube-system/k3s-etcd (wrangler's leader election: 45s lease, 30s
 //     renew deadline, 2s retry, released on a clean stop), for each Node
-//     carrying the etcd role label: with removed-node-name set, a
-//     node-name that differs from it has removed-node-name dropped and
-//     remove set to "false", else nothing; with remove = "true" (any
-//     case), the member whose name is node-name and whose peer host is
-//     node-address is removed (a missing annotation is an error, retried;
-//     no such member is success), then removed-node-name is set to
-//     node-name and node-name and node-address are dropped. k3s:
-//     pkg/etcd/member_controller.go, etcdMemberHandler.sync;
-//     pkg/etcd/etcd.go, RemovePeer; pkg/server/server.go and wrangler's
-//     pkg/leader, RunOrDie.
+//     carrying the etcd role label and the remove annotation: node-name
+//     and node-address are needed first (a missing one is an error,
+//     retried, whatever else is there); with removed-node-name set, one
+//     that differs from node-name has removed-node-name and remove both
+//     dropped, the removal not made (to be asked again), else nothing;
+//     with remove = "true" (any case), the member whose name is node-name
+//     and whose peer host is node-address is removed (no such member is
+//     success), leadership handed first to the first other voter if it
+//     leads (none: etcd's "not enough started members", and remove is
+//     dropped), then removed-node-name is set to node-name and remove,
+//     node-name and node-address are dropped (k3s v1.34.2 on; before, a
+//     removal made left remove, and node-name was not needed first).
+//     k3s v1.36.3: pkg/etcd/member_controller.go, etcdMemberHandler.sync;
+//     pkg/etcd/etcd.go, RemovePeer and moveLeader; pkg/server/server.go
+//     and wrangler's pkg/leader, RunOrDie.
 //   - A deleted Node. The same server puts the finalizer
 //     wrangler.cattle.io/managed-etcd-controller on every Node; a Node
 //     being deleted that carries the etcd role label has the member its
 //     node-name and node-address name removed (both needed: without, an
-//     error, retried, and the Node stays), unless remove = "true" and
-//     removed-node-name say it was removed already; then the finalizer is
-//     dropped and the Node goes. k3s: pkg/etcd/member_controller.go,
+//     error, retried, and the Node stays), unless removed-node-name is
+//     set and not empty (removed already); then the finalizer is dropped
+//     and the Node goes. k3s: pkg/etcd/member_controller.go,
 //     registerMemberHandlers (nodes.OnRemove) and
 //     (*etcdMemberHandler).onRemove; wrangler: pkg/generic/remove.go.
 //     Fidelity: k3s does it on the Node's watch event, the double at its
