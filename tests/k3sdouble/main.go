@@ -128,12 +128,21 @@
 //     (*etcdMemberHandler).onRemove; wrangler: pkg/generic/remove.go.
 //     Fidelity: k3s does it on the Node's watch event, the double at its
 //     next --period pass.
-//   - The tombstone. A running server whose member was removed writes
-//     server/db/etcd/tombstone, closes etcd and idles, its kubelet still
-//     running. On the next start it moves server/db/etcd aside to
-//     server/db/etcd-backup-<unix> and joins again as a new member. k3s:
-//     StartETCD (pkg/executor/embed/etcd) on ErrMemberRemoved, and
-//     (*ETCD).Register's backupDirWithRetention.
+//   - The tombstone. A running server whose peers say its member was
+//     removed (rafthttp's "the member has been permanently removed from
+//     the cluster": it was removed while away, or a peer answered before
+//     it applied its own removal) writes server/db/etcd/tombstone, closes
+//     etcd and idles, its kubelet still running. One that applies its own
+//     removal, or whose etcd stops otherwise, writes none: etcd stops
+//     ("etcd server stopped") and the process idles. The double reads
+//     which from etcd's log (removalCore: etcd 3.7 keeps the error on a
+//     channel its own run loop reads). On the next start, a tombstone
+//     moves server/db/etcd aside to server/db/etcd-backup-<unix> and the
+//     server joins again as a new member, or, with no `server:`, the start
+//     fails ("tombstone file has been detected but --server is empty").
+//     k3s: StartETCD (pkg/executor/embed/etcd) on
+//     rafthttp.ErrMemberRemoved; (*ETCD).Register and
+//     backupDirWithRetention.
 //   - The kubelet. Server and agent alike renew the Node's Lease in
 //     kube-node-lease, set Ready=True while they beat, and delete the Pods
 //     being deleted on their cordoned Node, as a kubelet does once their

@@ -35,6 +35,8 @@ type server struct {
 	name    string
 	dir     string
 	removed atomic.Bool
+	// removal reads etcd's log for how its member learnt it was removed.
+	removal *removalCore
 	// ready: the member votes and the server's apiserver would run.
 	ready atomic.Bool
 	// learners is the leader's record of each learner's progress.
@@ -62,8 +64,12 @@ func addressOf(serverURL string) string {
 
 func startServer(ctx context.Context, o options, cfg config, kube kubernetes.Interface, log *slog.Logger) (*server, error) {
 	s := &server{o: o, cfg: cfg, log: log, kube: kube, dir: filepath.Join(o.dataDir, "server", "db", "etcd"), learners: map[uint64]progress{}}
-	// k3s: (*ETCD).Register: the tombstone moves the datastore aside.
+	// k3s: (*ETCD).Register: the tombstone moves the datastore aside, and
+	// only with a server to join.
 	if _, err := os.Stat(filepath.Join(s.dir, "tombstone")); err == nil {
+		if cfg.Server == "" {
+			return nil, errors.New("tombstone file has been detected but --server is empty: backup and delete ${datadir}/server/db to create a new cluster, or set --server to rejoin the cluster")
+		}
 		backup := fmt.Sprintf("%s-backup-%d", s.dir, time.Now().Unix())
 		if err := os.Rename(s.dir, backup); err != nil {
 			return nil, err
@@ -130,7 +136,8 @@ func (s *server) startEtcd(initial, state string, forceNew bool) error {
 	ec.InitialClusterToken = "k3s-double"
 	ec.ForceNewCluster = forceNew
 	ec.ElectionMs, ec.TickMs = s.o.electionMs, s.o.heartbeatMs
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	s.removal = newRemovalCore()
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(s.removal))
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return fmt.Errorf("start etcd: %w", err)
@@ -322,8 +329,14 @@ func (s *server) tick(ctx context.Context) error {
 	if s.removed.Load() {
 		return nil // k3s idles on its tombstone until it is restarted
 	}
-	if s.stopped() {
-		s.tombstone("etcd stopped")
+	switch {
+	case s.removal.peer.Load():
+		s.tombstone("a peer says this member was removed")
+		return nil
+	case s.stopped():
+		// k3s: "etcd server stopped", and no tombstone: a member that
+		// applied its own removal, or stopped for any other reason.
+		s.halt()
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -333,14 +346,6 @@ func (s *server) tick(ctx context.Context) error {
 		return nil // a member that cannot reach a quorum waits
 	}
 	id := uint64(s.e.Server.MemberID())
-	self := false
-	for _, m := range resp.Members {
-		self = self || m.ID == id
-	}
-	if !self {
-		s.tombstone("this member is not in the member list")
-		return nil
-	}
 	if !s.ready.Load() && !s.e.Server.IsLearner() && !s.neverReady() {
 		if err := s.becomeReady(cctx); err != nil {
 			return err
@@ -390,6 +395,21 @@ func (s *server) becomeReady(ctx context.Context) error {
 	go s.leaderElected(cctx, "k3s-etcd", s.o.leaseDuration, s.o.renewDeadline, s.o.retryPeriod, s.memberController)
 	go s.leaderElected(cctx, "kube-controller-manager", 15*time.Second, 10*time.Second, 2*time.Second, s.nodeLifecycle)
 	return nil
+}
+
+// halt is etcd stopped under k3s without a tombstone: its controllers
+// stop, and the process idles, its unit still running, until it is
+// restarted. k3s: StartETCD (pkg/executor/embed/etcd), "etcd server
+// stopped".
+func (s *server) halt() {
+	if s.removed.Swap(true) {
+		return
+	}
+	s.log.Warn("etcd server stopped", "member", s.name)
+	if s.stopControllers != nil {
+		s.stopControllers()
+	}
+	s.e.Close()
 }
 
 func (s *server) tombstone(why string) {

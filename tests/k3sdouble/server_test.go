@@ -105,6 +105,43 @@ func TestTheServersStartAsK3sDoes(t *testing.T) {
 		assert.NoFileExists(t, filepath.Join(dir, "server", "db", "etcd", "name"))
 	})
 
+	// Note: which comes first is a race in etcd, and so in k3s: the
+	// member applying its own removal, or a peer refusing its messages.
+	t.Run("a member removed while it runs stops, with a tombstone only when a peer told it first", func(t *testing.T) {
+		c, err := testServer(t, "srv-e", 15, config{Server: join, Token: "secret"})
+		require.NoError(t, err)
+		tickUntil(t, "the member votes", func() bool { return !c.e.Server.IsLearner() }, a, b, c)
+		_, err = a.cli.MemberRemove(context.Background(), uint64(c.e.Server.MemberID()))
+		require.NoError(t, err)
+		tickUntil(t, "etcd stops under it", c.removed.Load, a, b, c)
+		self, peer := c.removal.self.Load(), c.removal.peer.Load()
+		assert.True(t, self || peer, "it learnt it was removed one way or the other")
+		_, err = os.Stat(filepath.Join(c.dir, "tombstone"))
+		assert.Equal(t, peer, err == nil, "a tombstone only when a peer said so first (applied its own removal first: %t)", self)
+	})
+
+	t.Run("a member removed while it was stopped is told by its peers once started again, and writes its tombstone", func(t *testing.T) {
+		dir := t.TempDir()
+		d, err := testServerIn(t, dir, "srv-d", 14, config{Server: join, Token: "secret"})
+		require.NoError(t, err)
+		tickUntil(t, "the member votes", func() bool { return !d.e.Server.IsLearner() }, a, b, d)
+		id := uint64(d.e.Server.MemberID())
+		d.close()
+		_, err = a.cli.MemberRemove(context.Background(), id)
+		require.NoError(t, err)
+
+		d, err = testServerIn(t, dir, "srv-d", 14, config{Server: join, Token: "secret"})
+		require.NoError(t, err, "its datastore restarts the member")
+		tickUntil(t, "a peer tells it it was removed", d.removed.Load, a, b, d)
+		assert.FileExists(t, filepath.Join(d.dir, "tombstone"))
+		d.close()
+
+		_, err = testServerIn(t, dir, "srv-d", 14, config{Token: "secret", ClusterInit: true})
+		require.Error(t, err, "with no server to join, k3s refuses the tombstone")
+		assert.Contains(t, err.Error(), "tombstone file has been detected but --server is empty")
+		assert.FileExists(t, filepath.Join(d.dir, "tombstone"), "the datastore is left as it was")
+	})
+
 	t.Run("a server that never becomes ready votes but stays unready", func(t *testing.T) {
 		c, err := testServer(t, "srv-c", 13, config{Server: join, Token: "secret"})
 		require.NoError(t, err)
@@ -115,4 +152,5 @@ func TestTheServersStartAsK3sDoes(t *testing.T) {
 		}
 		assert.False(t, c.ready.Load())
 	})
+
 }
