@@ -31,11 +31,11 @@ const AnnotationNodeAddress = "etcd.k3s.cattle.io/node-address"
 // out. k3s: wrangler's pkg/leader, RunOrDie (identity: the host; here the
 // Node's name, since the simulated hosts share one hostname).
 func (s *server) leaderElected(ctx context.Context, name string, lease, renew, retry time.Duration, do func(context.Context)) {
-	lock := &resourcelock.LeaseLock{
+	lock := &servingLock{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: name},
 		Client:     s.kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: s.o.nodeName},
-	}
+	}, serves: s.serves}
 	for ctx.Err() == nil {
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: lock, LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry, ReleaseOnCancel: true, Name: name,
@@ -45,7 +45,9 @@ func (s *server) leaderElected(ctx context.Context, name string, lease, renew, r
 					t := time.NewTicker(s.o.period)
 					defer t.Stop()
 					for {
-						do(ctx)
+						if s.serves() {
+							do(ctx) // through its own apiserver
+						}
 						select {
 						case <-ctx.Done():
 							return
@@ -62,6 +64,39 @@ func (s *server) leaderElected(ctx context.Context, name string, lease, renew, r
 		}
 		le.Run(ctx) // returns when leadership is lost; stand again
 	}
+}
+
+// servingLock is the election's Lease as a k3s server reaches it: through
+// its own apiserver, which answers only while the server serves
+// ((*server).serves), so that a server whose member lost its quorum loses
+// its leadership at the renew deadline and another that serves takes
+// over, as k3s's controllers do.
+type servingLock struct {
+	resourcelock.Interface
+	serves func() bool
+}
+
+var errNotServing = errors.New("the server's apiserver does not answer: its etcd member does not reach a quorum")
+
+func (l *servingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	if !l.serves() {
+		return nil, nil, errNotServing
+	}
+	return l.Interface.Get(ctx)
+}
+
+func (l *servingLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	if !l.serves() {
+		return errNotServing
+	}
+	return l.Interface.Create(ctx, r)
+}
+
+func (l *servingLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	if !l.serves() {
+		return errNotServing
+	}
+	return l.Interface.Update(ctx, r)
 }
 
 // memberController is k3s's member removal controller, over every Node

@@ -21,6 +21,12 @@ type kubeletRole struct {
 	node string
 	log  *slog.Logger
 	beat time.Time
+	// serves, on a server, says its own apiserver serves: the kubelet of
+	// a k3s server reaches the API through it, and k3s starts it only
+	// once its etcd member is ready (votes), and it answers only while
+	// that member reaches a quorum. nil: always (an agent, whose load
+	// balancer reaches any server; the test's API stands for them).
+	serves func() bool
 }
 
 // leaseEvery is how often the Lease is renewed: a kubelet's 10s, shortened
@@ -42,6 +48,9 @@ func (k *kubeletRole) loop(ctx context.Context, period time.Duration) {
 }
 
 func (k *kubeletRole) tick(ctx context.Context) {
+	if k.serves != nil && !k.serves() {
+		return // no apiserver to post to: no heartbeat, no status
+	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	self, err := k.c.CoreV1().Nodes().Get(cctx, k.node, metav1.GetOptions{})

@@ -76,7 +76,10 @@
 //     <data-dir>/server/never-ready or --never-ready keeps the double from
 //     ever becoming ready (an apiserver that never comes up). Only a ready
 //     server writes its Node's metadata, records the token's key, takes
-//     part in the leader-elected controllers and writes EtcdIsVoter. k3s:
+//     part in the leader-elected controllers and writes EtcdIsVoter; and
+//     only while its member reaches a quorum (its apiserver answers) does
+//     it hold or renew an election Lease and act under it: a server cut
+//     off loses its leadership at the renew deadline. k3s:
 //     pkg/cli/server, Run (SdNotify after APIServerReady and ETCDReady);
 //     pkg/etcd/etcd.go, (*ETCD).Test ("this server has not yet been
 //     promoted from learner to voting member"); pkg/server/server.go,
@@ -146,7 +149,11 @@
 //   - The kubelet. Server and agent alike renew the Node's Lease in
 //     kube-node-lease, set Ready=True while they beat, and delete the Pods
 //     being deleted on their cordoned Node, as a kubelet does once their
-//     containers stopped. A stopped unit beats no more.
+//     containers stopped. A stopped unit beats no more, and a server's
+//     kubelet beats only while its own apiserver would answer: once its
+//     member votes (k3s starts the apiserver on ETCDReadyChan), while etcd
+//     runs and the member reaches a quorum. k3s: pkg/cli/server, run;
+//     pkg/agent/run.go (the kubelet through the server's apiserver).
 //   - Node lifecycle. On the one ready server holding the Lease
 //     kube-system/kube-controller-manager (15s/10s/2s, its defaults), every
 //     5s, a Node whose kube-node-lease renewTime is older than
@@ -328,6 +335,7 @@ func run(o options, log *slog.Logger) error {
 		return err
 	}
 	defer s.close()
+	k.serves = s.serves
 	go func() {
 		if retrieveConfig(ctx, o, log, func() error { return ensureNodePassword(ctx, kube, o) }) {
 			k.loop(ctx, o.period)

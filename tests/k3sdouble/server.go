@@ -39,6 +39,9 @@ type server struct {
 	removal *removalCore
 	// ready: the member votes and the server's apiserver would run.
 	ready atomic.Bool
+	// serving: the member answered the last tick's linearizable member
+	// list: it reaches a quorum, so its apiserver would answer.
+	serving atomic.Bool
 	// learners is the leader's record of each learner's progress.
 	learners map[uint64]progress
 	// stopControllers ends the leader-elected controllers.
@@ -342,6 +345,7 @@ func (s *server) tick(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	resp, err := s.cli.MemberList(cctx)
+	s.serving.Store(err == nil)
 	if err != nil {
 		return nil // a member that cannot reach a quorum waits
 	}
@@ -395,6 +399,13 @@ func (s *server) becomeReady(ctx context.Context) error {
 	go s.leaderElected(cctx, "k3s-etcd", s.o.leaseDuration, s.o.renewDeadline, s.o.retryPeriod, s.memberController)
 	go s.leaderElected(cctx, "kube-controller-manager", 15*time.Second, 10*time.Second, 2*time.Second, s.nodeLifecycle)
 	return nil
+}
+
+// serves says the server's apiserver would answer: k3s started it (the
+// member votes), etcd runs and the member reaches a quorum. k3s:
+// pkg/cli/server, run (the apiserver once ETCDReadyChan closes).
+func (s *server) serves() bool {
+	return s.ready.Load() && s.serving.Load() && !s.removed.Load()
 }
 
 // halt is etcd stopped under k3s without a tombstone: its controllers
