@@ -164,7 +164,9 @@
 //     pkg/controller/nodelifecycle/config/v1alpha1/defaults.go
 //     (kubernetes PR 126287).
 //   - Cluster reset. `k3s server --cluster-reset` (`cluster-reset:`,
-//     K3S_CLUSTER_RESET), with --cluster-reset-restore-path=<file>:
+//     K3S_CLUSTER_RESET), refused while a server URL is set ("cannot
+//     perform cluster-reset while server URL is set - …"; k3s:
+//     pkg/cli/server, run), with --cluster-reset-restore-path=<file>:
 //     the file must exist and not be a directory ("etcd: snapshot path
 //     does not exist: …"); server/db/etcd is moved to etcd-old-<unix>,
 //     the snapshot restored with etcdutl as this member alone, a new

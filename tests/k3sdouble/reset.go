@@ -28,7 +28,8 @@ const resetMessage = "Managed etcd cluster membership has been reset, restart wi
 // --cluster-reset-restore-path. It returns nil once the member, alone in
 // its cluster, runs, as k3s exits 0 then; the member is stopped.
 //
-// k3s-io/k3s, pkg/cluster/managed.go, (*Cluster).start: with a restore
+// k3s-io/k3s, pkg/cli/server/server.go, run: refused while a server URL
+// is set. pkg/cluster/managed.go, (*Cluster).start: with a restore
 // path, reset whatever; without one, refuse when server/db/reset-flag is
 // there. pkg/etcd/etcd.go: (*ETCD).Register first reads or makes the
 // member's name (setName(false)), which makes server/db/etcd; (*ETCD).Reset
@@ -42,6 +43,11 @@ const resetMessage = "Managed etcd cluster membership has been reset, restart wi
 // ForceNewCluster. Its watcher logs resetMessage once the member list
 // holds this member alone, and exits.
 func resetCluster(ctx context.Context, o options, cfg config, log *slog.Logger) error {
+	// k3s: pkg/cli/server/server.go, run: a reset is refused while a
+	// server URL is set (config.yaml, a drop-in, --server or K3S_URL).
+	if cfg.Server != "" {
+		return errors.New("cannot perform cluster-reset while server URL is set - remove server from configuration before resetting")
+	}
 	flag := resetFlagFile(o.dataDir)
 	if _, err := os.Stat(flag); err == nil && cfg.ClusterResetRestorePath == "" {
 		//lint:ignore ST1005 k3s's own words

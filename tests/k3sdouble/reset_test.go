@@ -81,6 +81,12 @@ func TestAClusterResetFromTheAgentsSnapshotBringsBackAClusterOfOneThatTheOthersJ
 		assert.DirExists(t, filepath.Join(etcdDir, "member"))
 		assert.NoFileExists(t, resetFlagFile(dirA))
 	})
+	t.Run("a reset while a server URL is set is refused and the datastore left alone", func(t *testing.T) {
+		err := resetCluster(ctx, o, config{Token: "secret", Server: "https://10.0.0.2:6443", ClusterReset: true, ClusterResetRestorePath: snap.Path}, log)
+		assert.EqualError(t, err, "cannot perform cluster-reset while server URL is set - remove server from configuration before resetting")
+		assert.DirExists(t, filepath.Join(etcdDir, "member"))
+		assert.NoFileExists(t, resetFlagFile(dirA))
+	})
 	t.Run("a restore path that is a directory is refused", func(t *testing.T) {
 		dir := filepath.Dir(snap.Path)
 		assert.EqualError(t, reset(dir), "etcd: snapshot path must be a file, not a directory: "+dir)
