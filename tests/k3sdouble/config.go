@@ -29,6 +29,46 @@ type config struct {
 	// k3s: pkg/cli/cmds (server.go), ServerFlags.
 	ClusterReset            bool
 	ClusterResetRestorePath string
+	// Critical are the server's critical settings, by their flag's name,
+	// as k3s compares them with the server it joins (criticalFlags).
+	Critical map[string]string
+}
+
+// criticalFlags are the flags of k3s's CriticalControlArgs that a config
+// file sets, with k3s's defaults (pkg/daemons/config/types.go,
+// CriticalControlArgs, the `cli` tags; the defaults in pkg/cli/cmds
+// server.go). cluster-dns is derived from service-cidr when unset, and
+// compared as given. disable-service-lb is also set by `disable:
+// servicelb` (pkg/cli/server, run).
+var criticalFlags = map[string]string{
+	"cluster-cidr": "10.42.0.0/16", "service-cidr": "10.43.0.0/16", "cluster-dns": "", "cluster-domain": "cluster.local",
+	"disable-cloud-controller": "false", "disable-helm-controller": "false", "disable-network-policy": "false",
+	"disable-service-lb": "false", "secrets-encryption": "false", "secrets-encryption-provider": "aescbc",
+	"embedded-registry": "false", "flannel-backend": "vxlan", "flannel-ipv6-masq": "false", "flannel-external-ip": "false",
+	"egress-selector-mode": "agent", "supervisor-metrics": "false",
+}
+
+// critical reads the critical settings from the values given.
+func critical(values map[string][]string) map[string]string {
+	out := make(map[string]string, len(criticalFlags))
+	for k, def := range criticalFlags {
+		v, ok := last(values, k)
+		switch {
+		case !ok:
+			v = def
+		case v == "" && def == "false":
+			v = "true" // a boolean flag given with no value
+		}
+		out[k] = v
+	}
+	for _, d := range values["disable"] {
+		for _, part := range strings.Split(d, ",") {
+			if strings.TrimSpace(part) == "servicelb" {
+				out["disable-service-lb"] = "true"
+			}
+		}
+	}
+	return out
 }
 
 // dropIns are the drop-in files of a config file, in the order k3s reads
@@ -145,6 +185,7 @@ func loadConfig(file string, cli map[string]string, getenv func(string) string) 
 		return getenv(env)
 	}
 	c.Server = pick("server", "K3S_URL")
+	c.Critical = critical(values)
 	c.Token = pick("token", "K3S_TOKEN")
 	// flag reads a boolean flag, given with no value as true; env is its
 	// variable, "" for none.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,9 +117,22 @@ func TestLoadConfig(t *testing.T) {
 			}
 			got, err := loadConfig(filepath.Join(dir, "config.yaml"), cli, getenv)
 			require.NoError(t, err)
+			assert.Equal(t, criticalFlags, got.Critical, "k3s's defaults where nothing sets them")
+			got.Critical = nil
 			assert.Equal(t, tt.want, got)
 		})
 	}
+}
+
+func TestTheCriticalSettingsAreTheFilesWithK3sDefaultsAndDisableServicelbCounts(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "config.yaml"), "cluster-cidr: 10.52.0.0/16\nsecrets-encryption: true\ndisable:\n  - traefik\n  - servicelb\n")
+	write(t, filepath.Join(dir, "config.yaml.d", "10.yaml"), "flannel-backend: host-gw\n")
+	got, err := loadConfig(filepath.Join(dir, "config.yaml"), nil, func(string) string { return "" })
+	require.NoError(t, err)
+	want := maps.Clone(criticalFlags)
+	want["cluster-cidr"], want["secrets-encryption"], want["disable-service-lb"], want["flannel-backend"] = "10.52.0.0/16", "true", "true", "host-gw"
+	assert.Equal(t, want, got.Critical)
 }
 
 func TestAKeyWithAPlusAppendsToTheEarlierFilesValues(t *testing.T) {

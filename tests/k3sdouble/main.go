@@ -30,7 +30,16 @@
 //     (token.go), ParseAndValidateTokenForUser and getCACerts;
 //     pkg/etcd/etcd.go, (*ETCD).Start and newCluster. The double's
 //     "answers" is the named server's etcd answering its status call.
-//   - Join. The member list comes from the named server (k3s: its
+//   - Join. First the joining server's critical settings (k3s's
+//     CriticalControlArgs: cluster-cidr, service-cidr, cluster-domain,
+//     flannel-backend, secrets-encryption, disable: servicelb, ...; k3s's
+//     defaults where unset) are compared with those the named server
+//     gives: any difference refuses the join ("failed to validate server
+//     configuration: critical configuration value mismatch between
+//     servers"), exit 1; a server that gives none is not compared. k3s:
+//     pkg/cluster/bootstrap.go, bootstrap and compareConfig; the double
+//     keeps a ready server's settings in etcd under its address. Then
+//     the member list comes from the named server (k3s: its
 //     /db/info; the double asks that server's etcd); a member with this
 //     node's name but another suffix refuses the join with "duplicate
 //     node name found, please use a unique name for this node" and the

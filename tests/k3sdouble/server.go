@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -237,6 +239,9 @@ func (s *server) joinOnce(ctx context.Context, address string) (string, error) {
 		return "", fmt.Errorf("%w: %v", errMemberList, err)
 	}
 	defer cli.Close()
+	if err := s.compareConfig(cctx, cli, address); err != nil {
+		return "", fmt.Errorf("failed to validate server configuration: %w", err)
+	}
 	lctx, lcancel := context.WithTimeout(cctx, 2*time.Second)
 	list, err := cli.MemberList(lctx)
 	lcancel()
@@ -277,6 +282,45 @@ func (s *server) joinOnce(ctx context.Context, address string) (string, error) {
 	}
 	s.log.Info("Starting etcd to join cluster with members", "cluster", cluster)
 	return strings.Join(cluster, ","), nil
+}
+
+// criticalKey is where the double keeps a ready server's critical
+// settings, by its address.
+func criticalKey(address string) string { return "/k3s-double/critical-config/" + address }
+
+var errCriticalMismatch = errors.New("critical configuration value mismatch between servers")
+
+// compareConfig compares this server's critical settings with those of
+// the server it joins: any that differs refuses the join; a server that
+// gives none is not compared. k3s: pkg/cluster/bootstrap.go, bootstrap
+// and compareConfig ("Skipping cluster configuration validation" when the
+// server's configuration cannot be had).
+func (s *server) compareConfig(ctx context.Context, cli *clientv3.Client, address string) error {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := cli.Get(cctx, criticalKey(address))
+	if err != nil || len(resp.Kvs) == 0 {
+		s.log.Warn("Skipping cluster configuration validation", "err", err)
+		return nil
+	}
+	var theirs map[string]string
+	if err := json.Unmarshal(resp.Kvs[0].Value, &theirs); err != nil {
+		return err
+	}
+	var mismatched []string
+	for k, v := range s.cfg.Critical {
+		if theirs[k] != v {
+			mismatched = append(mismatched, k)
+		}
+	}
+	if len(mismatched) == 0 {
+		return nil
+	}
+	slices.Sort(mismatched)
+	for _, k := range mismatched {
+		s.log.Warn("critical configuration mismatched: " + k)
+	}
+	return errCriticalMismatch
 }
 
 // stopped says etcd stopped under the double: its member was removed.
@@ -390,6 +434,13 @@ func (s *server) becomeReady(ctx context.Context) error {
 		if _, err := s.cli.Put(ctx, key, "bootstrap data (the k3s double keeps only the key)"); err != nil {
 			return nil
 		}
+	}
+	// k3s serves its critical settings on /v1-k3s/config for a joining
+	// server to compare (pkg/server/router.go, configHandler); the
+	// double keeps them in etcd under the server's address.
+	crit, _ := json.Marshal(s.cfg.Critical)
+	if _, err := s.cli.Put(ctx, criticalKey(s.o.nodeIP), string(crit)); err != nil {
+		return nil
 	}
 	s.ready.Store(true)
 	s.log.Info("k3s is up and running", "member", s.name)

@@ -86,6 +86,13 @@ func TestTheServersStartAsK3sDoes(t *testing.T) {
 		assert.Less(t, time.Since(began), 10*time.Second)
 	})
 
+	t.Run("a server whose critical settings differ from its server's is refused", func(t *testing.T) {
+		_, err := testServer(t, "srv-b", 11, config{Server: join, Token: "secret", Critical: map[string]string{"cluster-cidr": "10.52.0.0/16"}})
+		require.Error(t, err)
+		assert.ErrorIs(t, err, errCriticalMismatch)
+		assert.Contains(t, err.Error(), "failed to validate server configuration: critical configuration value mismatch between servers")
+	})
+
 	b, err := testServer(t, "srv-b", 11, config{Server: join, Token: "secret", ClusterInit: true})
 	require.NoError(t, err, "cluster-init and server both set: the server is joined")
 	assert.False(t, b.ready.Load(), "a learner is not ready")
