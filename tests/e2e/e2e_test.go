@@ -30,6 +30,12 @@ func (f *Fleet) waitEnd(t *testing.T, prev *api.SwapResult, timeout time.Duratio
 	f.Wait(timeout, "the swap ends", func() error {
 		st = f.Status()
 		if st.Last != nil && st.Swap == nil && (prev == nil || st.Last.ID != prev.ID) {
+			// Note: the end records the result in the status, then
+			// releases the Lease; a controller killed between the two
+			// releases it once it leads again.
+			if l := f.Lease(); l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+				return fmt.Errorf("ended %s, the Lease still held by %s", st.Last.Result, *l.Spec.HolderIdentity)
+			}
 			return nil
 		}
 		return fmt.Errorf("step %s: %s", st.Step, st.Reason)
