@@ -236,7 +236,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		var again clock.Timer
 		var retry <-chan time.Time
-		if r := a.retry; r != nil {
+		if r := a.retry; r != nil && r.next.After(a.clock.Now()) {
 			again = a.clock.NewTimer(r.next.Sub(a.clock.Now()))
 			retry = again.C()
 		}
@@ -408,6 +408,9 @@ func (a *Agent) reconcile(ctx context.Context) {
 	if r := a.retry; r != nil && r.key == key && a.clock.Now().Before(r.next) {
 		a.say(r.say(why))
 		return
+	}
+	if r := a.retry; r != nil && r.key != key && !a.clock.Now().Before(r.next) {
+		a.retry = nil // another decision now, and the wait is over: forgotten
 	}
 	a.say(why)
 	woke := a.woken.Swap(0)

@@ -146,6 +146,23 @@ type fixture struct {
 	realEtcd Etcd
 	// status is the last status line told to systemd (lastNote).
 	status string
+	// looks counts the reads of the server unit's state, a look's first
+	// read: how often the agent looks at its host.
+	looks atomic.Int64
+}
+
+// countingPlatform is the fake platform, counting the reads of the server
+// unit's state.
+type countingPlatform struct {
+	*fake.Platform
+	n *atomic.Int64
+}
+
+func (p countingPlatform) State(ctx context.Context, u platform.Unit) (platform.State, error) {
+	if u == platform.Server {
+		p.n.Add(1)
+	}
+	return p.Platform.State(ctx, u)
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -199,7 +216,7 @@ func (f *fixture) start() {
 	if f.realEtcd != nil {
 		member = f.realEtcd
 	}
-	a, err := New(Options{Config: f.cfg, Platform: f.plat, Kube: fakeCore{f.kube.CoreV1()}, Etcd: member,
+	a, err := New(Options{Config: f.cfg, Platform: countingPlatform{f.plat, &f.looks}, Kube: fakeCore{f.kube.CoreV1()}, Etcd: member,
 		Notify: func(s string) error { f.notes <- s; return nil }, Registry: f.registry})
 	require.NoError(f.t, err)
 	f.agent = a

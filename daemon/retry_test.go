@@ -223,3 +223,23 @@ func TestAServerThatCannotStartFinishesAsAnAgentByK3sOwnSigns(t *testing.T) {
 		})
 	}
 }
+
+func TestAFailedDecisionThatIsNotMadeAgainLeavesNoWakeUpBehind(t *testing.T) {
+	f := newFixture(t)
+	crashLooping(t, f)
+	f.start()
+	f.waitStarts(1, 5*time.Second)
+	// The role file now says agent, and there is no datastore: the
+	// agent unit runs, nothing is left to do.
+	require.NoError(t, os.RemoveAll(f.etcdDir()))
+	f.plat.Set(platform.Agent, true, time.Now())
+	f.role("agent")
+	require.Eventually(t, func() bool { return strings.Contains(f.lastNote(), "no datastore is left: the agent runs") }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(2 * retryBackoff.Duration) // the failed start's wait is over
+	before := f.looks.Load()
+	time.Sleep(time.Second)
+	// Each look reads the server's state twice at most (the look and the
+	// probe); a second at rest is a probe or two, not a loop.
+	assert.Less(t, f.looks.Load()-before, int64(10), "the agent rests: no wake-up left armed for a decision no longer made")
+	assert.Equal(t, 1, f.calls("start", platform.Server))
+}
