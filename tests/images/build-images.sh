@@ -20,7 +20,11 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # rpm: the .rpm installed and upgraded as on an RPM host (tests/package_upgrade_test.go).
 # python3-apt and sudo: Ansible's apt module and become, as on a Debian host
 # Ansible manages (tests/e2e's fleet is deployed by the playbook).
-packages=systemd,systemd-sysv,dbus,procps,iproute2,python3,rpm,python3-apt,sudo
+# iptables and ipset: what a k3s release bundles (and the multi-call binary
+# the real-k3s tier of tests/e2e runs does not) for kube-proxy, flannel and
+# the network policy controller; without iptables kube-proxy stops k3s
+# ("iptables is not available on this host").
+packages=systemd,systemd-sysv,dbus,procps,iproute2,python3,rpm,python3-apt,sudo,iptables,ipset
 mkdir -p "$cache"
 
 need() {
