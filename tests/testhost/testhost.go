@@ -146,6 +146,14 @@ func systemdFlags() []string {
 // test's end.
 func startSystemd(t T, image, dir string, extra ...string) *SystemdHost {
 	t.Helper()
+	return startSystemdWith(t, image, dir, systemdFlags(), nil, extra...)
+}
+
+// startSystemdWith is startSystemd with the docker run flags given in
+// place of systemdFlags, and a command in place of the image's (one that
+// ends by exec'ing systemd).
+func startSystemdWith(t T, image, dir string, flags, command []string, extra ...string) *SystemdHost {
+	t.Helper()
 	bus := filepath.Join(dir, "bus")
 	shared := filepath.Join(dir, "shared")
 	for _, d := range []string{bus, shared} {
@@ -154,9 +162,9 @@ func startSystemd(t T, image, dir string, extra ...string) *SystemdHost {
 		}
 	}
 	name := fmt.Sprintf("fleet-role-test-sd-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	args := append([]string{"run", "-d", "--name", name, "--label", Label}, systemdFlags()...)
+	args := append([]string{"run", "-d", "--name", name, "--label", Label}, flags...)
 	args = append(args, "-v", bus+":/run/dbus", "-v", shared+":/run/fleet-role-test")
-	args = append(append(args, extra...), image)
+	args = append(append(append(args, extra...), image), command...)
 	Docker(t, args...)
 	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", "-v", name).Run() })
 	h := &SystemdHost{Name: name, Bus: "unix:path=" + filepath.Join(bus, "system_bus_socket"), Shared: shared}
