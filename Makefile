@@ -11,6 +11,11 @@ TESTFLAGS   ?=
 TESTLOG     ?= $(BIN)/test.log
 NOW         ?= 2026-11-30T12:00:00Z
 FUZZTIME    ?= 60s
+# The real k3s binary the real-k3s tier of tests/e2e runs: the one
+# .ci/setup (make setup) keeps in its cache unless given; without one the
+# tier skips, saying how to get one (under CI=true it fails).
+FLEET_ROLE_K3S ?= $(lastword $(wildcard $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/fleet-role/k3s/*/k3s))
+export FLEET_ROLE_K3S
 # The fuzz targets, package:target: every input the agent and the
 # controller read from outside (docs/testing.md#fuzzing).
 FUZZ_TARGETS = api:FuzzRoleFile api:FuzzWireDocuments \
