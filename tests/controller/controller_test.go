@@ -55,7 +55,7 @@ func testConfig() config.Controller {
 	c.LeaderElection = config.LeaderElection{Lease: "fleet-role-controller", LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
 	c.Bounds = config.Bounds{
 		Snapshot: 30 * time.Second, Runners: 15 * time.Second, Drain: 20 * time.Second, Promote: 20 * time.Second,
-		Join: 20 * time.Second, Gates: time.Minute, StepDown: 15 * time.Second, MemberGone: 20 * time.Second,
+		Join: 20 * time.Second, Gates: time.Minute, StepDown: 15 * time.Second, RemoveMember: 30 * time.Second, MemberGone: 20 * time.Second,
 		Uncordon: 20 * time.Second, Rollback: 15 * time.Second, RemoveFallback: 10 * time.Second, RemoveByVoter: 15 * time.Second,
 	}
 	return c
