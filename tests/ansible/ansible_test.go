@@ -300,8 +300,10 @@ func TestTheAgentRoleInstallsAndStartsTheAgentOnASystemdHost(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond, "journal:\n%s", h.Exec(t, "journalctl", "-u", "fleet-role-agent", "--no-pager", "-n", "30"))
 
 	// A changed variable re-renders the config and restarts the agent.
-	playbook(t, append(args, "-e", "fleet_role_agent_probe_period=30s")...)
-	assert.Contains(t, h.Exec(t, "cat", "/etc/fleet-role/agent.toml"), `probe_period = "30s"`)
+	playbook(t, append(args, "-e", "fleet_role_agent_probe_period=30s", "-e", "fleet_role_agent_fsync_limit=25ms")...)
+	rendered = h.Exec(t, "cat", "/etc/fleet-role/agent.toml")
+	assert.Contains(t, rendered, `probe_period = "30s"`)
+	assert.Contains(t, rendered, "[probe]\nfsync_limit = \"25ms\"\nread_limit = \"100ms\"\n")
 	assert.NotEqual(t, start, h.Exec(t, "systemctl", "show", "-p", "ActiveEnterTimestampMonotonic", "--value", "fleet-role-agent.service"),
 		"the handler restarted it")
 }
