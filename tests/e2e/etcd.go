@@ -22,9 +22,9 @@ func (f *Fleet) Etcd() *clientv3.Client {
 	f.t.Helper()
 	var eps []string
 	for _, s := range f.servers() {
-		eps = append(eps, clientURL(s.IP))
+		eps = append(eps, f.etcdURL(s.IP))
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	c, err := clientv3.New(f.etcdConfig(eps, 2*time.Second))
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -32,7 +32,19 @@ func (f *Fleet) Etcd() *clientv3.Client {
 	return c
 }
 
-func clientURL(ip string) string { return "http://" + ip + ":2379" }
+// etcdURL is the client URL of the member at ip: the k3s double's plain
+// http, real k3s's https (its client certificates, etcdTLS).
+func (f *Fleet) etcdURL(ip string) string {
+	if f.etcdTLS != nil {
+		return "https://" + ip + ":2379"
+	}
+	return "http://" + ip + ":2379"
+}
+
+// etcdConfig is a client's configuration of the endpoints.
+func (f *Fleet) etcdConfig(endpoints []string, dial time.Duration) clientv3.Config {
+	return clientv3.Config{Endpoints: endpoints, DialTimeout: dial, TLS: f.etcdTLS, Logger: zap.NewNop()}
+}
 
 // Membership is etcd's member list as one server sees it.
 type Membership struct {
@@ -58,7 +70,7 @@ func (f *Fleet) Members() (Membership, error) {
 
 func (f *Fleet) membersFrom(h *Host) (Membership, error) {
 	if h.etcd == nil {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{clientURL(h.IP)}, DialTimeout: time.Second, Logger: zap.NewNop()})
+		c, err := clientv3.New(f.etcdConfig([]string{f.etcdURL(h.IP)}, time.Second))
 		if err != nil {
 			return Membership{}, err
 		}
@@ -87,7 +99,7 @@ func (f *Fleet) membersFrom(h *Host) (Membership, error) {
 // time, timing each: a write that stalls hurts its users as much as one
 // that fails, so the slowest write is counted beside the failed ones.
 type Writes struct {
-	c       *clientv3.Client
+	put     func(ctx context.Context, i int) error
 	timeout time.Duration
 	stop    chan struct{}
 	done    chan struct{}
@@ -103,7 +115,14 @@ type Writes struct {
 // StartWrites starts writing; each write is given the fleet's election
 // timeout, twice over, before it counts as failed.
 func (f *Fleet) StartWrites(c *clientv3.Client) *Writes {
-	w := &Writes{c: c, timeout: 2 * f.electionTimeout(), stop: make(chan struct{}), done: make(chan struct{})}
+	return f.startWrites(func(ctx context.Context, i int) error {
+		_, err := c.Put(ctx, fmt.Sprintf("/e2e/writes/%d", i%100), time.Now().Format(time.RFC3339Nano))
+		return err
+	})
+}
+
+func (f *Fleet) startWrites(put func(ctx context.Context, i int) error) *Writes {
+	w := &Writes{put: put, timeout: 2 * f.electionTimeout(), stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	f.t.Cleanup(w.Stop)
 	return w
@@ -119,7 +138,7 @@ func (w *Writes) run() {
 		}
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
-		_, err := w.c.Put(ctx, fmt.Sprintf("/e2e/writes/%d", i%100), began.Format(time.RFC3339Nano))
+		err := w.put(ctx, i)
 		cancel()
 		took := time.Since(began)
 		w.mu.Lock()
@@ -194,7 +213,7 @@ func (f *Fleet) Check(result string) error {
 	if len(m.Learners) > 0 {
 		return fmt.Errorf("learners left: %v", m.Learners)
 	}
-	nodes, err := f.API.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	nodes, err := f.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,8 +66,14 @@ type Options struct {
 type Fleet struct {
 	t    testhost.T
 	opts Options
-	API  *kubeapi.Server
-	Dir  string
+	// API is the test's kube-apiserver the k3s double stands behind; nil
+	// on real k3s (DeployOnK3s), whose servers serve the API.
+	API *kubeapi.Server
+	// Client is an administrator's client of the fleet's API; Kubeconfig
+	// an administrator's kubeconfig, for the CLI.
+	Client     kubernetes.Interface
+	Kubeconfig string
+	Dir        string
 	// Bin is the fleet-role binary make built, for the CLI; BinDir holds
 	// it and the .deb.
 	Bin, BinDir string
@@ -76,6 +83,13 @@ type Fleet struct {
 	Order       []string
 	// clusterID is etcd's cluster ID once the fleet was up.
 	clusterID uint64
+	// etcdTLS is a client's TLS to real k3s's etcd (its client
+	// certificate); nil for the k3s double's plain http.
+	etcdTLS *tls.Config
+	// k3s is the real k3s binary the hosts run; "" for the double.
+	k3s string
+	// k3sAPI follows the live servers' APIs, on real k3s.
+	k3sAPI *k3sAPI
 	// kubeconfig is the hosts': it holds the API server's certificate.
 	kubeconfig string
 	// Net is the hosts' network.
@@ -115,9 +129,12 @@ const K3sElectionTimeout = 5 * time.Second
 // (Kubernetes: 50s), shortened to keep the scenarios short.
 const NodeMonitorGracePeriod = 20 * time.Second
 
-// electionTimeout is the fleet's etcd election timeout: Options's, else
-// ElectionTimeout.
+// electionTimeout is the fleet's etcd election timeout: real k3s's own,
+// else Options's, else ElectionTimeout.
 func (f *Fleet) electionTimeout() time.Duration {
+	if f.k3s != "" {
+		return K3sElectionTimeout
+	}
 	if f.opts.ElectionTimeout > 0 {
 		return f.opts.ElectionTimeout
 	}
@@ -229,7 +246,7 @@ func (f *Fleet) bootstrap() *Host { return f.servers()[0] }
 
 // up: every voter's member votes, every Node is Ready with a probe.
 func (f *Fleet) up() error {
-	nodes, err := f.API.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	nodes, err := f.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
@@ -283,7 +300,7 @@ func (f *Fleet) cleanup() {
 // Node reads a Node.
 func (f *Fleet) Node(name string) *corev1.Node {
 	f.t.Helper()
-	n, err := f.API.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	n, err := f.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -291,7 +308,7 @@ func (f *Fleet) Node(name string) *corev1.Node {
 }
 
 // Status reads status.json.
-func (f *Fleet) Status() api.Status { return ReadStatus(f.API.Client) }
+func (f *Fleet) Status() api.Status { return ReadStatus(f.Client) }
 
 // ReadStatus reads the controller's status.json; empty while there is none.
 func ReadStatus(c kubernetes.Interface) api.Status {
@@ -305,7 +322,7 @@ func ReadStatus(c kubernetes.Interface) api.Status {
 
 // Lease reads the swap's Lease; nil when there is none.
 func (f *Fleet) Lease() *coordinationv1.Lease {
-	l, err := f.API.Client.CoordinationV1().Leases(api.Namespace).Get(context.Background(), api.LeaseName, metav1.GetOptions{})
+	l, err := f.Client.CoordinationV1().Leases(api.Namespace).Get(context.Background(), api.LeaseName, metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}
@@ -314,7 +331,7 @@ func (f *Fleet) Lease() *coordinationv1.Lease {
 
 // CLI runs fleet-role against the fleet's API server.
 func (f *Fleet) CLI(args ...string) (stdout, stderr string, code int) {
-	cmd := exec.Command(f.Bin, append(args, "--kubeconfig", f.API.Kubeconfig)...)
+	cmd := exec.Command(f.Bin, append(args, "--kubeconfig", f.cliKubeconfig())...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -328,9 +345,15 @@ func (f *Fleet) CLI(args ...string) (stdout, stderr string, code int) {
 	return o.String(), e.String(), code
 }
 
+// bounds are the controller's per-step bounds: on the double the
+// harness's, short; on real k3s fleet-role's defaults, k3s's own timings
+// being what they are; either way Options.Bounds over them.
 func (f *Fleet) bounds() string {
 	b := map[string]string{"snapshot": "30s", "runners": "20s", "drain": "30s", "promote": "40s", "join": "40s",
 		"gates": "1m", "step_down": "30s", "member_gone": "40s", "uncordon": "40s", "rollback": "40s"}
+	if f.k3s != "" {
+		b = map[string]string{}
+	}
 	maps.Copy(b, f.opts.Bounds)
 	var lines []string
 	for _, k := range slices.Sorted(maps.Keys(b)) {

@@ -1,0 +1,287 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleet-role/fleet-role/api"
+)
+
+// unitStop watches a host's unit until it is seen stopped, for the time
+// it was first seen so: no earlier than the unit stopped.
+type unitStop struct {
+	mu      sync.Mutex
+	stopped time.Time
+	done    chan struct{}
+	quit    chan struct{}
+}
+
+func (f *Fleet) watchUnitStop(h *Host, unit string) *unitStop {
+	w := &unitStop{done: make(chan struct{}), quit: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			if out, _ := h.exec("systemctl", "is-active", unit); out != "active" && out != "activating" && out != "reloading" && out != "deactivating" {
+				w.mu.Lock()
+				w.stopped = time.Now()
+				w.mu.Unlock()
+				return
+			}
+			select {
+			case <-w.quit:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	f.t.Cleanup(w.stop)
+	return w
+}
+
+func (w *unitStop) stop() {
+	select {
+	case <-w.quit:
+	default:
+		close(w.quit)
+	}
+	<-w.done
+}
+
+// at is when the unit was first seen stopped; zero while it was not.
+func (w *unitStop) at() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stopped
+}
+
+// sampleSeen is a host's first probe sample taken after a moment: when
+// its agent took it, and when the test first read it on the Node.
+type sampleSeen struct{ At, Read time.Time }
+
+// probesAfter records, for each host that has none yet, the probe sample
+// on its Node if it was taken after since.
+func (f *Fleet) probesAfter(since time.Time, seen map[string]sampleSeen) error {
+	nodes, err := f.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	read := time.Now()
+	for _, n := range nodes.Items {
+		if _, ok := f.Hosts[n.Name]; !ok || !seen[n.Name].At.IsZero() {
+			continue
+		}
+		var p api.Probe
+		if err := json.Unmarshal([]byte(n.Annotations[api.AnnotationProbe]), &p); err != nil {
+			continue
+		}
+		if p.At.After(since) {
+			seen[n.Name] = sampleSeen{At: p.At, Read: read}
+		}
+	}
+	return nil
+}
+
+// swapReporting runs a swap by hand (fleet-role swap OUT IN) and waits
+// for its end; meanwhile, from when the outgoing voter's k3s.service is
+// first seen stopped, it reads every Node for the first probe sample of
+// each host taken after that, and waits for one of each (up to a minute
+// after the stop) before it returns.
+func (f *Fleet) swapReporting(t *testing.T, out, in string, timeout time.Duration) (*api.SwapResult, time.Time, map[string]sampleSeen) {
+	t.Helper()
+	prev := f.Status().Last
+	stop := f.watchUnitStop(f.Hosts[out], "k3s.service")
+	_, stderr, code := f.CLI("swap", out, in)
+	require.Equal(t, 0, code, stderr)
+	seen := map[string]sampleSeen{}
+	var res *api.SwapResult
+	f.Wait(timeout, "the swap ends", func() error {
+		if at := stop.at(); !at.IsZero() {
+			_ = f.probesAfter(at, seen)
+		}
+		st := f.Status()
+		if st.Last != nil && st.Swap == nil && (prev == nil || st.Last.ID != prev.ID) {
+			res = st.Last
+			return nil
+		}
+		return fmt.Errorf("step %s: %s", st.Step, st.Reason)
+	})
+	stopped := stop.at()
+	require.False(t, stopped.IsZero(), "%s's k3s.service was seen stopped", out)
+	f.Wait(time.Until(stopped.Add(time.Minute)), "every host's agent reports a probe sample after "+out+"'s k3s stopped", func() error {
+		if err := f.probesAfter(stopped, seen); err != nil {
+			return err
+		}
+		for _, n := range f.Order {
+			if seen[n].At.IsZero() {
+				return fmt.Errorf("%s has no sample after %s", n, stopped.Format("15:04:05.000"))
+			}
+		}
+		return nil
+	})
+	for _, n := range f.Order {
+		assert.LessOrEqual(t, seen[n].Read.Sub(stopped), time.Minute, "%s's first sample after %s's k3s stopped was read within a minute", n, out)
+	}
+	return res, stopped, seen
+}
+
+// threeVotersNoLearner checks etcd's member list: three voters, no
+// learner.
+func (f *Fleet) threeVotersNoLearner(t *testing.T) {
+	t.Helper()
+	m, err := f.Members()
+	require.NoError(t, err)
+	t.Logf("etcd's members: voters %v, learners %v", m.Voters, m.Learners)
+	assert.Len(t, m.Voters, 3, "three voters")
+	assert.Empty(t, m.Learners, "no learner")
+}
+
+// roleFile is where the playbook has the agent keep the host's role.
+const roleFile = "/var/lib/fleet-role/role"
+
+// hostState is what a host's agent and k3s have made of it: its role
+// file and its k3s units' states, as read on the host, not through the
+// API.
+func (h *Host) hostState() string {
+	role, _ := h.exec("cat", roleFile)
+	server, _ := h.Unit("k3s.service")
+	agent, _ := h.Unit("k3s-agent.service")
+	return fmt.Sprintf("role file %q, k3s.service %s, k3s-agent.service %s", role, server, agent)
+}
+
+// TestOnRealK3s runs the real-k3s scenarios on one fleet, deployed from
+// nothing by the playbook with its default variables, in order: each
+// starts from where the one before left the fleet.
+func TestOnRealK3s(t *testing.T) {
+	start := time.Now()
+	lap := start
+	took := func(what string) {
+		t.Logf("timing: %s: %s (%s in all)", what, time.Since(lap).Round(time.Second), time.Since(start).Round(time.Second))
+		lap = time.Now()
+	}
+	d := DeployOnK3s(t, Options{Hosts: RealK3sHosts, Log: t.Logf})
+	took("deployed from nothing on real k3s")
+	d.threeVotersNoLearner(t)
+
+	ok := t.Run("TheSwapOfTheBootstrapServerCompletesWithEveryAgentReportingAfterItsK3sStoppedAndASecondSwapCompletesEachLeavingThreeVotersAndNoLearner", func(t *testing.T) {
+		d.WaitFit(10 * time.Minute)
+		took("every host fit")
+
+		// The bootstrap server (cluster-init) out, the standby in, with
+		// writes to etcd and to the API (through the kubernetes Service)
+		// throughout, counted.
+		c := d.Etcd()
+		writes, apiWrites := d.StartWrites(c), d.StartAPIWrites()
+		res, stopped, seen := d.swapReporting(t, "v1", "s1", 20*time.Minute)
+		count, apiCount := writes.Count(), apiWrites.Count()
+		writes.Stop()
+		apiWrites.Stop()
+		t.Logf("v1 out, s1 in: %s: %s; writes to etcd: %s; to the API: %s", res.Result, res.Reason, count, apiCount)
+		for _, n := range d.Order {
+			t.Logf("%s: its first probe sample after v1's k3s was seen stopped: taken %s after, read %s after", n,
+				seen[n].At.Sub(stopped).Round(time.Millisecond), seen[n].Read.Sub(stopped).Round(time.Millisecond))
+		}
+		require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+		require.NoError(t, d.Check(api.ResultCompleted))
+		d.threeVotersNoLearner(t)
+		writesAcross(t, d, c, count)
+		took("the swap of the bootstrap server v1 for s1")
+
+		// A second swap: v2 out, and v1, staged still, in again (its
+		// agent names a live voter for it to join through).
+		d.Wait(10*time.Minute, "v1 is eligible again", func() error { return d.Eligible("v1") })
+		took("v1 eligible again")
+		res = d.swap(t, "v2", "v1", 20*time.Minute)
+		t.Logf("v2 out, v1 in: %s: %s", res.Result, res.Reason)
+		d.ended(t, res, api.ResultCompleted)
+		d.threeVotersNoLearner(t)
+		took("the second swap, v2 for v1")
+	})
+	if !ok {
+		return
+	}
+
+	t.Run("QuorumLostOnceTheCandidateVotesTakesEveryServersAPIAwayNothingChangesOnAnyHostAndOnceBackTheSwapEndsAsStatusSaysLosingNoWrite", func(t *testing.T) {
+		// v3 out, v2 (a standby again) in; once v2 votes, the other two
+		// voters' k3s crash and stay down: two of four members, no
+		// quorum.
+		d.Wait(10*time.Minute, "v2 is eligible again", func() error { return d.Eligible("v2") })
+		took("v2 eligible again")
+		c := d.Etcd()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*d.electionTimeout())
+		_, err := c.Put(ctx, "/e2e/before-quorum-loss", "kept")
+		cancel()
+		require.NoError(t, err)
+		prev := d.Status().Last
+		_, stderr, code := d.CLI("swap", "v3", "v2")
+		require.Equal(t, 0, code, stderr)
+		d.Wait(20*time.Minute, "v2's member votes", func() error {
+			m, err := d.Members()
+			if err != nil {
+				return err
+			}
+			for _, v := range m.Voters {
+				if strings.HasPrefix(v, "v2-") {
+					return nil
+				}
+			}
+			return fmt.Errorf("voters %v, learners %v", m.Voters, m.Learners)
+		})
+		took("v2 votes")
+		down := []string{"s1", "v1"}
+		for _, n := range down {
+			d.Hosts[n].KeepServerDown()
+		}
+		lost := time.Now()
+		t.Logf("quorum lost at %s: %v kept down", lost.Format("15:04:05"), down)
+
+		// Every server's API goes: its readyz asks its etcd.
+		d.Wait(time.Minute, "no server's API is ready", func() error {
+			for _, s := range d.servers() {
+				if err := d.readyz(s.IP); err == nil {
+					return fmt.Errorf("%s's API is ready", s.Name)
+				}
+			}
+			return nil
+		})
+		// What an agent had set out to do as the quorum went, it
+		// finishes within a probe period or two; from then on, nothing
+		// changes on any host until the quorum is back.
+		time.Sleep(20 * time.Second)
+		before := map[string]string{}
+		for _, n := range d.Order {
+			before[n] = d.Hosts[n].hostState()
+			t.Logf("%s without quorum: %s", n, before[n])
+		}
+		time.Sleep(90 * time.Second)
+		for _, n := range d.Order {
+			assert.Equal(t, before[n], d.Hosts[n].hostState(), "%s changed without quorum", n)
+		}
+		for _, n := range down {
+			d.Hosts[n].LetServerUp()
+		}
+		took("quorum lost for " + time.Since(lost).Round(time.Second).String())
+
+		res := d.waitEnd(t, prev, 20*time.Minute)
+		t.Logf("v3 out, v2 in, quorum lost once v2 voted: %s: %s", res.Result, res.Reason)
+		require.Contains(t, []string{api.ResultCompleted, api.ResultRolledBack}, res.Result, res.Reason)
+		assert.Equal(t, res.Result, d.Status().Last.Result, "status says how it ended")
+		require.NoError(t, d.Check(res.Result))
+		d.threeVotersNoLearner(t)
+		ctx, cancel = context.WithTimeout(context.Background(), 2*d.electionTimeout())
+		defer cancel()
+		got, err := c.Get(ctx, "/e2e/before-quorum-loss")
+		require.NoError(t, err)
+		require.Len(t, got.Kvs, 1, "the write before the loss is kept")
+		assert.Equal(t, "kept", string(got.Kvs[0].Value))
+		took("the swap's end once the quorum was back")
+	})
+}
