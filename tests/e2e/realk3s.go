@@ -190,6 +190,8 @@ func DeployOnK3s(t testhost.T, opts Options) *Fleet {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// Note: an outer limit, not an assertion: five k3s starting on two
+	// cores took 1m6s here, 8m30s beside a kube-apiserver build.
 	f.Wait(12*time.Minute, "every kubelet registered its Node, Ready, and every voter's member votes", f.registered)
 	f.logf("every Node Ready and every voter voting after %s", time.Since(began).Round(time.Second))
 	m, err := f.Members()
