@@ -191,7 +191,7 @@ func DeployOnK3s(t testhost.T, opts Options) *Fleet {
 		t.Fatal(err)
 	}
 	// Note: an outer limit, not an assertion: five k3s starting on two
-	// cores took 1m6s here, 8m30s beside a kube-apiserver build.
+	// cores registered in about a minute here, a build beside them or not.
 	f.Wait(12*time.Minute, "every kubelet registered its Node, Ready, and every voter's member votes", f.registered)
 	f.logf("every Node Ready and every voter voting after %s", time.Since(began).Round(time.Second))
 	m, err := f.Members()
