@@ -94,6 +94,42 @@
 //     promoted from learner to voting member"); pkg/server/server.go,
 //     startup of the controllers. An agent says READY=1 once its
 //     configuration is retrieved (pkg/agent/run.go, Run).
+//   - The apiserver on <node-ip>:6443. A server listens there from its
+//     start, before its etcd (k3s: pkg/cluster/cluster.go,
+//     (*Cluster).Start, initClusterAndHTTPS first). Until its member
+//     votes (it is not ready, or never will be) every request is answered
+//     at once with 503 "apiserver not ready" and "Connection: close" (k3s:
+//     pkg/server/handlers/handlers.go, APIServer; pkg/util/api.go,
+//     SendError). While it serves (ready, its member reaching a quorum)
+//     requests go through to the test's kube-apiserver with the client's
+//     own credentials, over TLS with that kube-apiserver's serving
+//     certificate and key (--serving-cert, --serving-key), which name
+//     "kubernetes" as every k3s server's certificate does. Once ready,
+//     k3s never stops its apiserver: while its member reaches no quorum
+//     (or its etcd stopped under it) a request is held, and forwarded if
+//     the server serves again, else failed with 500 "etcdserver: request
+//     timed out" once etcd's request timeout passed (5 s and two election
+//     timeouts; etcd: server/config, (*ServerConfig).ReqTimeout); every
+//     request in flight, watches among them, is cut the moment it stops
+//     serving (kubernetes: the apiserver's etcd watches require a leader,
+//     staging/src/k8s.io/apiserver/pkg/storage/etcd3/watcher.go,
+//     newWatchChan; etcd ends them after three election timeouts without
+//     one, server/etcdserver/api/v3rpc/interceptor.go, monitorLeader; the
+//     watch cache then ends its clients' watches,
+//     storage/cacher/cacher.go, (*Cacher).startCaching). A stopped unit
+//     takes its listener with it: connections are refused.
+//   - The kubernetes Service's endpoints. Every ready server, every
+//     --endpoint-reconciler-interval (10s) while it serves, refreshes its
+//     lease in etcd (/registry/masterleases/<node-ip>, TTL
+//     --endpoint-reconciler-ttl, 15s), lists the leases and makes the
+//     Endpoints and the EndpointSlice default/kubernetes list exactly
+//     those addresses at 6443 (ready, port "https"; the Endpoints
+//     labelled skip-mirror), never none. A stopped server's lease is not
+//     removed (kube-apiserver removes its own on a clean shutdown): its
+//     address drops out once the lease expired. kubernetes:
+//     pkg/controlplane/reconcilers/lease.go, ReconcileEndpoints and
+//     doReconcile; endpointsadapter.go; pkg/controlplane,
+//     DefaultEndpointReconcilerInterval and DefaultEndpointReconcilerTTL.
 //   - Metadata. A ready server keeps etcd.k3s.cattle.io/node-name and
 //     node-address and the labels etcd, control-plane and master on its
 //     own Node, rewriting them when they differ. k3s:
@@ -195,12 +231,16 @@
 //     server's etcd in its place: a server whose k3s runs but whose etcd
 //     has not started yet counts as not answering), the bootstrap data
 //     itself (only its key is written), the K10 token's CA hash check.
-//   - The API server k3s serves: the test's kube-apiserver stands for
-//     every server's, reached through the admin kubeconfig, so the
-//     double's Kubernetes calls work whether or not its own apiserver
-//     would; readiness is modelled by the double holding back the writes
-//     above. Containers, networking, the Node's registration (the test
-//     creates the Nodes).
+//   - The apiservers' storage: one kube-apiserver of the test's, over an
+//     etcd of its own, stands behind every server's :6443 (so the
+//     Kubernetes objects are not in the fleet's etcd and a restore brings
+//     none back). The double's own Kubernetes calls go to it directly,
+//     through the admin kubeconfig; what its own apiserver would not
+//     allow is modelled by the double holding back the writes above.
+//     The supervisor's /v1-k3s/ paths, /cacerts, /ping; client
+//     certificates (the proxy passes bearer tokens, which is what
+//     fleet-role's clients present). Containers, networking, the Node's
+//     registration (the test creates the Nodes).
 //   - The agent's load balancer: k3s's agent keeps the servers it has
 //     seen (agent/etc/k3s-agent-load-balancer.json) and on a restart
 //     tries them all; the double's agent tries only the server it names.
@@ -221,8 +261,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -251,6 +293,10 @@ type options struct {
 	configRetryPeriod time.Duration
 	clusterReset      bool
 	restorePath       string
+	servingCert       string
+	servingKey        string
+	endpointInterval  time.Duration
+	endpointTTL       time.Duration
 }
 
 func main() {
@@ -279,6 +325,10 @@ func main() {
 	fs.DurationVar(&o.configRetryPeriod, "config-retry-period", 5*time.Second, "how often the agent part retries retrieving its configuration (k3s: 5s)")
 	fs.BoolVar(&o.clusterReset, "cluster-reset", false, "forget all peers and become the sole member of a new cluster, then exit (k3s: --cluster-reset)")
 	fs.StringVar(&o.restorePath, "cluster-reset-restore-path", "", "the snapshot a cluster reset restores (k3s: --cluster-reset-restore-path)")
+	fs.StringVar(&o.servingCert, "serving-cert", "/etc/k3s-double/apiserver.crt", "the serving certificate of the server's apiserver on <node-ip>:6443 (the test's kube-apiserver's own)")
+	fs.StringVar(&o.servingKey, "serving-key", "/etc/k3s-double/apiserver.key", "its key")
+	fs.DurationVar(&o.endpointInterval, "endpoint-reconciler-interval", 10*time.Second, "how often a serving server refreshes its lease and the kubernetes endpoints (kube-apiserver: 10s)")
+	fs.DurationVar(&o.endpointTTL, "endpoint-reconciler-ttl", 15*time.Second, "the lease's TTL (kube-apiserver: 15s)")
 	_ = fs.Parse(os.Args[2:])
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", o.nodeName, "role", o.role)
 	if err := run(o, log); err != nil {
@@ -341,11 +391,21 @@ func run(o options, log *slog.Logger) error {
 	if cfg.ClusterReset {
 		return resetCluster(ctx, o, cfg, log)
 	}
+	// k3s's supervisor listens on :6443 before its datastore starts.
+	target, transport, err := upstreamOf(rc)
+	if err != nil {
+		return err
+	}
+	api := newAPIProxy(target, transport, etcdRequestTimeout(o.electionMs), log.With("part", "apiserver"))
+	if err := listenAPI(ctx, net.JoinHostPort(o.nodeIP, strconv.Itoa(apiPort)), o.servingCert, o.servingKey, api, log); err != nil {
+		return err
+	}
 	s, err := startServer(ctx, o, cfg, kube, log)
 	if err != nil {
 		return err
 	}
 	defer s.close()
+	s.api = api
 	k.serves = s.serves
 	go func() {
 		if retrieveConfig(ctx, o, log, func() error { return ensureNodePassword(ctx, kube, o) }) {

@@ -51,6 +51,9 @@ type server struct {
 	// lastMonitor is the node lifecycle stand-in's last pass.
 	lastMonitor time.Time
 	closeOnce   sync.Once
+	// api is the server's apiserver on :6443, told the state after each
+	// tick; nil in tests that do not serve it.
+	api *apiProxy
 }
 
 type etcdMember = etcdserverpb.Member
@@ -363,6 +366,9 @@ func (s *server) loop(ctx context.Context) error {
 		if err := s.tick(ctx); err != nil {
 			return err
 		}
+		if s.api != nil {
+			s.api.set(s.apiState())
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -449,6 +455,7 @@ func (s *server) becomeReady(ctx context.Context) error {
 	s.stopControllers = cancel
 	go s.leaderElected(cctx, "k3s-etcd", s.o.leaseDuration, s.o.renewDeadline, s.o.retryPeriod, s.memberController)
 	go s.leaderElected(cctx, "kube-controller-manager", 15*time.Second, 10*time.Second, 2*time.Second, s.nodeLifecycle)
+	go s.endpointReconciler(cctx)
 	return nil
 }
 
