@@ -49,9 +49,10 @@ const (
 // The names fleet-role writes on Nodes and on its Lease.
 const (
 	// LabelRole is a Node's fleet role: RoleVoter, RoleStandby or
-	// RoleAgent. Set by the Ansible role at deployment (k3s's
-	// --node-label) and by the controller at a swap's clean-up; read by
-	// the controller.
+	// RoleAgent. Put on a registered Node that has none by the Ansible
+	// role at deployment (never k3s's node-label, which k3s puts back at
+	// every start), changed by the controller at a swap's clean-up; read
+	// by the controller.
 	LabelRole = "fleet-role.io/role"
 	// LabelLevel is a server's level (full, etcd-only): set by regrade,
 	// removed by the controller's clean-up of a demoted server, read by

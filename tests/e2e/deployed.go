@@ -169,6 +169,7 @@ func Deploy(t testhost.T, opts Options) *Fleet {
 		t.Fatalf("the first run of the playbook changed nothing")
 	}
 	f.logf("the playbook ran in %s", time.Since(began).Round(time.Second))
+	f.requireRolesLabelled()
 	f.logf("waiting for etcd's members to vote, every Node to be Ready with a probe and the controller to be available")
 	f.waitUp(4 * time.Minute)
 	f.WaitRolledOut(2 * time.Minute)
@@ -195,7 +196,8 @@ func (f *Fleet) make() error {
 }
 
 // objects creates what k3s's kubelets would have registered: the Nodes
-// (with the role label Ansible joins them with) and an app's Pod on each.
+// (not labelled with their role: the playbook does that) and an app's
+// Pod on each.
 // fleet-role's namespace is the playbook's.
 func (f *Fleet) objects() {
 	createObjects(f.t, f.Client, []string{api.NodeLeaseNamespace, "apps"}, f.opts.Hosts)

@@ -210,7 +210,8 @@ func (f *Fleet) describe() []string {
 }
 
 // createObjects creates the namespaces, each host's Node (as a first
-// kubelet start would) and a Pod of an app on each.
+// kubelet start would, without fleet-role's label: the playbook puts it
+// on) and a Pod of an app on each.
 func createObjects(t testhost.T, c kubernetes.Interface, namespaces []string, hosts []HostSpec) {
 	ctx := context.Background()
 	for _, ns := range namespaces {
@@ -219,7 +220,7 @@ func createObjects(t testhost.T, c kubernetes.Interface, namespaces []string, ho
 		}
 	}
 	for _, spec := range hosts {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: map[string]string{api.LabelRole: spec.Role}}}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}}
 		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -227,6 +228,22 @@ func createObjects(t testhost.T, c kubernetes.Interface, namespaces []string, ho
 			Spec: corev1.PodSpec{NodeName: spec.Name, Containers: []corev1.Container{{Name: "web", Image: "web"}}}}
 		if _, err := c.CoreV1().Pods("apps").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// requireRolesLabelled fails the test unless the playbook labelled each
+// host's Node with the role of its inventory group: the harness labels
+// none (createObjects, k3sConfig).
+func (f *Fleet) requireRolesLabelled() {
+	f.t.Helper()
+	for _, name := range f.Order {
+		n, err := f.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			f.t.Fatalf("%s's Node after the playbook: %v", name, err)
+		}
+		if got, want := n.Labels[api.LabelRole], f.Hosts[name].Role; got != want {
+			f.t.Fatalf("after the playbook %s's %s is %q, not its group's %q", name, api.LabelRole, got, want)
 		}
 	}
 }

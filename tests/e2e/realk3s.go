@@ -34,11 +34,10 @@ import (
 // servers with embedded etcd (the bootstrap host with cluster-init, the
 // others joining through it with server:), a standby staged (its server's
 // config.yaml and unit in place, its k3s agent running), an agent (its
-// k3s agent alone). Every Node is registered by a real kubelet, its
-// fleet-role.io/role label from k3s's node-label (a staged host's in its
-// config.yaml, an agent's on its command line), as a user's install
-// carries it; the API is
-// the real servers' (k3sapi.go says who reaches it how). fleet-role is
+// k3s agent alone). Every Node is registered by a real kubelet, with no
+// fleet-role.io/role label: the playbook puts it on, as it does on a
+// user's install. The API is the real servers' (k3sapi.go says who
+// reaches it how). fleet-role is
 // the playbook's, with its defaults for where the agents reach the API
 // and their etcd member.
 //
@@ -216,6 +215,7 @@ func DeployOnK3s(t testhost.T, opts Options) *Fleet {
 		t.Fatalf("the first run of the playbook changed nothing")
 	}
 	f.logf("the playbook ran in %s", time.Since(began).Round(time.Second))
+	f.requireRolesLabelled()
 	f.logf("waiting for every Node to have a probe and the controller to be available")
 	f.waitUp(6 * time.Minute)
 	f.WaitRolledOut(3 * time.Minute)
@@ -327,22 +327,23 @@ func (f *Fleet) k3sServerArgs(h *Host) []string {
 // writes those it is given into the unit; the server it joins and the
 // token are in the unit's environment file (install).
 func k3sAgentArgs(h *Host) []string {
-	return []string{"agent", fmt.Sprintf("--node-label=%s=%s", api.LabelRole, h.Role), "--flannel-iface=" + k3sIface,
+	return []string{"agent", "--flannel-iface=" + k3sIface,
 		"--kubelet-arg=fail-cgroupv1=false", "--kube-proxy-arg=conntrack-max-per-core=0"}
 }
 
 // k3sConfig is a staged host's /etc/rancher/k3s/config.yaml, which its
 // server and its agent both read, as the operator writes it: the server
-// the host joins through (but on the bootstrap host), the token file, the
-// Node's fleet-role.io/role, and what this machine needs (DeployOnK3s
-// says why).
+// the host joins through (but on the bootstrap host), the token file and
+// what this machine needs (DeployOnK3s says why). Never fleet-role's
+// role label: k3s puts its node-labels back at every start
+// (pkg/agent/run.go, configureNode and updateMutableLabels), which would
+// undo a swap's relabel; the playbook labels the Node once.
 func (f *Fleet) k3sConfig(h *Host) string {
 	var b strings.Builder
 	if f.bootstrap() != h {
 		fmt.Fprintf(&b, "server: https://%s:6443\n", f.bootstrap().IP)
 	}
 	fmt.Fprintf(&b, "token-file: %s\n", hostToken)
-	fmt.Fprintf(&b, "node-label:\n  - %s=%s\n", api.LabelRole, h.Role)
 	fmt.Fprintf(&b, "flannel-iface: %s\n", k3sIface)
 	b.WriteString("kubelet-arg:\n  - fail-cgroupv1=false\n")
 	b.WriteString("kube-proxy-arg:\n  - conntrack-max-per-core=0\n")
@@ -458,9 +459,8 @@ func (f *Fleet) serverCA() ([]byte, error) {
 	return nil, fmt.Errorf("%s has no cluster", f.Kubeconfig)
 }
 
-// registered: every host's kubelet registered its Node, Ready, with the
-// role its k3s's node-label gives it, and every voter's member votes
-// (k3s's EtcdIsVoter).
+// registered: every host's kubelet registered its Node, Ready, and every
+// voter's member votes (k3s's EtcdIsVoter).
 func (f *Fleet) registered() error {
 	nodes, err := f.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -477,8 +477,6 @@ func (f *Fleet) registered() error {
 			return fmt.Errorf("%s has no Node", name)
 		case !conditionTrue(n, corev1.NodeReady):
 			return fmt.Errorf("%s is not Ready", name)
-		case n.Labels[api.LabelRole] != h.Role:
-			return fmt.Errorf("%s's %s is %q", name, api.LabelRole, n.Labels[api.LabelRole])
 		case h.Role == api.RoleVoter && !conditionTrue(n, api.ConditionEtcdIsVoter):
 			return fmt.Errorf("%s's member does not vote", name)
 		}
