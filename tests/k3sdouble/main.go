@@ -269,6 +269,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -366,6 +367,9 @@ func run(o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Note: the lease reconciler writes the deprecated Endpoints, as
+	// kube-apiserver's own does, whose loopback client logs no warning.
+	rc.WarningHandler = rest.NoWarnings{}
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
