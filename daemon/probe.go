@@ -24,90 +24,274 @@ import (
 // prober samples the host's health: small writes each followed by
 // fdatasync in the data dir, as etcd's WAL writes, the p99 over the last
 // writes; and on a server, through the local etcd, the member list, the
-// status and a timed linearizable read. A part that cannot be sampled
-// says so in the sample; no call waits past the etcd client's timeout.
+// status and a timed linearizable read. The writes are made in a goroutine
+// of their own, beside the etcd calls, and a sample waits for neither past
+// its period: a part that cannot be sampled within it says so in the
+// sample.
 type prober struct {
 	dir     string
 	cfg     config.Probe
 	period  time.Duration
 	etcd    Etcd
-	fsyncs  []time.Duration // the last cfg.History, oldest first
-	file    *os.File
 	payload []byte
+	// sync makes a write durable: fdatasync, as etcd's WAL does. Tests
+	// make it slow, hang or fail.
+	sync func(*os.File) error
+
+	// mu guards what the writes' goroutine shares with the samples.
+	mu sync.Mutex
+	// fsyncs are the latencies of the last cfg.History writes returned,
+	// oldest first.
+	fsyncs []time.Duration
+	file   *os.File
+	closed bool
+	// run is the writes last begun, nil before the first sample.
+	run *writes
+	// behind are the times at which samples found run's writes in flight
+	// and began none of their own: each stands for cfg.Writes writes due
+	// then and not made.
+	behind []time.Time
+}
+
+// writes is one sample's writes, made in a goroutine of their own. done
+// is closed once all of them have returned or one failed; ended, err,
+// returned and since are guarded by the prober's mu.
+type writes struct {
+	began time.Time
+	n     int
+	done  chan struct{}
+	ended bool
+	err   error
+	// returned is how many have returned; since is when the write in
+	// progress began, or the next one was due: as the one before it
+	// returned.
+	returned int
+	since    time.Time
+	// told says a sample has said how they ended; the samples' alone.
+	told bool
 }
 
 const probeFile = ".fleet-role-probe"
 
 func newProber(dir string, cfg config.Probe, period time.Duration, etcd Etcd) *prober {
-	return &prober{dir: dir, cfg: cfg, period: period, etcd: etcd, payload: make([]byte, 512)}
+	return &prober{dir: dir, cfg: cfg, period: period, etcd: etcd, payload: make([]byte, 512), sync: fdatasync}
 }
 
+func fdatasync(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }
+
+// close closes the probe's file, at once or, while writes are in flight,
+// once they return: a hung disk does not hang the agent's stop.
 func (p *prober) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.run == nil || p.run.ended {
+		p.closeFile()
+	}
+}
+
+// closeFile closes the file, with p.mu held.
+func (p *prober) closeFile() {
 	if p.file != nil {
 		p.file.Close()
 		p.file = nil
 	}
 }
 
-// disk makes the writes and keeps their latencies.
-func (p *prober) disk() error {
-	if p.file == nil {
-		if err := os.MkdirAll(p.dir, 0o700); err != nil {
-			return err
+// disk makes this sample's writes and waits for them until ctx ends, the
+// end of the sample's period. Writes an earlier sample began that are
+// still in flight are waited for instead, and none are begun beside them:
+// a disk that hangs holds one goroutine of the probe's however many
+// samples come, and each of them says the writes are still out. It returns
+// what went wrong, and the latencies the p99 is over.
+func (p *prober) disk(ctx context.Context) ([]error, []time.Duration) {
+	var problems []error
+	p.mu.Lock()
+	prev := p.run
+	p.mu.Unlock()
+	if prev != nil && !prev.told {
+		select {
+		case <-prev.done: // ended since the sample that began them: say how
+			prev.told = true
+			if prev.err != nil {
+				problems = append(problems, prev.err)
+			}
+		default:
+			p.mu.Lock()
+			p.behind = append(p.behind, time.Now())
+			p.mu.Unlock()
+			if err := p.wait(ctx, prev); err != nil {
+				problems = append(problems, err)
+			}
+			return problems, p.latencies(time.Now())
 		}
-		f, err := os.OpenFile(filepath.Join(p.dir, probeFile), os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return err
-		}
-		p.file = f
 	}
-	for i := range p.cfg.Writes {
+	w := &writes{began: time.Now(), n: p.cfg.Writes, done: make(chan struct{})}
+	w.since = w.began
+	p.mu.Lock()
+	p.run, p.behind = w, nil
+	p.mu.Unlock()
+	go p.write(w)
+	if err := p.wait(ctx, w); err != nil {
+		problems = append(problems, err)
+	}
+	return problems, p.latencies(time.Now())
+}
+
+// wait waits for w's writes until ctx ends, and says how they ended: their
+// error, or that they have not all returned in time.
+func (p *prober) wait(ctx context.Context, w *writes) error {
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		select {
+		case <-w.done: // returned at the very end: in time
+		default:
+			p.mu.Lock()
+			out := w.n - w.returned
+			p.mu.Unlock()
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return ctx.Err()
+			}
+			return fmt.Errorf("the writes begun %s ago have not all returned within the probe period %s (%d of %d out)",
+				time.Since(w.began).Round(time.Millisecond), p.period, out, w.n)
+		}
+	}
+	w.told = true
+	return w.err
+}
+
+// write makes w's writes, each followed by p.sync, and keeps each one's
+// latency as it returns.
+func (p *prober) write(w *writes) {
+	err := p.writeAll(w)
+	p.mu.Lock()
+	w.ended, w.err = true, err
+	if err != nil || p.closed {
+		p.closeFile()
+	}
+	p.mu.Unlock()
+	close(w.done)
+}
+
+func (p *prober) writeAll(w *writes) error {
+	f, err := p.open()
+	if err != nil {
+		return err
+	}
+	for i := range w.n {
 		start := time.Now()
-		if _, err := p.file.WriteAt(p.payload, int64(i%8)*int64(len(p.payload))); err != nil {
-			p.close()
+		p.mu.Lock()
+		w.since = start
+		p.mu.Unlock()
+		if _, err := f.WriteAt(p.payload, int64(i%8)*int64(len(p.payload))); err != nil {
 			return err
 		}
-		if err := syscall.Fdatasync(int(p.file.Fd())); err != nil {
-			p.close()
-			return err
+		if err := p.sync(f); err != nil {
+			return fmt.Errorf("fdatasync %s: %w", f.Name(), err)
 		}
-		p.fsyncs = append(p.fsyncs, time.Since(start))
-	}
-	if over := len(p.fsyncs) - p.cfg.History; over > 0 {
-		p.fsyncs = slices.Delete(p.fsyncs, 0, over)
+		took := time.Since(start)
+		p.mu.Lock()
+		w.returned++
+		w.since = time.Now()
+		p.fsyncs = append(p.fsyncs, took)
+		if over := len(p.fsyncs) - p.cfg.History; over > 0 {
+			p.fsyncs = slices.Delete(p.fsyncs, 0, over)
+		}
+		p.mu.Unlock()
 	}
 	return nil
 }
 
-// p99 is the 99th percentile of the kept fsync latencies, in ms.
-func (p *prober) p99() float64 {
-	if len(p.fsyncs) == 0 {
+// open opens the probe's file once; the writes' goroutine alone opens it,
+// since opening may block on the disk as a write does.
+func (p *prober) open() (*os.File, error) {
+	p.mu.Lock()
+	f := p.file
+	p.mu.Unlock()
+	if f != nil {
+		return f, nil
+	}
+	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(p.dir, probeFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.file = f
+	p.mu.Unlock()
+	return f, nil
+}
+
+// latencies are those of the last cfg.History writes at now, oldest first:
+// the writes returned, then, while writes are in flight, each write not
+// returned (the one in progress and those waiting behind it, its own
+// sample's and those of the samples since) at least as slow as it has
+// been so far. Note: etcd's WAL appends wait behind a hung fdatasync in
+// the same way; and counting the hung write alone would hide it, once the
+// history is full, in the one write in a hundred a p99 leaves out.
+func (p *prober) latencies(now time.Time) []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := slices.Clone(p.fsyncs)
+	if w := p.run; w != nil && !w.ended {
+		for range w.n - w.returned {
+			l = append(l, now.Sub(w.since))
+		}
+		for _, due := range p.behind {
+			for range p.cfg.Writes {
+				l = append(l, now.Sub(due))
+			}
+		}
+	}
+	if over := len(l) - p.cfg.History; over > 0 {
+		l = l[over:]
+	}
+	return l
+}
+
+// p99 is the 99th percentile of latencies, zero for none: with fewer than
+// a hundred, the slowest.
+func p99(latencies []time.Duration) time.Duration {
+	if len(latencies) == 0 {
 		return 0
 	}
-	s := slices.Clone(p.fsyncs)
+	s := slices.Clone(latencies)
 	slices.Sort(s)
 	i := (len(s)*99 + 99) / 100
-	return float64(s[min(i, len(s))-1]) / float64(time.Millisecond)
+	return s[min(i, len(s))-1]
 }
 
 // sample takes one sample at now; server says a server runs here. The
-// etcd calls are made at once, side by side, and all of them within one
-// period: a member that does not answer makes a sample that says so, on
-// time, never a late one. Note: the controller tells a live agent from a
-// silent one by its samples' times alone, so a sample that waited out
-// each call's timeout in turn (three of them, 15 s by default, while a
-// new server's etcd cannot start) made a live agent look dead.
+// disk's writes and the etcd calls are made at once, side by side, and a
+// sample waits for them one period at most: a disk or a member that does
+// not answer makes a sample that says so, on time, never a late one.
+// Note: the controller tells a live agent from a silent one by its
+// samples' times alone, so a sample that waited out each etcd call's
+// timeout in turn (three of them, 15 s by default, while a new server's
+// etcd cannot start), or a write a throttled disk held for seconds, made a
+// live agent look dead, where its disk is what is unfit.
 func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool) (api.Probe, []etcdclient.Member) {
+	ctx, cancel := context.WithTimeout(ctx, p.period)
+	defer cancel()
 	s := api.Probe{At: now.UTC(), Period: api.Duration(p.period), Staged: staged}
+	var e etcdSample
+	var wg sync.WaitGroup
+	if server {
+		wg.Go(func() { e = p.etcdSample(ctx) })
+	}
+	diskErrs, latencies := p.disk(ctx)
+	wg.Wait()
 	var problems []string
-	if err := p.disk(); err != nil {
+	for _, err := range diskErrs {
 		problems = append(problems, "disk: "+err.Error())
 	}
-	s.FsyncP99Ms = round(p.p99())
+	s.FsyncP99Ms = round(ms(p99(latencies)))
 	healthy := s.FsyncP99Ms <= ms(p.cfg.FsyncLimit)
 	var members []etcdclient.Member
 	if server {
-		e := p.etcdSample(ctx)
 		members = e.members
 		names := map[uint64]string{}
 		for _, m := range members {
@@ -143,11 +327,9 @@ type etcdSample struct {
 }
 
 // etcdSample asks the local member for its member list, its status and a
-// timed read, side by side, each within the period at most; a call that
-// has not answered by then is reported as such.
+// timed read, side by side, each until ctx ends, the end of the sample's
+// period; a call that has not answered by then is reported as such.
 func (p *prober) etcdSample(ctx context.Context) etcdSample {
-	ctx, cancel := context.WithTimeout(ctx, p.period)
-	defer cancel()
 	var e etcdSample
 	var wg sync.WaitGroup
 	wg.Go(func() { e.members, e.membersErr = p.etcd.Members(ctx) })

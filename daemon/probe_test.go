@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,8 +31,19 @@ func (*brokenEtcd) Read(context.Context) (time.Duration, error) {
 	return 0, errors.New("etcd linearizable read: context deadline exceeded")
 }
 
+// anyDisk is the default probe configuration with no fsync limit this
+// machine's disk could reach. Note: these tests are about what a sample
+// holds, not this machine's disk, whose fdatasync under a loaded test run
+// was seen to take more than the default limit of 10 ms; the limit has
+// tests of its own, on latencies the test sets.
+func anyDisk() config.Probe {
+	cfg := config.DefaultAgent().Probe
+	cfg.FsyncLimit = time.Hour
+	return cfg
+}
+
 func TestTheProbeOfAnAgentSamplesTheDiskOnly(t *testing.T) {
-	p := newProber(t.TempDir(), config.DefaultAgent().Probe, time.Minute, &fakeEtcd{})
+	p := newProber(t.TempDir(), anyDisk(), time.Minute, &fakeEtcd{})
 	defer p.close()
 	now := time.Now()
 	s, members := p.sample(context.Background(), now, false, true)
@@ -39,16 +54,16 @@ func TestTheProbeOfAnAgentSamplesTheDiskOnly(t *testing.T) {
 	assert.Empty(t, s.Members)
 	assert.Equal(t, api.Duration(time.Minute), s.Period)
 	assert.NoError(t, s.Validate())
-	assert.Len(t, p.fsyncs, 5)
+	assert.Len(t, p.latencies(time.Now()), 5)
 	for range 30 {
 		p.sample(context.Background(), now, false, true)
 	}
-	assert.Len(t, p.fsyncs, 100, "the p99 is over the last history writes")
+	assert.Len(t, p.latencies(time.Now()), 100, "the p99 is over the last history writes")
 }
 
 func TestTheProbeOfAServerReadsItsEtcd(t *testing.T) {
 	e := &fakeEtcd{members: []etcdclient.Member{{ID: 1, Name: "h1-0a1b2c3d"}, {ID: 2, Name: "h2-0a1b2c3d"}, {ID: 0x8e9e05c52164694d, Name: "s1-0a1b2c3d", Learner: true}}}
-	p := newProber(t.TempDir(), config.DefaultAgent().Probe, time.Minute, e)
+	p := newProber(t.TempDir(), anyDisk(), time.Minute, e)
 	defer p.close()
 	s, members := p.sample(context.Background(), time.Now(), true, false)
 	assert.True(t, s.Healthy, s.Error)
@@ -70,13 +85,13 @@ func TestAProbeThatCannotReachEtcdSaysSoAndIsUnhealthy(t *testing.T) {
 }
 
 func TestTheFsyncP99IsThe99thPercentile(t *testing.T) {
-	p := &prober{}
-	for i := 1; i <= 100; i++ {
-		p.fsyncs = append(p.fsyncs, time.Duration(i)*time.Millisecond)
+	var l []time.Duration
+	for i := 100; i >= 1; i-- {
+		l = append(l, time.Duration(i)*time.Millisecond)
 	}
-	assert.Equal(t, 99.0, p.p99())
-	p.fsyncs = []time.Duration{time.Millisecond, 40 * time.Millisecond}
-	assert.Equal(t, 40.0, p.p99(), "with few writes, the slowest")
+	assert.Equal(t, 99*time.Millisecond, p99(l), "in any order")
+	assert.Equal(t, 40*time.Millisecond, p99([]time.Duration{time.Millisecond, 40 * time.Millisecond}), "with few writes, the slowest")
+	assert.Zero(t, p99(nil))
 }
 
 // TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindow runs
@@ -161,4 +176,270 @@ func TestASampleOfAServerWhoseEtcdAnswersNothingComesWithinOnePeriodAndSaysSo(t 
 		assert.Contains(t, s.Error, call+": context deadline exceeded (etcd did not answer within the probe period 300ms)")
 	}
 	assert.NoError(t, s.Validate())
+}
+
+// hangingSync is an fdatasync whose nth call (from 1) hangs until release
+// is closed, or until hold has passed, so that a probe that waits for it
+// without end fails its test instead of hanging it, and then returns
+// fail; the others return at once.
+type hangingSync struct {
+	n       int
+	hold    time.Duration
+	release chan struct{}
+	fail    error
+
+	mu    sync.Mutex
+	calls int
+	hung  time.Time // when the nth call began
+}
+
+func newHangingSync(t *testing.T, n int, hold time.Duration) *hangingSync {
+	h := &hangingSync{n: n, hold: hold, release: make(chan struct{})}
+	t.Cleanup(h.let)
+	return h
+}
+
+func (h *hangingSync) sync(*os.File) error {
+	h.mu.Lock()
+	h.calls++
+	hang := h.calls == h.n
+	if hang {
+		h.hung = time.Now()
+	}
+	h.mu.Unlock()
+	if hang {
+		select {
+		case <-h.release:
+		case <-time.After(h.hold):
+		}
+		return h.fail
+	}
+	return nil
+}
+
+// let lets the hung call return.
+func (h *hangingSync) let() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.release:
+	default:
+		close(h.release)
+	}
+}
+
+// made is the calls so far, and when the hung one began (zero before).
+func (h *hangingSync) made() (int, time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls, h.hung
+}
+
+// hungProber is a prober of five writes a sample whose second fdatasync
+// hangs, with a limit of 100 ms.
+func hungProber(t *testing.T, history int, period time.Duration) (*prober, *hangingSync) {
+	cfg := config.DefaultAgent().Probe
+	cfg.Writes, cfg.History, cfg.FsyncLimit = 5, history, 100*time.Millisecond
+	h := newHangingSync(t, 2, 20*period)
+	p := newProber(t.TempDir(), cfg, period, &fakeEtcd{})
+	p.sync = h.sync
+	t.Cleanup(p.close)
+	return p, h
+}
+
+// hungPeriod is the probe period of the tests of a hung disk.
+const hungPeriod = 400 * time.Millisecond
+
+// lateDisk is the error of a sample of hungProber's whose writes are out
+// at its end.
+var lateDisk = regexp.MustCompile(`^disk: the writes begun [0-9.]+m?s ago have not all returned within the probe period [0-9.]+m?s \(4 of 5 out\)$`)
+
+// Note: a sample's p99 is computed once its period is over, so the hung
+// write counts at least from the moment its fdatasync was called to the
+// period's end; not the whole period, since it began once the first write
+// had returned. The bound, less the sample's rounding to the microsecond:
+func atLeastSince(start time.Time, hung time.Time) float64 {
+	return ms(start.Add(hungPeriod).Sub(hung)) - 0.001
+}
+
+func TestADiskWhoseFdatasyncHangsGivesAnUnhealthySampleOnTimeAndTheNextWaitsForItsWrites(t *testing.T) {
+	p, h := hungProber(t, 100, hungPeriod)
+	start := time.Now()
+	s, _ := p.sample(context.Background(), start, false, false)
+	took := time.Since(start)
+	calls, hung := h.made()
+	require.Equal(t, 2, calls, "the first write returned, the second hangs")
+	// Note: the hung call is held 20 periods: a sample that waited for it
+	// would come after that, not within two periods.
+	assert.Less(t, took, 2*hungPeriod, "the sample waits one period for the writes, not until they return")
+	assert.False(t, s.Healthy)
+	assert.Regexp(t, lateDisk, s.Error)
+	assert.GreaterOrEqual(t, s.FsyncP99Ms, atLeastSince(start, hung), "the hung write counts as slow as it has been so far")
+	assert.Greater(t, s.FsyncP99Ms, ms(p.cfg.FsyncLimit), "over the limit: the host is unfit, not silent")
+	assert.NoError(t, s.Validate())
+	t.Logf("took %s, fsync p99 %.3f ms, %s", took, s.FsyncP99Ms, s.Error)
+
+	start = time.Now()
+	next, _ := p.sample(context.Background(), start, false, false)
+	took = time.Since(start)
+	calls, _ = h.made()
+	assert.Equal(t, 2, calls, "no write is begun beside the one in flight")
+	assert.Less(t, took, 2*hungPeriod)
+	assert.False(t, next.Healthy)
+	assert.Regexp(t, lateDisk, next.Error)
+	assert.GreaterOrEqual(t, next.FsyncP99Ms, atLeastSince(start, hung), "still slow, as slow as it has been")
+	assert.Greater(t, next.FsyncP99Ms, s.FsyncP99Ms)
+	t.Logf("took %s, fsync p99 %.3f ms, %s", took, next.FsyncP99Ms, next.Error)
+}
+
+func TestOnceAHungFdatasyncReturnsTheSampleWaitingForItKeepsItsLatencyAndTheNextIsHealthy(t *testing.T) {
+	// A history of one sample's writes: the hung write's latency is out
+	// of the p99 once a sample's writes came after it. Note: the sample
+	// that waits for the hung write returns as it returns; the long period
+	// leaves room for the test to let it go while that sample waits.
+	p, h := hungProber(t, 5, time.Second)
+	late, _ := p.sample(context.Background(), time.Now(), false, false)
+	require.Regexp(t, lateDisk, late.Error)
+	go func() {
+		for !waitingBehind(p) {
+			time.Sleep(time.Millisecond)
+		}
+		h.let()
+	}()
+
+	s, _ := p.sample(context.Background(), time.Now(), false, false)
+	calls, _ := h.made()
+	assert.Equal(t, 5, calls, "the first sample's writes returned, and no new ones were begun")
+	assert.Empty(t, s.Error, "the writes returned within this sample's period")
+	assert.False(t, s.Healthy, "the hung write's latency is in the p99")
+	assert.GreaterOrEqual(t, s.FsyncP99Ms, late.FsyncP99Ms, "as slow as it was found, and then some")
+
+	s, _ = p.sample(context.Background(), time.Now(), false, false)
+	calls, _ = h.made()
+	assert.Equal(t, 10, calls, "a sample's writes again")
+	assert.True(t, s.Healthy, s.Error)
+	assert.Less(t, s.FsyncP99Ms, ms(p.cfg.FsyncLimit))
+}
+
+// waitingBehind says a sample waits for writes an earlier one began.
+func waitingBehind(p *prober) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.behind) > 0
+}
+
+func TestWritesThatEndAfterTheirSampleAreToldByTheNextWhichMakesItsOwn(t *testing.T) {
+	p, h := hungProber(t, 100, hungPeriod)
+	h.fail = syscall.EIO
+	late, _ := p.sample(context.Background(), time.Now(), false, false)
+	require.Regexp(t, lateDisk, late.Error)
+	p.mu.Lock()
+	run := p.run
+	p.mu.Unlock()
+	h.let()
+	<-run.done
+
+	s, _ := p.sample(context.Background(), time.Now(), false, false)
+	calls, _ := h.made()
+	assert.Equal(t, 7, calls, "the file opened again, the sample's own five writes")
+	assert.Regexp(t, `^disk: fdatasync .*/\.fleet-role-probe: input/output error$`, s.Error, "the failure of the write its sample gave up on")
+	assert.False(t, s.Healthy)
+	assert.Len(t, p.latencies(time.Now()), 6, "the writes that returned: the first sample's one, this one's five")
+}
+
+func TestOnceTheHistoryIsFullTheWritesDueBehindAHungOneStillRaiseTheP99(t *testing.T) {
+	cfg := config.DefaultAgent().Probe
+	cfg.Writes, cfg.History, cfg.FsyncLimit = 5, 100, 100*time.Millisecond
+	// The 20 samples' 100 writes that fill the history return; the last
+	// write of the next sample hangs.
+	h := newHangingSync(t, 105, 20*hungPeriod)
+	p := newProber(t.TempDir(), cfg, hungPeriod, &fakeEtcd{})
+	p.sync = h.sync
+	defer p.close()
+	for range 20 {
+		s, _ := p.sample(context.Background(), time.Now(), false, false)
+		require.True(t, s.Healthy, s.Error)
+	}
+	late, _ := p.sample(context.Background(), time.Now(), false, false)
+	require.Regexp(t, `have not all returned within the probe period 400ms \(1 of 5 out\)$`, late.Error)
+	t.Logf("one write out of a hundred: fsync p99 %.3f ms", late.FsyncP99Ms)
+
+	next, _ := p.sample(context.Background(), time.Now(), false, false)
+	calls, _ := h.made()
+	assert.Equal(t, 105, calls, "no write is begun beside the one in flight")
+	assert.Contains(t, next.Error, "have not all returned within the probe period")
+	assert.Greater(t, next.FsyncP99Ms, ms(cfg.FsyncLimit), "the sample's own five writes, due at its start, wait behind the hung one: over the limit")
+}
+
+func TestTheDiskWritesAndTheEtcdCallsWaitSideBySideWithinOnePeriod(t *testing.T) {
+	cfg := anyDisk()
+	h := newHangingSync(t, 1, 20*hungPeriod)
+	p := newProber(t.TempDir(), cfg, hungPeriod, &hungEtcd{})
+	p.sync = h.sync
+	defer p.close()
+	start := time.Now()
+	s, _ := p.sample(context.Background(), start, true, false)
+	took := time.Since(start)
+	// Note: each waits one period at most; one after the other, they
+	// took two.
+	assert.Less(t, took, 2*hungPeriod, "the disk and etcd waited for side by side")
+	assert.Contains(t, s.Error, "disk: the writes begun")
+	assert.Contains(t, s.Error, "etcd linearizable read: context deadline exceeded (etcd did not answer within the probe period 400ms)")
+	assert.False(t, s.Healthy)
+}
+
+func TestASampleWhoseFsyncP99IsOverTheLimitIsUnhealthyWithNoErrorAndOneUnderItHealthy(t *testing.T) {
+	const slow = 20 * time.Millisecond
+	cfg := config.DefaultAgent().Probe // a limit of 10 ms
+	p := newProber(t.TempDir(), cfg, time.Minute, &fakeEtcd{})
+	p.sync = func(*os.File) error { time.Sleep(slow); return nil }
+	defer p.close()
+	s, _ := p.sample(context.Background(), time.Now(), false, false)
+	assert.False(t, s.Healthy)
+	assert.Empty(t, s.Error, "a slow disk is no error")
+	assert.GreaterOrEqual(t, s.FsyncP99Ms, ms(slow), "a write takes its fdatasync's time at least")
+
+	// Note: the writes take 20 ms and what this machine adds; a limit
+	// fifty times that leaves room for any load a test run sees.
+	p.cfg.FsyncLimit = 50 * slow
+	s, _ = p.sample(context.Background(), time.Now(), false, false)
+	assert.True(t, s.Healthy, s.Error)
+}
+
+func TestAFailedFdatasyncIsInTheSampleAndTheNextSampleWritesAgain(t *testing.T) {
+	p := newProber(t.TempDir(), anyDisk(), time.Minute, &fakeEtcd{})
+	calls := 0
+	p.sync = func(*os.File) error {
+		calls++
+		if calls == 3 {
+			return syscall.EIO
+		}
+		return nil
+	}
+	defer p.close()
+	s, _ := p.sample(context.Background(), time.Now(), false, false)
+	assert.False(t, s.Healthy)
+	assert.Regexp(t, `^disk: fdatasync .*/\.fleet-role-probe: input/output error$`, s.Error)
+	assert.Len(t, p.latencies(time.Now()), 2, "the writes that returned")
+
+	s, _ = p.sample(context.Background(), time.Now(), false, false)
+	assert.True(t, s.Healthy, s.Error)
+	assert.Len(t, p.latencies(time.Now()), 7, "the file opened again, the sample's five writes")
+}
+
+func TestAProbeClosedWhileItsWritesHangClosesItsFileOnceTheyReturn(t *testing.T) {
+	p, h := hungProber(t, 100, hungPeriod)
+	s, _ := p.sample(context.Background(), time.Now(), false, false)
+	require.Regexp(t, lateDisk, s.Error)
+	p.close()
+	p.mu.Lock()
+	open := p.file != nil
+	run := p.run
+	p.mu.Unlock()
+	assert.True(t, open, "not closed under a write in flight")
+	h.let()
+	<-run.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	assert.Nil(t, p.file, "closed once the writes returned")
 }
