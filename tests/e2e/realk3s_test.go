@@ -2,15 +2,23 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/fleet-role/fleet-role/api"
 )
@@ -143,6 +151,150 @@ func (f *Fleet) threeVotersNoLearner(t *testing.T) {
 	assert.Empty(t, m.Learners, "no learner")
 }
 
+// roleFile is where the playbook has the agent keep the host's role.
+const roleFile = "/var/lib/fleet-role/role"
+
+// hostState is what a host's agent and k3s have made of it: its role
+// file and its k3s units' states, as read on the host, not through the
+// API.
+func (h *Host) hostState() string {
+	role, _ := h.exec("cat", roleFile)
+	server, _ := h.Unit("k3s.service")
+	agent, _ := h.Unit("k3s-agent.service")
+	return fmt.Sprintf("role file %q, k3s.service %s, k3s-agent.service %s", role, server, agent)
+}
+
+// hostWithRole is the first host of the fleet's order whose Node has the
+// role.
+func (f *Fleet) hostWithRole(role string) string {
+	f.t.Helper()
+	for _, n := range f.Order {
+		if f.Node(n).Labels[api.LabelRole] == role {
+			return n
+		}
+	}
+	f.t.Fatalf("no host is a %s", role)
+	return ""
+}
+
+// The objects of the swap over a large datastore: ConfigMaps of a
+// megabyte, under the 1 MiB a ConfigMap may hold.
+const (
+	bulkNamespace  = "bulk"
+	bulkObjects    = 210
+	bulkObjectSize = 1_000_000
+)
+
+// writeBulk creates n ConfigMaps of size bytes each through the API,
+// four at a time, and returns their names.
+func (f *Fleet) writeBulk(t *testing.T, n, size int) []string {
+	t.Helper()
+	ctx := context.Background()
+	_, err := f.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: bulkNamespace}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	blob := make([]byte, size)
+	names := make([]string, n)
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for i := range n {
+		names[i] = fmt.Sprintf("blob-%03d", i)
+		g.Go(func() error {
+			b := slices.Clone(blob)
+			binary.BigEndian.PutUint32(b, uint32(i))
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: names[i]}, BinaryData: map[string][]byte{"blob": b}}
+			// Note: a write the API refuses while a server restarts is
+			// tried again, as a client of the cluster would.
+			return wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+				_, err := f.Client.CoreV1().ConfigMaps(bulkNamespace).Create(ctx, cm, metav1.CreateOptions{})
+				return err == nil || apierrors.IsAlreadyExists(err), nil
+			})
+		})
+	}
+	require.NoError(t, g.Wait(), "writing %d ConfigMaps of %d bytes", n, size)
+	return names
+}
+
+// dbSize is the largest database size etcd's members report.
+func (f *Fleet) dbSize(t *testing.T, c *clientv3.Client) int64 {
+	t.Helper()
+	var size int64
+	for _, ep := range c.Endpoints() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := c.Status(ctx, ep)
+		cancel()
+		if err == nil {
+			size = max(size, st.DbSize)
+		}
+	}
+	return size
+}
+
+// swapWatch records, from its start: when a host's member is first
+// listed, as a learner, and when first seen voting; and the first
+// snapshot report, done with its snapshot ready, on any Node.
+type swapWatch struct {
+	mu            sync.Mutex
+	listed, voted time.Time
+	snapshot      *api.Report
+	quit, done    chan struct{}
+}
+
+func (f *Fleet) watchSwap(in string) *swapWatch {
+	w := &swapWatch{quit: make(chan struct{}), done: make(chan struct{})}
+	began := time.Now()
+	member := func(name string) bool { return strings.HasPrefix(name, in+"-") }
+	go func() {
+		defer close(w.done)
+		for {
+			m, err := f.Members()
+			now := time.Now()
+			nodes, nerr := f.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+			w.mu.Lock()
+			if err == nil {
+				if w.listed.IsZero() && slices.ContainsFunc(m.Learners, member) {
+					w.listed = now
+				}
+				if w.voted.IsZero() && !w.listed.IsZero() && slices.ContainsFunc(m.Voters, member) {
+					w.voted = now
+				}
+			}
+			for i := range nodes.Items {
+				if nerr != nil || w.snapshot != nil {
+					break
+				}
+				var rep api.Report
+				if json.Unmarshal([]byte(nodes.Items[i].Annotations[api.AnnotationReport]), &rep) == nil && rep.Action == api.RequestSnapshot &&
+					rep.State == api.StateDone && rep.Snapshot.Ready() && rep.RequestAt != nil && rep.At.After(began) {
+					w.snapshot = &rep
+				}
+			}
+			w.mu.Unlock()
+			select {
+			case <-w.quit:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	f.t.Cleanup(w.stop)
+	return w
+}
+
+func (w *swapWatch) stop() {
+	select {
+	case <-w.quit:
+	default:
+		close(w.quit)
+	}
+	<-w.done
+}
+
+func (w *swapWatch) seen() (listed, voted time.Time, snapshot *api.Report) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.listed, w.voted, w.snapshot
+}
+
 // TestOnRealK3s runs the real-k3s scenarios on one fleet, deployed from
 // nothing by the playbook with its default variables, in order: each
 // starts from where the one before left the fleet.
@@ -162,7 +314,7 @@ func TestOnRealK3s(t *testing.T) {
 	took("deployed from nothing on real k3s")
 	d.threeVotersNoLearner(t)
 
-	t.Run("TheSwapOfTheBootstrapServerCompletesWithEveryAgentReportingAfterItsK3sStoppedAndASecondSwapCompletesEachLeavingThreeVotersAndNoLearner", func(t *testing.T) {
+	ok := t.Run("TheSwapOfTheBootstrapServerCompletesWithEveryAgentReportingAfterItsK3sStoppedAndASecondSwapCompletesEachLeavingThreeVotersAndNoLearner", func(t *testing.T) {
 		d.WaitFit(10 * time.Minute)
 		took("every host fit")
 
@@ -195,5 +347,139 @@ func TestOnRealK3s(t *testing.T) {
 		d.ended(t, res, api.ResultCompleted)
 		d.threeVotersNoLearner(t)
 		took("the second swap, v2 for v1")
+	})
+	if !ok {
+		return
+	}
+
+	ok = t.Run("QuorumLostOnceTheCandidateVotesTakesEveryServersAPIAwayNothingChangesOnAnyHostAndOnceBackTheSwapEndsAsStatusSaysLosingNoWrite", func(t *testing.T) {
+		// v3 out, v2 (a standby again) in; once v2 votes, the other two
+		// voters' k3s crash and stay down: two of four members, no
+		// quorum.
+		d.Wait(10*time.Minute, "v2 is eligible again", func() error { return d.Eligible("v2") })
+		took("v2 eligible again")
+		c := d.Etcd()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*d.electionTimeout())
+		_, err := c.Put(ctx, "/e2e/before-quorum-loss", "kept")
+		cancel()
+		require.NoError(t, err)
+		prev := d.Status().Last
+		_, stderr, code := d.CLI("swap", "v3", "v2")
+		require.Equal(t, 0, code, stderr)
+		d.Wait(20*time.Minute, "v2's member votes", func() error {
+			m, err := d.Members()
+			if err != nil {
+				return err
+			}
+			for _, v := range m.Voters {
+				if strings.HasPrefix(v, "v2-") {
+					return nil
+				}
+			}
+			return fmt.Errorf("voters %v, learners %v", m.Voters, m.Learners)
+		})
+		took("v2 votes")
+		down := []string{"s1", "v1"}
+		for _, n := range down {
+			d.Hosts[n].KeepServerDown()
+		}
+		lost := time.Now()
+		t.Logf("quorum lost at %s: %v kept down", lost.Format("15:04:05"), down)
+
+		// Every server's API goes: its readyz asks its etcd.
+		d.Wait(time.Minute, "no server's API is ready", func() error {
+			for _, s := range d.servers() {
+				if err := d.readyz(s.IP); err == nil {
+					return fmt.Errorf("%s's API is ready", s.Name)
+				}
+			}
+			return nil
+		})
+		// What an agent had set out to do as the quorum went, it
+		// finishes within a probe period or two; from then on, nothing
+		// changes on any host until the quorum is back.
+		time.Sleep(20 * time.Second)
+		before := map[string]string{}
+		for _, n := range d.Order {
+			before[n] = d.Hosts[n].hostState()
+			t.Logf("%s without quorum: %s", n, before[n])
+		}
+		time.Sleep(90 * time.Second)
+		for _, n := range d.Order {
+			assert.Equal(t, before[n], d.Hosts[n].hostState(), "%s changed without quorum", n)
+		}
+		for _, n := range down {
+			d.Hosts[n].LetServerUp()
+		}
+		took("quorum lost for " + time.Since(lost).Round(time.Second).String())
+
+		res := d.waitEnd(t, prev, 20*time.Minute)
+		t.Logf("v3 out, v2 in, quorum lost once v2 voted: %s: %s", res.Result, res.Reason)
+		require.Contains(t, []string{api.ResultCompleted, api.ResultRolledBack}, res.Result, res.Reason)
+		assert.Equal(t, res.Result, d.Status().Last.Result, "status says how it ended")
+		require.NoError(t, d.Check(res.Result))
+		d.threeVotersNoLearner(t)
+		ctx, cancel = context.WithTimeout(context.Background(), 2*d.electionTimeout())
+		defer cancel()
+		got, err := c.Get(ctx, "/e2e/before-quorum-loss")
+		require.NoError(t, err)
+		require.Len(t, got.Kvs, 1, "the write before the loss is kept")
+		assert.Equal(t, "kept", string(got.Kvs[0].Value))
+		took("the swap's end once the quorum was back")
+	})
+	if !ok {
+		return
+	}
+
+	t.Run("ASwapOverMoreThan200MBOfKubernetesObjectsCompletesWithTheLearnerCaughtUpAndTheSnapshotWholeLosingNoWrite", func(t *testing.T) {
+		// The standby in, a voter out, whichever the swaps before left.
+		out, in := d.hostWithRole(api.RoleVoter), d.hostWithRole(api.RoleStandby)
+		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })
+		took(in + " eligible")
+		c := d.Etcd()
+		began := time.Now()
+		written := d.writeBulk(t, bulkObjects, bulkObjectSize)
+		size := d.dbSize(t, c)
+		t.Logf("%d ConfigMaps of %d bytes written through the API in %s; etcd's database is %d MB", bulkObjects, bulkObjectSize,
+			time.Since(began).Round(time.Second), size>>20)
+		require.GreaterOrEqual(t, size, int64(200<<20), "etcd's database holds at least 200 MB")
+		took("the objects written")
+
+		writes, apiWrites := d.StartWrites(c), d.StartAPIWrites()
+		watch := d.watchSwap(in)
+		began = time.Now()
+		res := d.swap(t, out, in, 20*time.Minute)
+		swapTook := time.Since(began)
+		watch.stop()
+		count, apiCount := writes.Count(), apiWrites.Count()
+		writes.Stop()
+		apiWrites.Stop()
+		t.Logf("%s out, %s in over %d MB: %s in %s: %s; writes to etcd: %s; to the API: %s", out, in, size>>20, res.Result,
+			swapTook.Round(time.Second), res.Reason, count, apiCount)
+		d.ended(t, res, api.ResultCompleted)
+		d.threeVotersNoLearner(t)
+		writesAcross(t, d, c, count)
+
+		listed, voted, snap := watch.seen()
+		require.False(t, listed.IsZero(), "%s's member was seen as a learner", in)
+		require.False(t, voted.IsZero(), "%s's member was seen voting", in)
+		t.Logf("%s's member: listed as a learner %s into the swap, voting %s after that", in, listed.Sub(began).Round(100*time.Millisecond),
+			voted.Sub(listed).Round(100*time.Millisecond))
+		// The snapshot a voter took before the swap touched a host.
+		require.NotNil(t, snap, "a voter reported its snapshot done")
+		t.Logf("the swap's snapshot: %d MB, taken and verified in %s (%s)", snap.Snapshot.Size>>20,
+			snap.At.Sub(*snap.RequestAt).Round(100*time.Millisecond), snap.Snapshot.Path)
+		assert.GreaterOrEqual(t, snap.Snapshot.Size, int64(200<<20), "the snapshot holds the whole database")
+
+		// Every object written before the swap is there after it.
+		cms, err := d.Client.CoreV1().ConfigMaps(bulkNamespace).List(context.Background(), metav1.ListOptions{})
+		require.NoError(t, err)
+		got := map[string]bool{}
+		for _, cm := range cms.Items {
+			got[cm.Name] = len(cm.BinaryData["blob"]) == bulkObjectSize
+		}
+		for _, name := range written {
+			assert.True(t, got[name], "%s is there, whole, after the swap", name)
+		}
 	})
 }
