@@ -9,11 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,9 +44,12 @@ import (
 // native host has systemd as PID 1 (testhost.StartSystemdHostIn), a
 // Docker host has an engine of its own too (testhost.StartDockerHostIn,
 // Docker-in-Docker). The real kube-apiserver listens on the network's
-// gateway, the machine's own address on it, where the hosts, the
-// controller's replicas and the test all reach it (its serving
-// certificate names that address).
+// gateway, the machine's own address on it (its serving certificate
+// names that address), where the test and the k3s double reach it; the
+// agents and the controller's replicas reach it only through the
+// servers' :6443, each of which passes requests on only while its
+// server serves (tests/k3sdouble), as on k3s, where each server runs
+// its own apiserver over its own etcd member.
 //
 // What the harness puts on a host is k3s's side alone, as k3s's installer
 // and the operator (k3s-ansible, say) leave it: on a native host the k3s
@@ -55,7 +58,8 @@ import (
 // staged host's config.yaml, the agent unit's environment file, the one
 // unit the installer enables; on a Docker host the double's image in its
 // engine and a staged host's config.yaml; on both the double's
-// kubeconfig (the double's stand-in for k3s's own apiserver). Everything
+// kubeconfig and the kube-apiserver's serving certificate and key, which
+// the double's :6443 presents. Everything
 // fleet-role's is the playbook's, the agents' credentials among it.
 
 // DeployedHosts is the deployed fleet: two voters on native hosts, the
@@ -147,18 +151,34 @@ func Deploy(t testhost.T, opts Options) *Fleet {
 	t.Cleanup(f.cleanup)
 	t.Cleanup(f.keepLogs)
 
-	u, err := url.Parse(f.API.URL)
-	if err != nil {
-		t.Fatal(err)
+	// The controller's replicas reach the API as a Pod does, through the
+	// kubernetes Service: its stand-in on the gateway hands each
+	// connection to a server the Service's EndpointSlice lists, which
+	// the servers keep themselves in while they serve (tests/k3sdouble).
+	// The kube-apiserver's serving certificate, which each server's :6443
+	// presents, names the gateway, as a Service's ClusterIP is among
+	// k3s's certificates' names.
+	// Before the playbook, the servers whose k3s its installer started
+	// (on a Docker host the playbook starts k3s's containers) serve.
+	var voters []string
+	for _, n := range f.Order {
+		if h := f.Hosts[n]; h.Role == api.RoleVoter && !h.Docker {
+			voters = append(voters, h.IP)
+		}
 	}
-	port, _ := strconv.Atoi(u.Port())
+	f.logf("waiting for the servers %s to serve the API on :6443", strings.Join(voters, ", "))
+	began = time.Now()
+	f.waitServing(voters, 4*time.Minute)
+	f.logf("the servers serve in %s", time.Since(began).Round(time.Second))
+	svc := listenAPIService(t, f.Net.Gateway)
+	svc.follow(f.Client, nil)
 	ca, err := os.ReadFile(f.API.CAFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	replicas := filepath.Join(dir, "replicas")
 	f.Controller = deployment.Start(t, deployment.Options{Client: f.Client, Namespace: api.Namespace, Name: controllerName,
-		Network: f.Net.Name, APIHost: f.Net.Gateway, APIPort: port, CA: ca, Dir: replicas, Log: f.logf})
+		Network: f.Net.Name, APIHost: svc.Host, APIPort: svc.Port, CA: ca, Dir: replicas, Log: f.logf})
 
 	if err := f.writeInventory(); err != nil {
 		t.Fatal(err)
@@ -231,6 +251,15 @@ func (f *Fleet) startHost(t testhost.T, h *Host) error {
 		return err
 	}
 	files := map[string]string{doubleKubeconfig: string(kc)}
+	// A server's :6443 serves with the kube-apiserver's own certificate
+	// and key (the double's --serving-cert and --serving-key defaults).
+	for _, name := range []string{"apiserver.crt", "apiserver.key"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(f.API.CAFile), name))
+		if err != nil {
+			return err
+		}
+		files[filepath.Join(filepath.Dir(doubleKubeconfig), name)] = string(b)
+	}
 	if h.staged() {
 		// As the operator stages a k3s server: the bootstrap host starts
 		// the cluster, the others join through it.
@@ -315,13 +344,12 @@ func (f *Fleet) writeInventory() error {
 	}
 	if f.k3s == "" {
 		// On the double: each host's member at its own address, over
-		// plain http; the token the Docker hosts' k3s containers are
-		// given; and the agents reach the API server at its address on
-		// the hosts' network, which stays up whichever host's k3s is
-		// stopped. On real k3s the role's defaults say all three.
+		// plain http; and the token the Docker hosts' k3s containers are
+		// given. On real k3s the role's defaults say both. The agents
+		// reach the API as on real k3s, by the role's defaults: through
+		// the servers' :6443, each serving only while its server does.
 		inv.All.Vars["fleet_role_agent_etcd_endpoint"] = "http://{{ ansible_host }}:2379"
 		inv.All.Vars["fleet_role_agent_k3s_token"] = token
-		inv.All.Vars["fleet_role_agent_api_server"] = f.API.URL
 	} else {
 		// On real k3s every member's WAL, and every host's probe, is on
 		// the machine's one disk, beside the other tests': its fsync p99
@@ -568,4 +596,23 @@ func (f *Fleet) Metrics() string {
 		}
 	}
 	return ""
+}
+
+// waitServing waits until each of the servers serves the API on :6443,
+// as the kubernetes EndpointSlice says: each lists itself there while it
+// serves (tests/k3sdouble).
+func (f *Fleet) waitServing(servers []string, timeout time.Duration) {
+	f.t.Helper()
+	f.Wait(timeout, "the servers serve the API", func() error {
+		eps, err := serviceEndpoints(f.Client)
+		if err != nil {
+			return err
+		}
+		for _, s := range servers {
+			if !slices.Contains(eps, net.JoinHostPort(s, "6443")) {
+				return fmt.Errorf("the kubernetes Service lists %v, not %s", eps, s)
+			}
+		}
+		return nil
+	})
 }
