@@ -352,13 +352,13 @@ func (s *server) writeMetadata(ctx context.Context) {
 		return
 	}
 	if n.Annotations[api.AnnotationEtcdNodeName] == s.name && n.Annotations[AnnotationNodeAddress] == s.o.nodeIP &&
-		n.Labels[api.LabelEtcd] == "true" && n.Labels["node-role.kubernetes.io/control-plane"] == "true" {
+		n.Labels[api.LabelEtcd] == "true" && n.Labels[api.LabelControlPlane] == "true" {
 		return
 	}
-	labels := map[string]any{}
-	for _, l := range api.ServerLabels {
-		labels[l] = "true"
-	}
+	// Note: etcd and control-plane, not master, which api.ServerLabels
+	// lists for older k3s: k3s v1.36.3 labels its servers with the two
+	// (seen on the real binary, tests/e2e/testdata/after-bootstrap-swap.json).
+	labels := map[string]any{api.LabelEtcd: "true", api.LabelControlPlane: "true"}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"annotations": map[string]any{api.AnnotationEtcdNodeName: s.name, AnnotationNodeAddress: s.o.nodeIP},
 		"labels":      labels}})
@@ -371,8 +371,13 @@ func (s *server) writeMetadata(ctx context.Context) {
 // heartbeat renewed. k3s: pkg/etcd/etcd.go, heartbeatInterval.
 const conditionHeartbeat = 5 * time.Minute
 
-// voterConditions writes EtcdIsVoter on the Nodes labelled etcd=true.
-// k3s: pkg/etcd/etcd.go, manageLearners and setEtcdStatusCondition.
+// manageTickerTime is how often k3s's etcd leader writes EtcdIsVoter.
+// k3s: pkg/etcd/etcd.go, manageTickerTime (15s), manageLearners.
+const manageTickerTime = 15 * time.Second
+
+// voterConditions writes EtcdIsVoter on the Nodes labelled etcd=true,
+// once each manageTickerTime. k3s: pkg/etcd/etcd.go, manageLearners and
+// setEtcdStatusCondition.
 func (s *server) voterConditions(ctx context.Context, members []*etcdMember) {
 	nodes, err := s.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: api.LabelEtcd + "=true"})
 	if err != nil {

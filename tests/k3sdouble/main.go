@@ -247,7 +247,8 @@
 //   - The node password hash: scrypt with a salt, but not k3s's encoding
 //     of it; a server's own password is checked like an agent's (k3s may
 //     defer that check and only raise an Event).
-//   - The learner manager's 15s tick (the double looks every --period),
+//   - The learner manager's 15s tick for promotions (the double looks
+//     every --period; it writes EtcdIsVoter at the 15s tick, as k3s),
 //     its progress kept in etcd (the double keeps it in memory).
 //   - Node lifecycle: only Ready goes Unknown (not the other conditions),
 //     no unreachable taint, no eviction; the lease age is taken from

@@ -50,7 +50,9 @@ type server struct {
 	stopControllers context.CancelFunc
 	// lastMonitor is the node lifecycle stand-in's last pass.
 	lastMonitor time.Time
-	closeOnce   sync.Once
+	// lastConditions is the last pass that wrote EtcdIsVoter.
+	lastConditions time.Time
+	closeOnce      sync.Once
 	// api is the server's apiserver on :6443, told the state after each
 	// tick; nil in tests that do not serve it.
 	api *apiProxy
@@ -407,7 +409,11 @@ func (s *server) tick(ctx context.Context) error {
 	}
 	if uint64(s.e.Server.Leader()) == id {
 		s.promote(cctx, resp.Members)
-		if s.ready.Load() {
+		// Note: EtcdIsVoter at k3s's own tick, so that a swap's end
+		// which takes a removed member's Node out of the etcd role
+		// between two passes leaves its condition as k3s leaves it.
+		if s.ready.Load() && time.Since(s.lastConditions) >= manageTickerTime {
+			s.lastConditions = time.Now()
 			s.voterConditions(cctx, resp.Members)
 		}
 	}
