@@ -83,6 +83,8 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 	assert.Equal(t, api.OriginManual, res.Origin)
 	require.NoError(t, d.Check(api.ResultCompleted))
 	writesAcross(t, d, c, count)
+	// What a user sees of v1, v2 and s1 now is what real k3s showed.
+	d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "s1")
 	took("the swap of v1 for s1")
 	// As an operator would: v1 is asked for once its agent samples it
 	// again after its demotion (fleet-role swap refuses a host without a

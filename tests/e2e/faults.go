@@ -200,9 +200,8 @@ func (f *Fleet) KillController() {
 // MemberWatch records etcd's member list, read every 200 ms through
 // every server's endpoint, until Stop.
 type MemberWatch struct {
-	stop chan struct{}
-	done chan struct{}
-	mu   sync.Mutex
+	*poller
+	mu sync.Mutex
 	// most is the longest member list seen, and when.
 	most   []string
 	mostAt time.Time
@@ -215,54 +214,39 @@ type MemberWatch struct {
 func (f *Fleet) WatchMembers() *MemberWatch {
 	f.t.Helper()
 	c := f.Etcd()
-	w := &MemberWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			resp, err := c.MemberList(ctx)
-			cancel()
-			if err == nil {
-				var list []string
-				for _, m := range resp.Members {
-					name := m.Name
-					if name == "" {
-						name = fmt.Sprintf("(unstarted %x)", m.ID)
-					}
-					list = append(list, name)
+	w := &MemberWatch{}
+	w.poller = f.every(200*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		resp, err := c.MemberList(ctx)
+		cancel()
+		if err == nil {
+			var list []string
+			for _, m := range resp.Members {
+				name := m.Name
+				if name == "" {
+					name = fmt.Sprintf("(unstarted %x)", m.ID)
 				}
-				w.mu.Lock()
-				w.reads++
-				if len(list) > len(w.most) {
-					w.most, w.mostAt = list, time.Now()
-				}
-				for _, n := range list {
-					if !slices.Contains(w.names, n) {
-						w.names = append(w.names, n)
-					}
-				}
-				w.mu.Unlock()
+				list = append(list, name)
 			}
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(200 * time.Millisecond):
+			w.mu.Lock()
+			w.reads++
+			if len(list) > len(w.most) {
+				w.most, w.mostAt = list, time.Now()
 			}
+			for _, n := range list {
+				if !slices.Contains(w.names, n) {
+					w.names = append(w.names, n)
+				}
+			}
+			w.mu.Unlock()
 		}
-	}()
-	f.t.Cleanup(w.Stop)
+		return true
+	})
 	return w
 }
 
 // Stop stops the watch.
-func (w *MemberWatch) Stop() {
-	select {
-	case <-w.stop:
-	default:
-		close(w.stop)
-	}
-	<-w.done
-}
+func (w *MemberWatch) Stop() { w.poller.stop() }
 
 // Most is the longest member list the watch saw.
 func (w *MemberWatch) Most() []string {

@@ -232,6 +232,38 @@ func createObjects(t testhost.T, c kubernetes.Interface, namespaces []string, ho
 	}
 }
 
+// poller calls a function on a goroutine of its own, again and again
+// after an interval, until the function says it is done or stop is
+// called (at the latest as the test ends).
+type poller struct{ quit, done chan struct{} }
+
+// every starts a poller of fn, which returns false once it is done.
+func (f *Fleet) every(interval time.Duration, fn func() bool) *poller {
+	p := &poller{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for fn() {
+			select {
+			case <-p.quit:
+				return
+			case <-time.After(interval):
+			}
+		}
+	}()
+	f.t.Cleanup(p.stop)
+	return p
+}
+
+// stop stops the poller and waits for its last call to return.
+func (p *poller) stop() {
+	select {
+	case <-p.quit:
+	default:
+		close(p.quit)
+	}
+	<-p.done
+}
+
 // requireRolesLabelled fails the test unless the playbook labelled each
 // host's Node with the role of its inventory group: the harness labels
 // none (createObjects, k3sConfig).

@@ -26,41 +26,23 @@ import (
 // unitStop watches a host's unit until it is seen stopped, for the time
 // it was first seen so: no earlier than the unit stopped.
 type unitStop struct {
+	*poller
 	mu      sync.Mutex
 	stopped time.Time
-	done    chan struct{}
-	quit    chan struct{}
 }
 
 func (f *Fleet) watchUnitStop(h *Host, unit string) *unitStop {
-	w := &unitStop{done: make(chan struct{}), quit: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			if out, _ := h.exec("systemctl", "is-active", unit); out != "active" && out != "activating" && out != "reloading" && out != "deactivating" {
-				w.mu.Lock()
-				w.stopped = time.Now()
-				w.mu.Unlock()
-				return
-			}
-			select {
-			case <-w.quit:
-				return
-			case <-time.After(250 * time.Millisecond):
-			}
+	w := &unitStop{}
+	w.poller = f.every(250*time.Millisecond, func() bool {
+		if out, _ := h.exec("systemctl", "is-active", unit); out != "active" && out != "activating" && out != "reloading" && out != "deactivating" {
+			w.mu.Lock()
+			w.stopped = time.Now()
+			w.mu.Unlock()
+			return false
 		}
-	}()
-	f.t.Cleanup(w.stop)
+		return true
+	})
 	return w
-}
-
-func (w *unitStop) stop() {
-	select {
-	case <-w.quit:
-	default:
-		close(w.quit)
-	}
-	<-w.done
 }
 
 // at is when the unit was first seen stopped; zero while it was not.
@@ -233,60 +215,43 @@ func (f *Fleet) dbSize(t *testing.T, c *clientv3.Client) int64 {
 // listed, as a learner, and when first seen voting; and the first
 // snapshot report, done with its snapshot ready, on any Node.
 type swapWatch struct {
+	*poller
 	mu            sync.Mutex
 	listed, voted time.Time
 	snapshot      *api.Report
-	quit, done    chan struct{}
 }
 
 func (f *Fleet) watchSwap(in string) *swapWatch {
-	w := &swapWatch{quit: make(chan struct{}), done: make(chan struct{})}
+	w := &swapWatch{}
 	began := time.Now()
 	member := func(name string) bool { return strings.HasPrefix(name, in+"-") }
-	go func() {
-		defer close(w.done)
-		for {
-			m, err := f.Members()
-			now := time.Now()
-			nodes, nerr := f.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-			w.mu.Lock()
-			if err == nil {
-				if w.listed.IsZero() && slices.ContainsFunc(m.Learners, member) {
-					w.listed = now
-				}
-				if w.voted.IsZero() && !w.listed.IsZero() && slices.ContainsFunc(m.Voters, member) {
-					w.voted = now
-				}
+	w.poller = f.every(200*time.Millisecond, func() bool {
+		m, err := f.Members()
+		now := time.Now()
+		nodes, nerr := f.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if err == nil {
+			if w.listed.IsZero() && slices.ContainsFunc(m.Learners, member) {
+				w.listed = now
 			}
-			for i := range nodes.Items {
-				if nerr != nil || w.snapshot != nil {
-					break
-				}
-				var rep api.Report
-				if json.Unmarshal([]byte(nodes.Items[i].Annotations[api.AnnotationReport]), &rep) == nil && rep.Action == api.RequestSnapshot &&
-					rep.State == api.StateDone && rep.Snapshot.Ready() && rep.RequestAt != nil && rep.At.After(began) {
-					w.snapshot = &rep
-				}
-			}
-			w.mu.Unlock()
-			select {
-			case <-w.quit:
-				return
-			case <-time.After(200 * time.Millisecond):
+			if w.voted.IsZero() && !w.listed.IsZero() && slices.ContainsFunc(m.Voters, member) {
+				w.voted = now
 			}
 		}
-	}()
-	f.t.Cleanup(w.stop)
+		for i := range nodes.Items {
+			if nerr != nil || w.snapshot != nil {
+				break
+			}
+			var rep api.Report
+			if json.Unmarshal([]byte(nodes.Items[i].Annotations[api.AnnotationReport]), &rep) == nil && rep.Action == api.RequestSnapshot &&
+				rep.State == api.StateDone && rep.Snapshot.Ready() && rep.RequestAt != nil && rep.At.After(began) {
+				w.snapshot = &rep
+			}
+		}
+		return true
+	})
 	return w
-}
-
-func (w *swapWatch) stop() {
-	select {
-	case <-w.quit:
-	default:
-		close(w.quit)
-	}
-	<-w.done
 }
 
 func (w *swapWatch) seen() (listed, voted time.Time, snapshot *api.Report) {
@@ -336,6 +301,7 @@ func TestOnRealK3s(t *testing.T) {
 		require.NoError(t, d.Check(api.ResultCompleted))
 		d.threeVotersNoLearner(t)
 		writesAcross(t, d, c, count)
+		d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "s1")
 		took("the swap of the bootstrap server v1 for s1")
 
 		// A second swap: v2 out, and v1, staged still, in again (its

@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleet-role/fleet-role/api"
+)
+
+// hostView is what a user can observe of a host, on its Node and on the
+// host itself, in terms both tiers share: fleet-role's role label, which
+// of k3s's server roles its Node is labelled with, the keys of
+// fleet-role's and k3s's etcd annotations on it, its Ready condition and
+// in the etcd role its EtcdIsVoter, its cordon, and on a native host its
+// k3s units' states.
+type hostView struct {
+	Role          string            `json:"role"`
+	ServerLabels  []string          `json:"serverLabels,omitempty"`
+	Annotations   []string          `json:"annotations"`
+	Ready         string            `json:"ready"`
+	EtcdIsVoter   string            `json:"etcdIsVoter,omitempty"`
+	Unschedulable bool              `json:"unschedulable,omitempty"`
+	Units         map[string]string `json:"units,omitempty"`
+}
+
+// fleetView is what a user can observe of the fleet after a swap: how it
+// ended, etcd's voters and learners by host, and each host's view.
+type fleetView struct {
+	Result   string              `json:"result"`
+	Voters   []string            `json:"voters"`
+	Learners []string            `json:"learners"`
+	Hosts    map[string]hostView `json:"hosts"`
+}
+
+// observe reads the fleet's view of the hosts named, their units on the
+// hosts of native (systemd) ones.
+func (f *Fleet) observe(result string, hosts ...string) (fleetView, error) {
+	v := fleetView{Result: result, Voters: []string{}, Learners: []string{}, Hosts: map[string]hostView{}}
+	m, err := f.Members()
+	if err != nil {
+		return v, err
+	}
+	host := func(member string) string { return member[:max(strings.LastIndex(member, "-"), 0)] }
+	for _, s := range m.Voters {
+		v.Voters = append(v.Voters, host(s))
+	}
+	for _, s := range m.Learners {
+		v.Learners = append(v.Learners, host(s))
+	}
+	slices.Sort(v.Voters)
+	slices.Sort(v.Learners)
+	for _, name := range hosts {
+		n, err := f.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return v, err
+		}
+		hv := hostView{Role: n.Labels[api.LabelRole], Annotations: []string{}, Unschedulable: n.Spec.Unschedulable}
+		for _, l := range api.ServerLabels {
+			if n.Labels[l] == "true" {
+				hv.ServerLabels = append(hv.ServerLabels, l)
+			}
+		}
+		for k := range n.Annotations {
+			// Note: not k3s's etcd-snapshots-timestamp annotations, of
+			// k3s's own snapshots, which the double does not take.
+			if strings.HasPrefix(k, "fleet-role.io/") || (strings.HasPrefix(k, "etcd.k3s.cattle.io/") && !strings.HasSuffix(k, "snapshots-timestamp")) {
+				hv.Annotations = append(hv.Annotations, k)
+			}
+		}
+		slices.Sort(hv.Annotations)
+		for _, c := range n.Status.Conditions {
+			switch c.Type {
+			case corev1.NodeReady:
+				hv.Ready = string(c.Status)
+			case api.ConditionEtcdIsVoter:
+				// Note: k3s keeps it on the Nodes in the etcd role
+				// alone; on a Node out of it, it is whatever k3s's last
+				// pass wrote, which depends on when that pass came.
+				if n.Labels[api.LabelEtcd] == "true" {
+					hv.EtcdIsVoter = string(c.Status) + "/" + c.Reason
+				}
+			}
+		}
+		if h := f.Hosts[name]; !h.Docker {
+			hv.Units = map[string]string{}
+			for _, u := range []string{"k3s.service", "k3s-agent.service"} {
+				active, enabled := h.Unit(u)
+				hv.Units[u] = active + "/" + enabled
+			}
+		}
+		v.Hosts[name] = hv
+	}
+	return v, nil
+}
+
+// viewAfterBootstrapSwap is the view both tiers must come to after the
+// swap of the bootstrap server v1 for the standby s1, as real k3s showed
+// it (TestOnRealK3s): the same file is asserted on the double, so a
+// difference between the tiers fails one of them.
+const viewAfterBootstrapSwap = "testdata/after-bootstrap-swap.json"
+
+// requireView waits until the fleet's view of the hosts named is the one
+// in file (for a minute: k3s's leader writes conditions and labels in its
+// own passes after a swap's end), and fails with the difference if it
+// never is. A native host's units are compared only where the file has
+// them and the host is native on this tier. FLEET_ROLE_E2E_WRITE_VIEW=1
+// writes the view read instead, to record it from real k3s.
+func (f *Fleet) requireView(t *testing.T, file, result string, hosts ...string) {
+	t.Helper()
+	if os.Getenv("FLEET_ROLE_E2E_WRITE_VIEW") != "" && f.k3s != "" {
+		// Once settled, the view must hold still: read twice, 30 s apart.
+		time.Sleep(30 * time.Second)
+		v, err := f.observe(result, hosts...)
+		require.NoError(t, err)
+		time.Sleep(30 * time.Second)
+		again, err := f.observe(result, hosts...)
+		require.NoError(t, err)
+		require.Equal(t, v, again, "the view holds still")
+		b, err := json.MarshalIndent(v, "", "  ")
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(filepath.Dir(file), 0o755))
+		require.NoError(t, os.WriteFile(file, append(b, '\n'), 0o644))
+		t.Logf("wrote the view to %s", file)
+		return
+	}
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var want fleetView
+	require.NoError(t, json.Unmarshal(b, &want))
+	var got fleetView
+	err = f.poll(time.Minute, func() error {
+		if got, err = f.observe(result, hosts...); err != nil {
+			return err
+		}
+		for name, h := range got.Hosts {
+			if w, ok := want.Hosts[name]; ok && (w.Units == nil || h.Units == nil) {
+				h.Units, w.Units = nil, nil
+				got.Hosts[name], want.Hosts[name] = h, w
+			}
+		}
+		if !reflect.DeepEqual(want, got) {
+			return errors.New("the view differs")
+		}
+		return nil
+	})
+	if err != nil && got.Hosts != nil {
+		require.Equal(t, want, got, "the fleet's view after the swap differs from real k3s's (%s)", file)
+	}
+	require.NoError(t, err)
+}
+
+// poll calls fn every second until it returns nil or timeout passes, and
+// returns its last error.
+func (f *Fleet) poll(timeout time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil || time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("after %s: %w", timeout, err)
+			}
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+}
