@@ -158,7 +158,7 @@ func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANo
 	assert.Contains(t, out, "fleet_role_agent_k3s_token is required")
 
 	const token = "K10secret::server:0123456789abcdef"
-	args = append(args, "-e", "fleet_role_agent_k3s_token="+token, "-e", `{"fleet_role_agent_docker_agent_args": ["--node-label=fleet-role.io/role=agent"]}`)
+	args = append(args, "-e", "fleet_role_agent_k3s_token="+token, "-e", `{"fleet_role_agent_docker_agent_args": ["--node-label=example.com/team=ci"]}`)
 	out = playbook(t, args...)
 	assert.Positive(t, changed(t, out))
 	assert.NotContains(t, out, token, "the token is not logged")
@@ -180,7 +180,7 @@ func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANo
 	require.NoError(t, err)
 	assert.Equal(t, config.PlatformDocker, a.Platform)
 	assert.Equal(t, []string{"server", "--token-file=/etc/fleet-role/k3s-token"}, a.Docker.ServerArgs)
-	assert.Equal(t, []string{"agent", "--token-file=/etc/fleet-role/k3s-token", "--node-label=fleet-role.io/role=agent"}, a.Docker.AgentArgs)
+	assert.Equal(t, []string{"agent", "--token-file=/etc/fleet-role/k3s-token", "--node-label=example.com/team=ci"}, a.Docker.AgentArgs)
 	assert.Equal(t, []string{
 		"/var/lib/rancher/k3s:/var/lib/rancher/k3s",
 		"/etc/fleet-role/k3s-token:/etc/fleet-role/k3s-token:ro",
