@@ -131,7 +131,7 @@
 //     doReconcile; endpointsadapter.go; pkg/controlplane,
 //     DefaultEndpointReconcilerInterval and DefaultEndpointReconcilerTTL.
 //   - Metadata. A ready server keeps etcd.k3s.cattle.io/node-name and
-//     node-address and the labels etcd, control-plane and master on its
+//     node-address and the labels etcd and control-plane (not master, as v1.36.3 shows) on its
 //     own Node, rewriting them when they differ. k3s:
 //     pkg/etcd/metadata_controller.go, metadataHandler.handleSelf.
 //   - Promotion. The etcd leader asks etcd to promote each learner; etcd
