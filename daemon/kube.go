@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,8 +98,16 @@ func (n *nodeClient) node() *corev1.Node {
 	return node
 }
 
+// writeTimeout bounds one write: a server that holds it longer (its etcd
+// member without quorum holds a request up to etcd's request timeout, 15 s
+// on k3s, before a 500) is left for the next (daemon/apiservers), and the
+// write made again.
+const writeTimeout = 10 * time.Second
+
 // annotate sets one annotation on the Node by a merge patch.
 func (n *nodeClient) annotate(ctx context.Context, key, value string) error {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
 	if err != nil {
 		return err

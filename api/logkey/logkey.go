@@ -49,6 +49,8 @@ const (
 	Server = "server"
 	// Servers are the apiservers the agent knows.
 	Servers = "servers"
+	// Listed are the apiservers the kubernetes EndpointSlice lists.
+	Listed = "listed"
 )
 
 // The controller's fields.

@@ -3,9 +3,12 @@ package apiservers
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -72,10 +75,42 @@ func TestADialFailsOverToTheNextServerAndKeepsTheOneThatAnswered(t *testing.T) {
 func TestTheEndpointSliceSetsTheServersKeepingTheOrderOfThoseKnown(t *testing.T) {
 	s := New("", []string{"10.0.0.2:6443", "10.0.0.1:6443", "10.0.0.3:6443"}, []string{"10.0.0.5"}, nil)
 	s.Set([]string{"10.0.0.1:6443", "10.0.0.4:6443", "10.0.0.2:6443", "10.0.0.5:6443"})
-	assert.Equal(t, []string{"10.0.0.2:6443", "10.0.0.1:6443", "10.0.0.4:6443"}, s.List(),
-		"known ones keep their place, a new one comes last, one gone is dropped, the host's own never")
+	assert.Equal(t, []string{"10.0.0.2:6443", "10.0.0.1:6443", "10.0.0.4:6443", "10.0.0.3:6443"}, s.List(),
+		"known ones keep their place, a new one comes after them, a configured one gone from the slice last, the host's own never")
 	s.Set(nil)
-	assert.Equal(t, []string{"10.0.0.2:6443", "10.0.0.1:6443", "10.0.0.4:6443"}, s.List(), "an empty slice changes nothing")
+	assert.Equal(t, []string{"10.0.0.2:6443", "10.0.0.1:6443", "10.0.0.4:6443", "10.0.0.3:6443"}, s.List(), "an empty slice changes nothing")
+	s.Set([]string{"10.0.0.4:6443"})
+	assert.Equal(t, []string{"10.0.0.4:6443", "10.0.0.2:6443", "10.0.0.1:6443", "10.0.0.3:6443"}, s.List(),
+		"the configured ones the slice drops stay last, in the order kept")
+}
+
+// The first apiserver back after an outage writes the slice with itself
+// alone; once that server goes too, the agent must still reach another:
+// a configured server the slice no longer lists is dialled when every
+// listed one fails, as k3s's load balancer dials its default server.
+func TestAConfiguredServerTheSliceDropsIsDialledOnceEveryListedOneFails(t *testing.T) {
+	configured := newBackend(t, http.StatusOK, false, false)
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	only := gone.Addr().String()
+	s := New("", []string{configured.addr()}, nil, nil)
+	c := clientOf(s, nil)
+	code, err := get(t, context.Background(), c, "http")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+
+	s.Set([]string{only})
+	select {
+	case <-configured.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection to a server the slice dropped is not closed")
+	}
+	assert.Equal(t, []string{only, configured.addr()}, s.List())
+	gone.Close()
+	code, err = get(t, context.Background(), c, "http")
+	require.NoError(t, err, "the slice's one server gone, the configured one is dialled")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, []string{configured.addr(), only}, s.List())
 }
 
 func TestAddressesAreTheReadyEndpointsAtTheHTTPSPort(t *testing.T) {
@@ -88,4 +123,145 @@ func TestAddressesAreTheReadyEndpointsAtTheHTTPSPort(t *testing.T) {
 		},
 	}})
 	assert.Equal(t, []string{"10.0.0.1:6443", "[fd00::3]:6443"}, got)
+}
+
+// backend is an API server stand-in that answers with its status, or holds
+// each request until the test ends; closed says when a connection to it
+// closed.
+type backend struct {
+	*httptest.Server
+	closed chan struct{}
+}
+
+func newBackend(t *testing.T, status int, hold bool, tls bool) *backend {
+	t.Helper()
+	release := make(chan struct{})
+	b := &backend{closed: make(chan struct{}, 16)}
+	b.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hold {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.WriteHeader(status)
+	}))
+	b.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			b.closed <- struct{}{}
+		}
+	}
+	if tls {
+		b.EnableHTTP2 = true
+		b.StartTLS()
+	} else {
+		b.Start()
+	}
+	t.Cleanup(func() { close(release); b.Close() })
+	return b
+}
+
+func (b *backend) addr() string { return b.Listener.Addr().String() }
+
+// clientOf is an HTTP client that reaches the servers as the agent's
+// does: through their dialer, its requests counted against the server
+// that answered.
+func clientOf(s *Servers, tlsOf *backend) *http.Client {
+	tr := &http.Transport{DialContext: s.DialContext}
+	if tlsOf != nil {
+		tr.TLSClientConfig = tlsOf.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+		tr.TLSClientConfig.ServerName = "example.com" // httptest's certificate's name
+		tr.ForceAttemptHTTP2 = true
+	}
+	return &http.Client{Transport: s.wrap(tr)}
+}
+
+func get(t *testing.T, ctx context.Context, c *http.Client, scheme string) (int, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://ignored/api", nil)
+	require.NoError(t, err)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func TestAServerThatAnswers5xxIsPutLastAndItsConnectionClosedSoTheNextRequestReachesTheNext(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tls    bool
+		scheme string
+	}{{"HTTP/1.1", false, "http"}, {"TLS and HTTP/2", true, "https"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			failing := newBackend(t, http.StatusInternalServerError, false, tc.tls)
+			serving := newBackend(t, http.StatusOK, false, tc.tls)
+			file := filepath.Join(t.TempDir(), "api-servers.json")
+			s := New(file, []string{failing.addr(), serving.addr()}, nil, nil)
+			var tlsOf *backend
+			if tc.tls {
+				tlsOf = failing // httptest's servers share one certificate
+			}
+			c := clientOf(s, tlsOf)
+			code, err := get(t, context.Background(), c, tc.scheme)
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusInternalServerError, code, "the first server answered first")
+			assert.Equal(t, []string{serving.addr(), failing.addr()}, s.List(), "the failing server put last")
+			assert.Equal(t, []string{serving.addr(), failing.addr()}, New(file, nil, nil, nil).List(), "and kept so")
+			select {
+			case <-failing.closed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the failing server's connection is not closed")
+			}
+			code, err = get(t, context.Background(), c, tc.scheme)
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, code, "the next request reaches the next server")
+			assert.Equal(t, []string{serving.addr(), failing.addr()}, s.List())
+		})
+	}
+}
+
+func TestAServerThatDoesNotAnswerInTimeIsLeftForTheNextButACancelCountsAgainstNone(t *testing.T) {
+	held := newBackend(t, 0, true, false)
+	serving := newBackend(t, http.StatusOK, false, false)
+	s := New("", []string{held.addr(), serving.addr()}, nil, nil)
+	c := clientOf(s, nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	_, err := get(t, ctx, c, "http")
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, []string{held.addr(), serving.addr()}, s.List(), "the caller's cancel says nothing of the server")
+
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = get(t, ctx, c, "http")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, []string{serving.addr(), held.addr()}, s.List(), "a request not answered in time puts its server last")
+	code, err := get(t, context.Background(), c, "http")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, code)
+}
+
+func TestAServerDroppedFromTheSliceHasItsConnectionsClosed(t *testing.T) {
+	dropped := newBackend(t, http.StatusOK, false, false)
+	kept := newBackend(t, http.StatusOK, false, false)
+	s := New("", []string{dropped.addr(), kept.addr()}, nil, nil)
+	c := clientOf(s, nil)
+	code, err := get(t, context.Background(), c, "http")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	s.Set([]string{kept.addr()})
+	select {
+	case <-dropped.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dropped server's connection is not closed")
+	}
+	select {
+	case <-kept.closed:
+		t.Fatal("a kept server's connection closed")
+	default:
+	}
 }

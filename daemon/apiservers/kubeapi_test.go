@@ -51,8 +51,12 @@ func TestAClientReachesTheAPIThroughTheNextServerAndLearnsTheServersFromTheEndpo
 
 	// The slice as the apiservers' lease reconciler writes it (the test's
 	// apiserver runs without one, on loopback, which a slice may not
-	// list): every apiserver that serves, at its port.
-	disc, err := typeddiscoveryv1.NewForConfig(rc)
+	// list): every apiserver that serves, at its port. Note: the watch
+	// goes straight to the test's apiserver, not through the servers as
+	// the agent's does: the slice's addresses do not serve, and the
+	// servers close their connections to the test's apiserver once the
+	// slice no longer lists it.
+	disc, err := typeddiscoveryv1.NewForConfig(s.Config)
 	require.NoError(t, err)
 	go servers.Watch(ctx, disc)
 	slice := &discoveryv1.EndpointSlice{
@@ -66,13 +70,13 @@ func TestAClientReachesTheAPIThroughTheNextServerAndLearnsTheServersFromTheEndpo
 	}
 	_, err = s.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, slice, metav1.CreateOptions{})
 	require.NoError(t, err)
-	want := []string{"10.255.0.1:6443", "10.255.0.2:6443"}
+	want := []string{"10.255.0.1:6443", "10.255.0.2:6443", u.Host, dead}
 	require.Eventually(t, func() bool { return slices.Equal(servers.List(), want) }, 20*time.Second, 50*time.Millisecond,
-		"the servers the EndpointSlice lists, those it does not dropped: %v", servers.List())
+		"the servers the EndpointSlice lists, then the configured ones it does not: %v", servers.List())
 
 	slice.Endpoints = slice.Endpoints[1:]
 	_, err = s.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Update(ctx, slice, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return slices.Equal(servers.List(), want[1:]) }, 20*time.Second, 50*time.Millisecond,
-		"a server gone from the slice is dropped: %v", servers.List())
+		"a server gone from the slice, and configured nowhere, is dropped: %v", servers.List())
 }
