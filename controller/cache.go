@@ -13,6 +13,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -67,6 +68,9 @@ type cache struct {
 	// now is the controller's clock, for when a probe or a report was
 	// seen.
 	now func() time.Time
+	// unsettled are the Nodes a write to failed, to be read back before a
+	// pass plans (settle).
+	unsettled map[string]bool
 }
 
 // podWatch is an informer of one Node's Pods.
@@ -79,7 +83,7 @@ func newCache(client kubernetes.Interface, ns string, runners labels.Selector, l
 	c := &cache{
 		client: client, ns: ns, runners: runners, log: log, changed: changed,
 		nodes: map[string]swapplan.Node{}, taints: map[string]nodeTaints{}, problems: map[string]string{}, beats: map[string]time.Time{}, beatSeen: map[string]time.Time{},
-		watched: map[string]bool{}, pods: map[string]*podWatch{},
+		watched: map[string]bool{}, pods: map[string]*podWatch{}, unsettled: map[string]bool{},
 		sampled: func(swapplan.Node) {}, gone: func(string) {}, now: time.Now,
 	}
 	all := informers.NewSharedInformerFactory(client, 0)
@@ -215,6 +219,12 @@ func (c *cache) nodeChanged(obj any) {
 	now := c.now()
 	c.mu.Lock()
 	old, existed := c.nodes[n.Name]
+	if existed && olderVersion(node.ResourceVersion, c.taints[n.Name].resourceVersion) {
+		// The informer's copy of a Node the controller's own write
+		// replaced already.
+		c.mu.Unlock()
+		return
+	}
 	n.ProbeSeen, n.ReportSeen = seen(existed, old.Probe, n.Probe, old.ProbeSeen, now), seen(existed, old.Report, n.Report, old.ReportSeen, now)
 	c.nodes[n.Name] = n
 	c.taints[n.Name] = nodeTaints{resourceVersion: node.ResourceVersion, taints: node.Spec.Taints}
@@ -488,8 +498,54 @@ func keepNewer[T interface {
 // older says whether a's resourceVersion is below b's; versions that do
 // not compare (a fake API's) are never older.
 func older(a, b metav1.Object) bool {
-	n, err := resourceversion.CompareResourceVersion(a.GetResourceVersion(), b.GetResourceVersion())
+	return olderVersion(a.GetResourceVersion(), b.GetResourceVersion())
+}
+
+func olderVersion(a, b string) bool {
+	n, err := resourceversion.CompareResourceVersion(a, b)
 	return err == nil && n < 0
+}
+
+// wrote keeps the Node the API server returned for the controller's own
+// write, unless the cache holds a newer one.
+func (c *cache) wrote(n *corev1.Node) {
+	c.mu.Lock()
+	delete(c.unsettled, n.Name)
+	c.mu.Unlock()
+	slim, _ := slimNode(n)
+	c.nodeChanged(slim)
+}
+
+// unsure marks a Node whose write failed: it may have landed.
+func (c *cache) unsure(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unsettled[name] = true
+}
+
+// settle reads back each Node a write to failed, from the API server
+// itself, and keeps it, so that the pass plans on what the write left;
+// it says whether every such Node is settled (one gone is). A Node that
+// cannot be read stays unsettled, and no pass plans until it is.
+func (c *cache) settle(ctx context.Context) bool {
+	c.mu.Lock()
+	names := slices.Sorted(maps.Keys(c.unsettled))
+	c.mu.Unlock()
+	for _, name := range names {
+		n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			c.mu.Lock()
+			delete(c.unsettled, name)
+			c.mu.Unlock()
+		case err != nil:
+			c.log.Debug("a Node whose write failed is not read back yet", logkey.Node, name, logkey.Err, err)
+			return false
+		default:
+			c.wrote(n)
+		}
+	}
+	return true
 }
 
 // leaseObject and statusObject are the cached objects, for the executor's

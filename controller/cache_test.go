@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -9,7 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -96,4 +100,60 @@ func TestAStatusThatDoesNotReadKeepsTheLastOneRead(t *testing.T) {
 	s, problems = c.snapshot(swapplan.Config{}, nil, now)
 	assert.Nil(t, s.Status.CooldownUntil)
 	assert.Len(t, problems, 1)
+}
+
+// promoteRequest is the annotation of a promote request of execSwap.
+func promoteRequest(n *corev1.Node) {
+	n.Annotations[api.AnnotationRequest] = `{"swap":"` + execSwap.ID + `","action":"promote","at":"2026-12-01T10:00:00Z"}`
+}
+
+func TestANodeTheControllerWroteIsPlannedOnAtOnceAndTheWatchsOlderCopyIsDropped(t *testing.T) {
+	f := newFixture(t, node("s1", "10", nil))
+	c := f.exec.cache
+	requested := func() bool {
+		snap, _ := c.snapshot(swapplan.Config{}, nil, execNow)
+		return snap.Nodes[0].Request != nil
+	}
+	q := &api.Request{Swap: execSwap.ID, Action: api.RequestPromote, At: execNow}
+	require.NoError(t, f.do(swapplan.Plan{Action: swapplan.Action{Type: api.ActionPromote, Node: "s1", Request: q}, Swap: &execSwap}))
+	assert.True(t, requested(), "the Node the patch returned is planned on before the watch brings it")
+	c.nodeChanged(node("s1", "10", nil))
+
+	c.wrote(node("s1", "12", promoteRequest))
+	assert.True(t, requested(), "the write is planned on before the watch brings it")
+	c.nodeChanged(node("s1", "11", nil))
+	assert.True(t, requested(), "a copy older than the write is dropped")
+	c.nodeChanged(node("s1", "13", nil))
+	assert.False(t, requested(), "a newer one replaces it")
+}
+
+func TestANodeWhoseWriteFailedIsReadBackBeforeAPassPlansSoAWriteThatLandedIsNotMadeAgain(t *testing.T) {
+	f := newFixture(t, node("s1", "10", nil))
+	c := f.exec.cache
+	// The patch lands, and the API server goes before it answers.
+	apply := k8stesting.ObjectReaction(f.client.Tracker())
+	f.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		_, _, _ = apply(a)
+		return true, nil, apierrors.NewServiceUnavailable("the API server went away")
+	})
+	reads := 0
+	f.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if reads++; reads == 1 {
+			return true, nil, apierrors.NewServiceUnavailable("still away")
+		}
+		return false, nil, nil
+	})
+	q := &api.Request{Swap: execSwap.ID, Action: api.RequestPromote, At: execNow}
+	err := f.do(swapplan.Plan{Action: swapplan.Action{Type: api.ActionPromote, Node: "s1", Request: q}, Swap: &execSwap})
+	require.Error(t, err)
+	snap, _ := c.snapshot(swapplan.Config{}, nil, execNow)
+	require.Nil(t, snap.Nodes[0].Request, "the cache has not seen the write")
+
+	assert.False(t, c.settle(context.Background()), "no pass plans while the Node cannot be read back")
+	require.True(t, c.settle(context.Background()))
+	snap, _ = c.snapshot(swapplan.Config{}, nil, execNow)
+	require.NotNil(t, snap.Nodes[0].Request, "the write that landed is planned on")
+	assert.True(t, snap.Nodes[0].Request.At.Equal(execNow))
+	assert.True(t, c.settle(context.Background()))
+	assert.Equal(t, 2, reads, "a Node read back is settled")
 }

@@ -263,6 +263,12 @@ func (c *Controller) pass(ctx context.Context) {
 	if from.Before(c.acted) {
 		from = c.acted // a change that came while the last action ran
 	}
+	if !c.cache.settle(ctx) {
+		if woke != 0 {
+			c.woken.CompareAndSwap(0, woke) // the change is still to be acted on
+		}
+		return
+	}
 	now := c.now()
 	cfg := c.plan
 	verdicts := c.windows.verdicts(now, VerdictConfig(c.cfg))

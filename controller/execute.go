@@ -266,15 +266,25 @@ func cleanUp(role string, t nodeTaints) map[string]any {
 	return patch
 }
 
-// patchNode sends the Node the action's patch.
+// patchNode sends the Node the action's patch. The Node the API server
+// returns goes into the cache at once, so that the next pass plans on the
+// write, not on a copy the informer has not replaced yet; a patch that
+// failed may have landed all the same (the API server gone after it
+// wrote), and the Node is read back before the next pass plans (settle).
+// Note: a request is new for each pass that asks for it (its time), so a
+// pass planned on a Node without the one just written would ask again,
+// and the agent carry it out twice.
 func (e *executor) patchNode(ctx context.Context, node string, a swapplan.Action, swap string, t nodeTaints) error {
 	typ, b, err := NodePatch(a, swap, t.taints, t.resourceVersion)
 	if err != nil {
 		return err
 	}
-	if _, err := e.client.CoreV1().Nodes().Patch(ctx, node, typ, b, metav1.PatchOptions{}); err != nil {
+	out, err := e.client.CoreV1().Nodes().Patch(ctx, node, typ, b, metav1.PatchOptions{})
+	if err != nil {
+		e.cache.unsure(node)
 		return fmt.Errorf("patch node %s: %w", node, err)
 	}
+	e.cache.wrote(out)
 	return nil
 }
 

@@ -268,7 +268,7 @@ func TestEachNodeActionRenewsTheLeaseAndSendsExactlyItsPatch(t *testing.T) {
 	// standby is the clean-up of a standby but for its taints and version.
 	standby := `"labels":{"fleet-role.io/role":"standby","fleet-role.io/level":null,"node-role.kubernetes.io/etcd":null,
 		"node-role.kubernetes.io/control-plane":null,"node-role.kubernetes.io/master":null},
-		"annotations":{"etcd.k3s.cattle.io/node-name":null,"etcd.k3s.cattle.io/removed-node-name":null,"etcd.k3s.cattle.io/remove":null}`
+		"annotations":{"etcd.k3s.cattle.io/node-address":null,"etcd.k3s.cattle.io/node-name":null,"etcd.k3s.cattle.io/removed-node-name":null,"etcd.k3s.cattle.io/remove":null}`
 	for _, tc := range []struct {
 		name   string
 		action swapplan.Action
