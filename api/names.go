@@ -114,6 +114,13 @@ const (
 	// AnnotationEtcdNodeName is the host's etcd member name: written by
 	// k3s, read by the controller, removed by its clean-up.
 	AnnotationEtcdNodeName = "etcd.k3s.cattle.io/node-name"
+	// AnnotationEtcdNodeAddress is the host's etcd peer address, written
+	// by k3s with the node-name and removed by the clean-up with it: k3s's
+	// member controller removes both after a removal it made itself
+	// (pkg/etcd/member_controller.go, sync), but when the member removed
+	// was that controller's own, the patch is left to the next leader,
+	// which skips the Node once the clean-up took its etcd label.
+	AnnotationEtcdNodeAddress = "etcd.k3s.cattle.io/node-address"
 	// AnnotationEtcdRemove = "true" asks k3s to remove the Node's member:
 	// written by the controller, read by k3s.
 	AnnotationEtcdRemove = "etcd.k3s.cattle.io/remove"
@@ -148,7 +155,7 @@ const (
 var ServerLabels = []string{LabelEtcd, LabelControlPlane, LabelMaster}
 
 // EtcdAnnotations are the k3s etcd annotations the clean-up removes.
-var EtcdAnnotations = []string{AnnotationEtcdNodeName, AnnotationEtcdRemovedNodeName, AnnotationEtcdRemove}
+var EtcdAnnotations = []string{AnnotationEtcdNodeName, AnnotationEtcdNodeAddress, AnnotationEtcdRemovedNodeName, AnnotationEtcdRemove}
 
 // The Events fleet-role records on Nodes, which people read with kubectl
 // and the tests look for.

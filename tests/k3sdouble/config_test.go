@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 )
 
 func write(t *testing.T, path, data string) {
@@ -283,4 +284,26 @@ func TestMemberOnRemove(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTheRemovalsPatchFailsWholeWhenAnAnnotationItDropsIsGoneAlready
+// applies annotationOps with the JSON patch library the API server applies
+// a types.JSONPatchType patch with (k8s.io/apiserver's patcher), so that
+// a clean-up which dropped node-name first leaves k3s's patch refused, as
+// on k3s.
+func TestTheRemovalsPatchFailsWholeWhenAnAnnotationItDropsIsGoneAlready(t *testing.T) {
+	act := memberSync(map[string]string{"node-role.kubernetes.io/etcd": "true"},
+		map[string]string{"etcd.k3s.cattle.io/remove": "true", "etcd.k3s.cattle.io/node-name": "v1-a", AnnotationNodeAddress: "10.0.0.1"})
+	require.Equal(t, syncRemove, act.kind)
+	p, err := jsonpatch.DecodePatch(annotationOps(act.patch))
+	require.NoError(t, err)
+
+	whole := `{"metadata":{"annotations":{"etcd.k3s.cattle.io/remove":"true","etcd.k3s.cattle.io/node-name":"v1-a","etcd.k3s.cattle.io/node-address":"10.0.0.1","fleet-role.io/probe":"{}"}}}`
+	out, err := p.Apply([]byte(whole))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"metadata":{"annotations":{"etcd.k3s.cattle.io/removed-node-name":"v1-a","fleet-role.io/probe":"{}"}}}`, string(out))
+
+	cleaned := `{"metadata":{"annotations":{"etcd.k3s.cattle.io/remove":"true","etcd.k3s.cattle.io/node-address":"10.0.0.1"}}}`
+	_, err = p.Apply([]byte(cleaned))
+	require.Error(t, err, "node-name gone already: the patch is refused whole")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -136,11 +137,31 @@ func (s *server) memberController(ctx context.Context) {
 				s.log.Info("etcd member removal successful", "node", n.Name, "member", act.name, "address", act.address)
 			}
 		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": act.patch}})
-		if _, err := s.kube.CoreV1().Nodes().Patch(cctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := s.kube.CoreV1().Nodes().Patch(cctx, n.Name, types.JSONPatchType, annotationOps(act.patch), metav1.PatchOptions{}); err != nil {
 			s.log.Warn("node annotations not updated", "node", n.Name, "err", err)
 		}
 	}
+}
+
+// annotationOps is the JSON patch k3s sends for a Node's annotations: an
+// add for each value, a remove for each nil, which fails the whole patch
+// when the annotation is gone already (RFC 6902; the API server's
+// json-patch: "Unable to remove nonexistent key"). k3s:
+// pkg/util/patch.go, Patcher.Patch (types.JSONPatchType) and
+// PatchList.Add/Remove, "/" escaped as "~1".
+func annotationOps(patch map[string]any) []byte {
+	keys := slices.Sorted(maps.Keys(patch))
+	ops := make([]map[string]any, 0, len(keys))
+	for _, k := range keys {
+		path := "/metadata/annotations/" + strings.ReplaceAll(k, "/", "~1")
+		if patch[k] == nil {
+			ops = append(ops, map[string]any{"op": "remove", "path": path})
+		} else {
+			ops = append(ops, map[string]any{"op": "add", "path": path, "value": patch[k]})
+		}
+	}
+	b, _ := json.Marshal(ops)
+	return b
 }
 
 // Finalizer is the finalizer wrangler puts on every Node for k3s's
