@@ -420,17 +420,30 @@ func (p *planner) removeMember(in, out *Node) Plan {
 				"k3s removes the member of a deleted etcd Node, an operator must remove it if it does not", lister.Name, m.Name, p.rec.In)
 		}
 	}
-	healthy := 0
-	var held []string
-	for _, name := range remaining {
+	healthy, held := p.voterHealth(remaining)
+	if len(held) > 0 {
+		return p.removalHeld("removal held while a remaining voter is unhealthy: %s", strings.Join(held, "; "))
+	}
+	if healthy < Quorum(len(remaining)) {
+		return p.removalHeld("removal held: %d healthy remaining voter(s) are not a quorum of %d", healthy, len(remaining))
+	}
+	return p.act(api.StepRemoveMember, Action{Type: api.ActionRemoveMember, Node: out.Name},
+		"asking k3s to remove the member of %s; %d remaining voter(s) are healthy", out.Name, healthy)
+}
+
+// voterHealth counts the named voters that are healthy, and says why each
+// other one is not.
+func (p *planner) voterHealth(names []string) (healthy int, held []string) {
+	for _, name := range names {
 		v := p.node(name)
 		switch {
 		case v == nil:
-			held = append(held, fmt.Sprintf("the remaining voter %s has no Node", name))
+			held = append(held, fmt.Sprintf("the voter %s has no Node", name))
 		case v.Ready && v.Probe != nil && p.silent(v):
 			// Note: a voter whose kubelet beats but whose agent writes
-			// nothing may be one whose agent cannot reach the API: it is
-			// named as such, and the removal waits for it all the same.
+			// nothing may be one whose agent cannot reach the API, or a
+			// host frozen within the node-monitor grace: it is named as
+			// such, and counted down all the same.
 			held = append(held, fmt.Sprintf("%s is Ready but its agent has been silent since %s (3 periods of %s): it may not reach the API server",
 				v.Name, stamp(v.Probe.At), p.period(v)))
 		default:
@@ -441,14 +454,26 @@ func (p *planner) removeMember(in, out *Node) Plan {
 			healthy++
 		}
 	}
-	if len(held) > 0 {
-		return p.removalHeld("removal held while a remaining voter is unhealthy: %s", strings.Join(held, "; "))
+	return healthy, held
+}
+
+// candidateStopHeld says why the candidate, whose member a voter's last
+// list shows voting (a stale list counts: the hold errs on the side of
+// removing the member first), may not stop its server yet: the other voters healthy
+// must be a quorum of the voters with it, as etcd counts a stopped voter
+// until its member is removed. With three voters and the candidate, one
+// other voter down and the candidate stopped would leave two of four.
+// Empty when it may stop, or when its member does not vote.
+func (p *planner) candidateStopHeld(in *Node) string {
+	if !slices.ContainsFunc(p.voters, func(v *Node) bool { return v != in && p.lists(v, in.Name, false) }) {
+		return ""
 	}
-	if healthy < Quorum(len(remaining)) {
-		return p.removalHeld("removal held: %d healthy remaining voter(s) are not a quorum of %d", healthy, len(remaining))
+	others := p.voterSet(nil, in.Name)
+	healthy, held := p.voterHealth(others)
+	if healthy >= Quorum(len(others)+1) {
+		return ""
 	}
-	return p.act(api.StepRemoveMember, Action{Type: api.ActionRemoveMember, Node: out.Name},
-		"asking k3s to remove the member of %s; %d remaining voter(s) are healthy", out.Name, healthy)
+	return fmt.Sprintf("%d healthy other voter(s) are not a quorum of %d with it: %s", healthy, len(others)+1, strings.Join(held, "; "))
 }
 
 // removalHeld waits at the removal, and says so once past its bound: the
@@ -683,8 +708,15 @@ func (p *planner) rollingBack() Plan {
 		return p.end(api.ResultPending, []string{in.Name}, p.rec.Reason+fmt.Sprintf("; %s did not finish its demotion %s: "+
 			"its step-down and member-gone stay on its Node until its agent reports the finish", in.Name, why))
 	}
+	// A candidate whose member votes, stopped while another voter is
+	// down, would leave etcd without a quorum: its member is removed
+	// first, while its server runs, and it is asked to step down once
+	// its member no longer votes.
+	stopHeld := ""
 	if in.requested(id, api.RequestStepDown) == nil {
-		return p.act(api.StepRollback, p.request(in, api.ActionStepDown, api.RequestStepDown), "rolling back: asking the candidate %s to step down", in.Name)
+		if stopHeld = p.candidateStopHeld(in); stopHeld == "" {
+			return p.act(api.StepRollback, p.request(in, api.ActionStepDown, api.RequestStepDown), "rolling back: asking the candidate %s to step down", in.Name)
+		}
 	}
 	// Note: a finish report of the swap answers the step-down too: the
 	// agent reports it once the member is gone, over its step-down report.
@@ -699,7 +731,7 @@ func (p *planner) rollingBack() Plan {
 	// (remove-candidate, remove-by-voter, stuck) do not return to it,
 	// which would start its bound again.
 	wentOn := in.RemoveRequested || in.MemberRemoved() || p.rec.Phase == api.PhaseStuck
-	if in.answer(id, api.RequestStepDown) == nil && p.finished(in) == nil && (in.Ready || !p.silent(in)) && !wentOn && !p.pastBound(api.StepRollback) {
+	if stopHeld == "" && in.answer(id, api.RequestStepDown) == nil && p.finished(in) == nil && (in.Ready || !p.silent(in)) && !wentOn && !p.pastBound(api.StepRollback) {
 		return p.wait(api.StepRollback, "rolling back: waiting for the candidate %s to step down", in.Name)
 	}
 	original := p.original()
@@ -715,6 +747,10 @@ func (p *planner) rollingBack() Plan {
 			if why := p.unhealthy(v); why != "" {
 				return p.wait(api.StepRollback, "rolling back: removal of %s's member held while a voter is unhealthy: %s", in.Name, why)
 			}
+		}
+		if stopHeld != "" {
+			return p.act(api.StepRollback, Action{Type: api.ActionRemoveMember, Node: in.Name},
+				"rolling back: asking k3s to remove the member %s joined with before it stops, as stopping it first would leave etcd short of a quorum: %s", in.Name, stopHeld)
 		}
 		return p.act(api.StepRollback, Action{Type: api.ActionRemoveMember, Node: in.Name}, "rolling back: asking k3s to remove the member %s joined with", in.Name)
 	}
