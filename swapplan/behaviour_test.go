@@ -711,3 +711,180 @@ func TestAnOutgoingVoterSilentWhileItsNodeIsReadyIsAskedNothingUntilItSamplesAga
 	res := w.run(300)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 }
+
+func TestAWaitForManyRunnerPodsNamesTheFirstThreeAndCountsTheRest(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	for _, name := range []string{"r1", "r2", "r3", "r4", "r5"} {
+		w.node("s1").Pods = append(w.node("s1").Pods, swapplan.Pod{Namespace: "arc", Name: name, Runner: true})
+	}
+	w.requestSwap("v1", "s1")
+	plan := w.runUntil(50, atStep(api.StepRunnersIn))
+	assert.Equal(t, "waiting for 5 runner pod(s) on the candidate s1 to finish: arc/r1, arc/r2, arc/r3 and 2 more", plan.Reason)
+}
+
+func TestTheJoinGateWaitsForEachOfItsConditions(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		break_ func(w *world)
+		why    string
+	}{
+		{"IN's EtcdIsVoter not True", func(w *world) {
+			w.node("s1").EtcdIsVoter = swapplan.Condition{Status: "False", Reason: api.ReasonMemberIsLearner}
+		}, `s1's EtcdIsVoter is "False"/"MemberIsLearner"`},
+		{"IN without the etcd label", func(w *world) {
+			w.node("s1").ServerLabels = nil
+		}, "s1 carries no node-role.kubernetes.io/etcd label"},
+		{"a voter without a fresh member list", func(w *world) {
+			p := *w.node("v2").Probe
+			p.At = w.now.Add(-time.Hour)
+			w.node("v2").Probe = &p
+		}, "voter v2 has no fresh member list"},
+		{"a voter listing IN as a learner", func(w *world) {
+			p := *w.node("v3").Probe
+			p.Members = slices.Clone(p.Members)
+			for i := range p.Members {
+				if strings.HasPrefix(p.Members[i].Name, "s1-") {
+					p.Members[i].Learner = true
+				}
+			}
+			w.node("v3").Probe = &p
+		}, "voter v3 does not list s1 as a voter"},
+		{"a report of the promotion without the server's start", func(w *world) {
+			if r := w.node("s1").Report; r != nil && r.Action == api.RequestPromote {
+				c := *r
+				c.StartedAt = nil
+				w.node("s1").Report = &c
+			}
+		}, "s1's report of the promotion says no server start"},
+		{"IN not Ready", func(w *world) {
+			w.node("s1").Ready = false
+		}, "s1 is not Ready on a kubelet heartbeat after its server started"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.requestSwap("v1", "s1")
+			w.runUntil(100, atStep(api.StepJoin))
+			// From the join on, the condition stays broken: the swap
+			// waits at the join, saying why, until its bound.
+			w.hooks = append(w.hooks, tc.break_)
+			for range 20 {
+				p := w.pass()
+				require.Equal(t, api.StepJoin, p.Step, p.Reason)
+				require.Equal(t, api.ActionNone, p.Action.Type)
+			}
+			assert.Contains(t, w.plans[len(w.plans)-1].Reason, tc.why)
+		})
+	}
+}
+
+func TestARollbackHoldsTheCandidatesRemovalWhileAVoterOtherThanTheOutgoingOneIsUnhealthy(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Hosts["s1"].NeverJoin = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionStepDown, "s1"))
+	w.Hosts["v2"].UnhealthyUntil = w.now.Add(3 * time.Minute)
+	held := w.runUntil(10, func(p swapplan.Plan) bool { return strings.Contains(p.Reason, "removal of s1's member held") })
+	assert.Contains(t, held.Reason, "rolling back: removal of s1's member held while a voter is unhealthy: v2's probe says unhealthy")
+	for w.now.Add(w.tick).Before(w.Hosts["v2"].UnhealthyUntil) {
+		p := w.pass()
+		require.NotEqual(t, api.ActionRemoveMember, p.Action.Type, "no removal while v2 is unhealthy: %s", p.Reason)
+	}
+	res := w.run(200)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	assert.Contains(t, strings.Join(w.actions(), ","), "remove-member s1")
+}
+
+func TestTheGatesHoldTheOutgoingVoterUntouchedWhileAVoterListsOtherMembersThanExpected(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, atStep(api.StepJoin))
+	// v3 lists a member of a host that is no voter: once IN votes, the
+	// gates hold.
+	w.hooks = append(w.hooks, func(w *world) {
+		p := *w.node("v3").Probe
+		p.Members = append(slices.Clone(p.Members), api.Member{Name: "x9-0a1b2c3d", ID: "1"})
+		w.node("v3").Probe = &p
+	})
+	w.runUntil(20, atStep(api.StepGates))
+	for range 5 {
+		p := w.pass()
+		require.Equal(t, api.StepGates, p.Step, p.Reason)
+		require.Equal(t, api.ActionNone, p.Action.Type)
+		assert.Contains(t, p.Reason, "gates held, the outgoing voter v1 is not touched: v3 lists members [s1 v1 v2 v3 x9], expected [s1 v1 v2 v3]")
+	}
+	assert.False(t, w.node("v1").Unschedulable, "v1 untouched")
+}
+
+// failOnce makes the Node's first report of the action, once written,
+// say failed with the message, as an agent whose step failed does.
+func failOnce(node, action, message string) func(w *world) {
+	done := false
+	return func(w *world) {
+		if r := w.node(node).Report; !done && r != nil && r.Action == action && r.State == api.StateDone {
+			f := *r
+			f.State, f.Message, f.StartedAt = api.StateFailed, message, nil
+			w.node(node).Report = &f
+			done = true
+		}
+	}
+}
+
+func TestAPromotionThatFailsRollsTheCandidateBack(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionPromote, "s1"))
+	w.hooks = append(w.hooks, failOnce("s1", api.RequestPromote, "k3s.service did not start"))
+	res := w.run(300)
+	assert.Equal(t, api.ResultRolledBack, res.Result)
+	assert.Equal(t, "the promotion failed on the candidate s1 (k3s.service did not start)", res.Reason)
+	assert.NotContains(t, strings.Join(w.actions(), ","), "v1", "the outgoing voter is never touched")
+}
+
+func TestAStepDownThatFailsIsAskedAgainWhileTheOutgoingVoterIsReady(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Hosts["v1"].FailStepDowns = 1
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
+	again := w.runUntil(10, acting(api.ActionStepDown, "v1"))
+	assert.Equal(t, "the step-down failed on v1 (systemctl stop k3s: timed out): asking again", again.Reason)
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
+}
+
+func TestAManualRequestIsRefusedForEachReasonAPairCannotBeSwappedAndNothingStarts(t *testing.T) {
+	for _, tc := range []struct {
+		out, in string
+		edit    func(w *world)
+		why     string
+	}{
+		{"v9", "s1", nil, "there is no Node v9"},
+		{"s1", "v2", nil, "s1 is not a voter"},
+		{"v1", "s9", nil, "there is no Node s9"},
+		{"v1", "v2", nil, "v2 is a voter already"},
+		{"v1", "a1", nil, `a1's role is "agent", not "standby"`},
+		{"v1", "s1", func(w *world) {
+			p := *w.node("s1").Probe
+			p.At = w.now.Add(-time.Hour)
+			w.node("s1").Probe = &p
+		}, "s1 has no fresh probe sample"},
+		{"v1", "s1", func(w *world) {
+			p := *w.node("s1").Probe
+			p.Staged = false
+			w.node("s1").Probe = &p
+		}, "s1 is not staged to become a server"},
+		{"v1", "s1", func(w *world) { w.node("s1").Ready = false }, "s1 is not Ready"},
+		{"v1", "s1", func(w *world) { w.node("s1").Unschedulable = true }, "s1 is cordoned"},
+	} {
+		t.Run(tc.why, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 1)
+			if tc.edit != nil {
+				tc.edit(w)
+			}
+			assert.EqualError(t, swapplan.CheckRequest(w.snapshot(), tc.out, tc.in), tc.why)
+			w.requestSwap(tc.out, tc.in)
+			p := swapplan.Next(w.snapshot())
+			assert.Equal(t, api.ActionNone, p.Action.Type)
+			assert.Nil(t, p.Swap, "no swap starts")
+			assert.Equal(t, "the manual request to swap "+tc.out+" for "+tc.in+" is refused: "+tc.why, p.Reason)
+		})
+	}
+}

@@ -84,3 +84,24 @@ func TestACancelNeedsASwapGoingForward(t *testing.T) {
 	w.requestSwap("v2", "s1")
 	assert.Equal(t, api.ResultCompleted, w.run(300).Result, "a cancel of another swap is no concern of this one")
 }
+
+func TestACancelIsRefusedFromEachStepOnTheOutgoingVoterPastItsStepDownSayingWhy(t *testing.T) {
+	for _, tc := range []struct {
+		after string
+		why   string
+	}{
+		{api.ActionRemoveMember, "k3s has been asked to remove the outgoing voter v1's member"},
+		{api.ActionMemberGone, "the outgoing voter v1's member has been removed"},
+		{api.ActionCleanUp, "the swap is cleaning up: v1 is no longer a voter"},
+	} {
+		t.Run(tc.after, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.requestSwap("v1", "s1")
+			w.runUntil(100, acting(tc.after, "v1"))
+			err := w.cancelSwap()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.why)
+			assert.Contains(t, err.Error(), "the way back is a new swap once this one ends")
+		})
+	}
+}

@@ -45,18 +45,8 @@ func (w *world) membersOf() []string {
 // Node that is gone.
 func quorumKept(t *testing.T) func(w *world, p swapplan.Plan) {
 	return func(w *world, p swapplan.Plan) {
-		var voters, up int
-		for _, m := range w.Members {
-			if m.Learner {
-				continue
-			}
-			voters++
-			if h := w.Hosts[m.Node]; h != nil && h.Server && !h.Paused {
-				up++
-			}
-		}
-		if up < swapplan.Quorum(voters) {
-			t.Fatalf("at %s: %d of %d voting members up: %s %s (%s)", w.now, up, voters, p.Action.Type, p.Action.Node, p.Reason)
+		if err := w.QuorumKept(fleetmodel.QuorumCheck{Now: w.now}); err != nil {
+			t.Fatalf("at %s: %v: %s %s (%s)", w.now, err, p.Action.Type, p.Action.Node, p.Reason)
 		}
 		if p.Action.Node != "" && w.gone(p.Action.Node) {
 			t.Fatalf("at %s: %s aimed at %s, whose Node is gone (%s)", w.now, p.Action.Type, p.Action.Node, p.Reason)

@@ -1,7 +1,9 @@
 package swapplan_test
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -13,12 +15,16 @@ import (
 )
 
 // TestPropertyRandomClustersAndEvents runs swaps on random clusters with
-// random faults at random times and checks, on every plan, that the planner
-// never asks to remove a member when the remaining voters would not be a
-// quorum, never acts under a Lease someone else holds, never starts a second
-// swap while one is under way, never clears the step-down or member-gone of
-// a host that has not reported the finish of its demotion, and reaches an
-// end within the sum of the bounds (plus the time the faults held it).
+// random faults at random times and checks, on every plan, by the fleet
+// model's quorum oracle (voting members only), that the planner never asks
+// to remove a member unless the voters left that are up and healthy are a
+// quorum, never asks a voter to stop unless the others up are a quorum (a
+// frozen host up until it could be seen silent), never acts under a Lease
+// someone else holds, never starts a second swap while one is under way,
+// never clears the step-down or member-gone of a host that has not
+// reported the finish of its demotion, and reaches an end within the sum
+// of the bounds (plus the time the faults held it) that matches the result
+// it reports (endStateMatches).
 func TestPropertyRandomClustersAndEvents(t *testing.T) {
 	seeds := 400
 	if testing.Short() {
@@ -87,8 +93,11 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 		}
 		events = append(events, e)
 	}
+	// One host at most is frozen: two of a small cluster's voters down
+	// at once lose etcd its quorum whatever the planner does.
+	paused := false
 	for range rng.IntN(5) {
-		switch rng.IntN(7) {
+		switch rng.IntN(8) {
 		case 0:
 			// One voter unhealthy, or two at once: a removal then would
 			// leave too few of the remaining members up.
@@ -119,7 +128,27 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 				})
 			})
 		case 4:
+			if paused {
+				break
+			}
+			paused = true
 			events = append(events, event{at: at(30), do: func(w *world) { w.Hosts[out].Paused = true }})
+		case 7:
+			if paused {
+				break
+			}
+			paused = true
+			// A remaining voter frozen: its Node stays Ready for the
+			// node-monitor grace while its agent is silent.
+			v := pick()
+			transient(2, func(w *world, until time.Time) {
+				w.Hosts[v].Paused = true
+				w.faults = append(w.faults, func(w *world) {
+					if !w.now.Before(until) {
+						w.Hosts[v].Paused = false
+					}
+				})
+			})
 		case 5:
 			v, s := pick(), in
 			if len(standbys) > 1 {
@@ -170,6 +199,8 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 		events = append(events, event{step: api.StepStuck, do: func(w *world) {
 			w.faults = append(w.faults, operatorRemoves(w.now.Add(d), in))
 		}})
+	case 8:
+		w.Hosts[out].FailStepDowns = 1 + rng.IntN(2)
 	}
 	// A Node deleted mid-swap, the candidate's or the outgoing voter's,
 	// at a random step: k3s removes its member (fleetmodel Delete), and
@@ -228,19 +259,18 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 					t.Fatalf("asked %s's agent to remove the candidate's member: %s", p.Action.Node, desc)
 				}
 			}
-			var remaining, alive int
-			for _, m := range w.Members {
-				if m.Node == gone {
-					continue
-				}
-				remaining++
-				h := w.Hosts[m.Node]
-				if h.Server && !h.Paused && !w.now.Before(h.UnhealthyUntil) {
-					alive++
-				}
+			// Every voter left must be up, now, and healthy: paused is
+			// down at once, as etcd sees it.
+			if err := w.QuorumKept(fleetmodel.QuorumCheck{Now: w.now, Removed: gone, Healthy: true}); err != nil {
+				t.Fatalf("asked to remove the member of %s: %v: %s", gone, err, desc)
 			}
-			if alive < swapplan.Quorum(remaining) {
-				t.Fatalf("asked to remove a member with %d of %d remaining members up: %s", alive, remaining, desc)
+		}
+		if p.Action.Type == api.ActionStepDown {
+			// A paused voter counts as up until the planner could have
+			// seen it silent (3 probe periods).
+			err := w.QuorumKept(fleetmodel.QuorumCheck{Now: w.now, Stopped: p.Action.Node, Grace: 3 * w.cfg.ProbePeriod})
+			if err != nil {
+				t.Fatalf("asked %s to step down: %v: %s", p.Action.Node, err, desc)
 			}
 		}
 		if p.Action.Type == api.ActionEnd || p.Action.Type == api.ActionClearFinished {
@@ -264,9 +294,13 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 			}
 		}
 	})
+	before := w.hostsNow()
 	for range 2000 {
 		w.pass()
 		if swapID != "" && w.status.Last != nil && w.status.Last.ID == swapID && w.lease.Holder != api.ControllerHolder {
+			if err := w.endStateMatches(*w.status.Last, before); err != nil {
+				t.Fatalf("seed %d: swap %s ended %s (%s), but %v", seed, swapID, w.status.Last.Result, w.status.Last.Reason, err)
+			}
 			return w.status.Last.Result
 		}
 	}
@@ -297,4 +331,114 @@ func operatorRemoves(at time.Time, node string) func(w *world) {
 			w.Members = slices.DeleteFunc(w.Members, func(m fleetmodel.Member) bool { return m.Node == node })
 		}
 	}
+}
+
+// hostState is what a swap may change on a host: its units, its role file
+// and its member.
+type hostState struct {
+	Server, Agent bool
+	RoleFile      string
+	Member        string
+	Learner       bool
+}
+
+// hostsNow is each host's state, by Node name.
+func (w *world) hostsNow() map[string]hostState {
+	out := map[string]hostState{}
+	for name, h := range w.Hosts {
+		st := hostState{Server: h.Server, Agent: h.Agent, RoleFile: h.RoleFile}
+		if i := slices.IndexFunc(w.Members, func(m fleetmodel.Member) bool { return m.Node == name }); i >= 0 {
+			st.Member, st.Learner = w.Members[i].Name, w.Members[i].Learner
+		}
+		out[name] = st
+	}
+	return out
+}
+
+// voterNodes are the Nodes of etcd's voting members, sorted.
+func (w *world) voterNodes() []string {
+	var out []string
+	for _, m := range w.Members {
+		if !m.Learner {
+			out = append(out, m.Node)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// endStateMatches says how the fleet's truth at a swap's end differs from
+// the result the swap reports, given each host's state before it:
+// completed, IN votes, OUT is no member, the fleet has as many voters as
+// before, no Node is left cordoned by the swap but one it names pending,
+// and the Lease is released; rolled back, the voters are those before
+// (less any whose Node was deleted: k3s removed its member) and IN is no
+// member; abandoned, no host changed (but the member of a deleted Node); pending, it names a host,
+// each of which is gone, did not report the finish of its demotion, or is
+// left cordoned by the swap. Note: a pending end releases the Lease too:
+// what the swap did not finish stays on the host's Node (its step-down,
+// member-gone or cordon) for its agent and clear-finished.
+func (w *world) endStateMatches(r api.SwapResult, before map[string]hostState) error {
+	var was []string
+	for name, st := range before {
+		if st.Member != "" && !st.Learner {
+			was = append(was, name)
+		}
+	}
+	slices.Sort(was)
+	voters := w.voterNodes()
+	switch r.Result {
+	case api.ResultCompleted:
+		if !slices.Contains(voters, r.In) {
+			return fmt.Errorf("%s does not vote (voters %v)", r.In, voters)
+		}
+		if i := slices.IndexFunc(w.Members, func(m fleetmodel.Member) bool { return m.Node == r.Out }); i >= 0 {
+			return fmt.Errorf("%s is still a member (%s)", r.Out, w.Members[i].Name)
+		}
+		if len(voters) != len(was) {
+			return fmt.Errorf("%d voters %v, %d before %v", len(voters), voters, len(was), was)
+		}
+		for _, n := range w.nodes {
+			if n.Unschedulable && n.CordonedBy == r.ID && !slices.Contains(r.Pending, n.Name) {
+				return fmt.Errorf("%s is left cordoned by the swap", n.Name)
+			}
+		}
+		if w.lease.Holder == api.ControllerHolder {
+			return errors.New("the Lease is still held")
+		}
+	case api.ResultRolledBack:
+		// Less the Nodes deleted meanwhile, whose members k3s removed.
+		was = slices.DeleteFunc(was, func(name string) bool { return w.find(name) == nil })
+		if !slices.Equal(voters, was) {
+			return fmt.Errorf("voters %v, before %v", voters, was)
+		}
+		if slices.ContainsFunc(w.Members, func(m fleetmodel.Member) bool { return m.Node == r.In }) {
+			return fmt.Errorf("the candidate %s is still a member", r.In)
+		}
+	case api.ResultAbandoned:
+		now := w.hostsNow()
+		for name, st := range before {
+			if w.find(name) == nil {
+				// k3s removed the member of its deleted Node.
+				st.Member, st.Learner = "", false
+				before[name] = st
+			}
+		}
+		if !maps.Equal(now, before) {
+			return fmt.Errorf("hosts changed: %v, before %v", now, before)
+		}
+	case api.ResultPending:
+		if len(r.Pending) == 0 {
+			return errors.New("it names no pending host")
+		}
+		for _, name := range r.Pending {
+			n := w.find(name)
+			if n != nil && finishedDemotion(n, r.ID) && !(n.Unschedulable && n.CordonedBy == r.ID) {
+				return fmt.Errorf("the pending host %s finished its demotion and is not left cordoned", name)
+			}
+		}
+	default:
+		return fmt.Errorf("no such result %q", r.Result)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package swapplan_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,4 +113,58 @@ func TestSequenceTheAutomaticDecisionSwapsTheWorstUnfitVoter(t *testing.T) {
 	plan = w.pass()
 	assert.Equal(t, api.ActionNone, plan.Action.Type)
 	assert.Contains(t, plan.Reason, "cooldown")
+}
+
+func TestSequenceARollbackWithTheOutgoingVoterDownRemovesTheVotingCandidatesMemberBeforeItStopsAndKeepsQuorum(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	// s1's member votes, but its apiserver never comes up: k3s writes no
+	// EtcdIsVoter for it and the swap rolls back; meanwhile v1 freezes.
+	// Stopping s1 first would leave v2 and v3 of four voters.
+	w.Hosts["s1"].NeverReady = true
+	w.checks = append(w.checks, quorumKept(t))
+	w.requestSwap("v1", "s1")
+	w.runUntil(200, atStep(api.StepJoin))
+	w.Hosts["v1"].Paused = true
+	res := w.run(300)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	acts := strings.Join(w.actions(), ",")
+	assert.Contains(t, acts, "rollback ,remove-member s1,remove-by-voter v2,step-down s1,member-gone s1")
+	i := slices.IndexFunc(w.plans, func(p swapplan.Plan) bool { return p.Action.Type == api.ActionRollback })
+	require.GreaterOrEqual(t, i, 0)
+	assert.Equal(t, "remove-member s1", w.plans[i+1].Action.Type+" "+w.plans[i+1].Action.Node, "asked at once, waiting for no step-down: %s", w.plans[i+1].Reason)
+	assert.True(t, slices.ContainsFunc(w.plans, func(p swapplan.Plan) bool {
+		return strings.Contains(p.Reason, "before it stops, as stopping it first would leave etcd short of a quorum: 2 healthy other voter(s) are not a quorum of 4 with it: v1 is not Ready")
+	}), "the removal says why it comes first")
+	assert.Equal(t, []string{"v1", "v2", "v3"}, w.voterNodes())
+}
+
+func TestSequenceARollbackStopsTheCandidateBeforeRemovingItsMemberWhenThatKeepsQuorum(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(w *world)
+	}{
+		// s1 votes (its apiserver never comes up), every other voter is
+		// healthy: stopping it leaves three of four.
+		{"a voting candidate, every other voter healthy", func(w *world) { w.Hosts["s1"].NeverReady = true }},
+		// s1 stays a learner, v1 freezes: stopping a learner takes no
+		// vote away.
+		{"a learner, the outgoing voter frozen", func(w *world) {
+			w.Hosts["s1"].NeverJoin = true
+			w.hooks = append(w.hooks, func(w *world) {
+				if w.status.Step == api.StepJoin {
+					w.Hosts["v1"].Paused = true
+				}
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			tc.setup(w)
+			w.checks = append(w.checks, quorumKept(t))
+			w.requestSwap("v1", "s1")
+			res := w.run(300)
+			assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+			assert.Contains(t, strings.Join(w.actions(), ","), "rollback ,step-down s1,remove-member s1")
+		})
+	}
 }

@@ -94,7 +94,7 @@ func testConfig() swapplan.Config {
 func newWorld(t testing.TB, voters, standbys, agents int) *world {
 	cfg := testConfig()
 	w := &world{t: t, rng: rand.New(rand.NewPCG(1, 2)), now: epoch, tick: 10 * time.Second, cfg: cfg,
-		Fleet: fleetmodel.New(fleetmodel.Timing{ProbePeriod: cfg.ProbePeriod, CatchUp: 20 * time.Second})}
+		Fleet: fleetmodel.New(fleetmodel.Timing{ProbePeriod: cfg.ProbePeriod, CatchUp: 20 * time.Second, NodeGrace: 50 * time.Second})}
 	since := epoch.Add(-24 * time.Hour)
 	add := func(prefix, role string, count int) {
 		for i := 1; i <= count; i++ {

@@ -69,6 +69,10 @@ func TestVerdictFiguresAndTies(t *testing.T) {
 	assert.Equal(t, 3.0, v.FsyncP99Ms, "the median")
 	assert.Equal(t, 30.0, v.RTTMs)
 	assert.Equal(t, 5, v.Samples)
+	// A window of an even count: the mean of the two middle samples.
+	even := swapplan.Judge(window(4, func(i int, p *api.Probe) { p.FsyncP99Ms = float64(i + 1) }),
+		epoch, swapplan.VerdictConfig{Window: 4, FsyncLimit: vcfg.FsyncLimit, ReadLimit: vcfg.ReadLimit, Period: vcfg.Period})
+	assert.Equal(t, 2.5, even.FsyncP99Ms, "the median of 1 2 3 4")
 
 	// More bad samples is worse; with as many, the slower disk.
 	worse := swapplan.Judge(window(5, func(_ int, p *api.Probe) { p.FsyncP99Ms = 20 }), epoch, vcfg)

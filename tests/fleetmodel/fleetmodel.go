@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -35,6 +36,12 @@ type Timing struct {
 	// CatchUp is how long a learner takes to catch up once its server
 	// started: k3s's leader promotes it then.
 	CatchUp time.Duration
+	// NodeGrace is the node lifecycle controller's grace: a Node whose
+	// kubelet stopped renewing stays Ready until that long after its
+	// last heartbeat, then turns Unknown (not Ready). Kubernetes:
+	// pkg/controller/nodelifecycle, tryUpdateNodeHealth,
+	// --node-monitor-grace-period (50s since 1.32). Zero turns it at once.
+	NodeGrace time.Duration
 }
 
 // Fleet is the truth of a fleet and the parts that react to it.
@@ -102,6 +109,9 @@ type Host struct {
 	RefusePromote  bool
 	IgnorePromote  bool
 	IgnoreStepDown bool
+	// FailStepDowns: its agent fails that many step-downs, changing
+	// nothing, before it carries one out.
+	FailStepDowns int
 	// HeartbeatStuck: Ready, but its kubelet's Lease is not renewed;
 	// KubeletDead: never Ready again.
 	HeartbeatStuck bool
@@ -228,6 +238,11 @@ func (f *Fleet) agent(now time.Time, n *swapplan.Node, h *Host) {
 			if h.IgnoreStepDown {
 				break
 			}
+			if h.FailStepDowns > 0 {
+				h.FailStepDowns--
+				report(now, n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateFailed, RequestAt: &at, Message: "systemctl stop k3s: timed out"})
+				break
+			}
 			h.RoleFile, h.Server, h.Swap = "agent", false, q.Swap
 			report(now, n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at})
 		case api.RequestSnapshot:
@@ -245,7 +260,7 @@ func (f *Fleet) agent(now time.Time, n *swapplan.Node, h *Host) {
 			case h.RemoveFails || !h.Server:
 				report(now, n, api.Report{Swap: q.Swap, Action: q.Action, State: api.StateFailed, RequestAt: &at, Message: "etcd member remove: injected failure"})
 			default:
-				report(now, n, f.removeByVoter(h, q))
+				report(now, n, f.removeByVoter(now, h, q))
 			}
 		}
 	}
@@ -270,7 +285,7 @@ func (f *Fleet) agent(now time.Time, n *swapplan.Node, h *Host) {
 // removeByVoter removes the member a remove-member request names, as the
 // agent does with its etcd client: never its own, never when the voters
 // left that run would not be a quorum; one already gone is done.
-func (f *Fleet) removeByVoter(h *Host, q *api.Request) api.Report {
+func (f *Fleet) removeByVoter(now time.Time, h *Host, q *api.Request) api.Report {
 	at := q.At
 	r := api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at}
 	i := slices.IndexFunc(f.Members, func(m Member) bool { return m.Name == q.Member && MemberID(m.Name) == q.MemberID })
@@ -281,17 +296,7 @@ func (f *Fleet) removeByVoter(h *Host, q *api.Request) api.Report {
 		r.State, r.Message = api.StateFailed, "the member is this host's own"
 		return r
 	}
-	var voters, up int
-	for j, m := range f.Members {
-		if j == i || m.Learner {
-			continue
-		}
-		voters++
-		if o := f.Hosts[m.Node]; o != nil && o.Server && !o.Paused {
-			up++
-		}
-	}
-	if !f.Members[i].Learner && up < swapplan.Quorum(voters) {
+	if !f.Members[i].Learner && f.QuorumKept(QuorumCheck{Now: now, Removed: f.Members[i].Node}) != nil {
 		r.State, r.Message = api.StateFailed, "the voters left would not be a quorum"
 		return r
 	}
@@ -379,10 +384,20 @@ func (f *Fleet) kubelet(now time.Time, n *swapplan.Node, h *Host) {
 	// needs its member to vote: a joining server's Node is not Ready
 	// (k3s-io/k3s pkg/cli/server, run; the k3s double does the same;
 	// tests/fleetsim's copy had it Ready at once).
-	n.Ready = (h.Agent || f.serving(h)) && !h.Paused && !h.KubeletDead
+	//
+	// A paused host's kubelet posts nothing: its Node keeps the Ready it
+	// had until the node lifecycle controller's grace passed since its
+	// last heartbeat (Timing.NodeGrace).
+	if h.Paused {
+		if n.Ready && now.Sub(h.beat) >= f.Timing.NodeGrace {
+			n.Ready = false
+		}
+	} else {
+		n.Ready = (h.Agent || f.serving(h)) && !h.KubeletDead
+	}
 	// The kubelet shares the agent's clock (ClockOffset), and paces its
 	// renewals on the monotonic one.
-	if n.Ready && !h.HeartbeatStuck && (now.Sub(h.beat) >= f.Timing.Heartbeat || n.Heartbeat.IsZero()) {
+	if n.Ready && !h.Paused && !h.HeartbeatStuck && (now.Sub(h.beat) >= f.Timing.Heartbeat || n.Heartbeat.IsZero()) {
 		h.beat = now
 		n.Heartbeat = now.Add(h.ClockOffset)
 	}
@@ -443,4 +458,54 @@ func (f *Fleet) Delete(n *swapplan.Node) (gone bool) {
 	}
 	f.Members = slices.DeleteFunc(f.Members, func(m Member) bool { return m.Name == n.MemberName })
 	return true
+}
+
+// QuorumCheck is what the quorum oracle is asked: whether etcd keeps a
+// quorum at Now once the host Stopped stops its server (a step-down) or
+// the member of the host Removed is removed (a removal).
+type QuorumCheck struct {
+	Now time.Time
+	// Stopped and Removed name the host an action takes out, or "".
+	Stopped, Removed string
+	// Grace: a paused host counts as up until that long after its
+	// agent's last probe sample, the time in which no planner can tell
+	// it from a host that answers; zero counts it down at once.
+	Grace time.Duration
+	// Healthy counts only the voters whose probes say healthy, as a
+	// removal needs (the planner holds it while one is unhealthy).
+	Healthy bool
+}
+
+// QuorumKept is the one quorum oracle of the suites that play a fleet
+// (the planner's property, sequence and Node-deletion tests, and
+// tests/controller over tests/fleetsim): it says why etcd would be left
+// without a quorum, nil when it is not. Only voting members count: a
+// learner neither votes nor counts in the majority (etcd:
+// server/etcdserver/api/membership, VotingMembers; raft's quorum is a
+// majority of the voters). A voter is up while its host's server runs and
+// its host is not paused (past the grace).
+func (f *Fleet) QuorumKept(c QuorumCheck) error {
+	var voters, up int
+	var down []string
+	for _, m := range f.Members {
+		if m.Learner || (c.Removed != "" && m.Node == c.Removed) {
+			continue
+		}
+		voters++
+		h := f.Hosts[m.Node]
+		switch {
+		case h == nil || !h.Server || m.Node == c.Stopped:
+			down = append(down, m.Node+" (stopped)")
+		case h.Paused && c.Now.Sub(h.probed) >= c.Grace:
+			down = append(down, m.Node+" (paused)")
+		case c.Healthy && c.Now.Before(h.UnhealthyUntil):
+			down = append(down, m.Node+" (unhealthy)")
+		default:
+			up++
+		}
+	}
+	if up < swapplan.Quorum(voters) {
+		return fmt.Errorf("%d of %d voting members up, a quorum is %d; down: %s", up, voters, swapplan.Quorum(voters), strings.Join(down, ", "))
+	}
+	return nil
 }

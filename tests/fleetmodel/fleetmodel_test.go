@@ -92,3 +92,38 @@ func TestAProbeIsWrittenOnceAPeriodAndAHeartbeatOnceItsOwn(t *testing.T) {
 	assert.Equal(t, []string{f.Hosts["v1"].Member, f.Hosts["v2"].Member, f.Hosts["v3"].Member}, listed)
 	assert.Equal(t, MemberID(v1.Probe.Members[0].Name), v1.Probe.Members[0].ID, "with the IDs etcdctl prints")
 }
+
+func TestTheQuorumOracleCountsVotingMembersOnlyAndAPausedHostDownPastItsGrace(t *testing.T) {
+	f, _ := fleet(Timing{ProbePeriod: 10 * time.Second})
+	f.Members = append(f.Members, Member{Name: "s1-0", Node: "s1", Learner: true})
+	f.Hosts["s1"].Server = true
+	f.Hosts["v2"].UnhealthyUntil = t0.Add(time.Hour)
+	// v1 v2 v3 vote, s1 is a learner, v2 is unhealthy: removing v1 leaves
+	// v2 and v3 to vote, one of them unhealthy. Counting the learner as a
+	// vote would see two of three up.
+	err := f.QuorumKept(QuorumCheck{Now: t0, Removed: "v1", Healthy: true})
+	require.EqualError(t, err, "1 of 2 voting members up, a quorum is 2; down: v2 (unhealthy)")
+	require.NoError(t, f.QuorumKept(QuorumCheck{Now: t0, Removed: "v1"}), "unhealthy is up when health is not asked")
+
+	// A paused host is up within its grace after its last sample, down
+	// past it, and down at once with no grace.
+	f.Hosts["v3"].Paused = true
+	require.NoError(t, f.QuorumKept(QuorumCheck{Now: t0.Add(29 * time.Second), Stopped: "v1", Grace: 30 * time.Second}))
+	require.EqualError(t, f.QuorumKept(QuorumCheck{Now: t0.Add(30 * time.Second), Stopped: "v1", Grace: 30 * time.Second}),
+		"1 of 3 voting members up, a quorum is 2; down: v1 (stopped), v3 (paused)")
+	require.Error(t, f.QuorumKept(QuorumCheck{Now: t0, Stopped: "v1"}))
+}
+
+func TestAPausedHostsNodeStaysReadyUntilTheGracePassedSinceItsLastHeartbeat(t *testing.T) {
+	f, nodes := fleet(Timing{ProbePeriod: 10 * time.Second, NodeGrace: 50 * time.Second})
+	v2 := &nodes[1]
+	f.Hosts["v2"].Paused = true
+	f.React(t0.Add(49*time.Second), nodes)
+	assert.True(t, v2.Ready, "within the grace")
+	assert.Equal(t, t0, v2.Heartbeat, "a paused kubelet renews nothing")
+	f.React(t0.Add(50*time.Second), nodes)
+	assert.False(t, v2.Ready, "past the grace")
+	f.Hosts["v2"].Paused = false
+	f.React(t0.Add(51*time.Second), nodes)
+	assert.True(t, v2.Ready, "back")
+}

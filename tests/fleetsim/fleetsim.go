@@ -79,20 +79,26 @@ type Written struct {
 	Action string
 	State  string
 	Swap   string
+	// Request is when the request it answers was made (zero for a
+	// finish, which answers none).
+	Request time.Time
 }
 
 // The model's pace over the API: a kubelet renews its Lease every half
-// second, and a learner votes a second after its server started.
+// second, and a learner votes a second after its server started; a Node
+// whose kubelet stopped stays Ready for five missed renewals, as a
+// kubelet's (10 s) in the node-monitor grace (50 s).
 const (
 	heartbeat = 500 * time.Millisecond
 	catchUp   = time.Second
+	nodeGrace = 5 * heartbeat
 )
 
 // New creates the fleet's Nodes (voters v1.., standbys s1.., agents
 // a1..), a Pod of an app and of a DaemonSet on each, and starts playing
 // it, its agents probing every period.
 func New(tb testhost.T, c kubernetes.Interface, period time.Duration, voters, standbys, agents int) *Driver {
-	d := &Driver{t: tb, c: c, Fleet: fleetmodel.New(fleetmodel.Timing{ProbePeriod: period, Heartbeat: heartbeat, CatchUp: catchUp}),
+	d := &Driver{t: tb, c: c, Fleet: fleetmodel.New(fleetmodel.Timing{ProbePeriod: period, Heartbeat: heartbeat, CatchUp: catchUp, NodeGrace: nodeGrace}),
 		beats: map[string]time.Time{}, unwritten: map[string]*unwritten{}, stop: make(chan struct{}), done: make(chan struct{})}
 	ctx := context.Background()
 	for _, ns := range []string{api.Namespace, api.NodeLeaseNamespace, "apps", "arc-runners"} {
@@ -341,7 +347,7 @@ func (d *Driver) write(ctx context.Context, o *corev1.Node, was, n swapplan.Node
 			}
 			u.ann, u.labels = ann, labels
 			if r := n.Report; r != was.Report {
-				u.report = &Written{Node: o.Name, Action: r.Action, State: r.State, Swap: r.Swap}
+				u.report = &Written{Node: o.Name, Action: r.Action, State: r.State, Swap: r.Swap, Request: requestAt(r)}
 				u.reportJSON, _ = ann[api.AnnotationReport].(string)
 			}
 		default:
@@ -351,7 +357,7 @@ func (d *Driver) write(ctx context.Context, o *corev1.Node, was, n swapplan.Node
 				w.At = time.Now()
 				d.reports = append(d.reports, w)
 			} else if r != was.Report {
-				d.reports = append(d.reports, Written{At: time.Now(), Node: o.Name, Action: r.Action, State: r.State, Swap: r.Swap})
+				d.reports = append(d.reports, Written{At: time.Now(), Node: o.Name, Action: r.Action, State: r.State, Swap: r.Swap, Request: requestAt(r)})
 			}
 			delete(d.unwritten, o.Name)
 		}
@@ -365,6 +371,14 @@ func (d *Driver) write(ctx context.Context, o *corev1.Node, was, n swapplan.Node
 			_ = d.c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		}
 	}
+}
+
+// requestAt is when the request the report answers was made.
+func requestAt(r *api.Report) time.Time {
+	if r.RequestAt == nil {
+		return time.Time{}
+	}
+	return *r.RequestAt
 }
 
 // conditions writes Ready and EtcdIsVoter as the model has them, when
