@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +24,9 @@ import (
 // FuzzPlanInput feeds arbitrary bytes through what `fleet-role plan` does
 // with its input: read the List, build the snapshot, plan. Nothing may
 // panic, every refusal is ErrInput, and a plan read from the same input
-// twice is the same plan.
+// twice is the same plan; and the plan is safe: no action aimed at a Node
+// the input does not have, no removal that would leave the voting members
+// short of a quorum that is up (removalKeepsQuorum).
 func FuzzPlanInput(f *testing.F) {
 	examples, _ := filepath.Glob(filepath.Join("..", "..", "docs", "examples", "*.json"))
 	for _, path := range examples {
@@ -50,7 +54,79 @@ func FuzzPlanInput(f *testing.F) {
 		if a.Action.Type != b.Action.Type || a.Reason != b.Reason || a.Step != b.Step {
 			t.Fatalf("two plans of one snapshot differ: %+v and %+v", a, b)
 		}
+		if a.Action.Node != "" && !slices.ContainsFunc(snap.Nodes, func(n swapplan.Node) bool { return n.Name == a.Action.Node }) {
+			t.Fatalf("%s aimed at %s, which the input has no Node of: %s", a.Action.Type, a.Action.Node, a.Reason)
+		}
+		if err := removalKeepsQuorum(snap, a.Action); err != nil {
+			t.Fatalf("%s %s: %v: %s", a.Action.Type, a.Action.Node, err, a.Reason)
+		}
 	})
+}
+
+// removalKeepsQuorum is the quorum oracle on a snapshot's own evidence:
+// for a removal, the voting members the Nodes' samples list (a member any
+// list says votes), less the one removed, must have a quorum whose Nodes
+// are Ready with a fresh (two periods) healthy sample. A learner counts
+// for nothing; a member with no Node is down.
+func removalKeepsQuorum(s swapplan.Snapshot, a swapplan.Action) error {
+	var gone string // the member removed, or its Node's name
+	switch a.Type {
+	case api.ActionRemoveMember:
+		gone = a.Node
+	case api.ActionRemoveByVoter:
+		gone = a.Request.Member
+	default:
+		return nil
+	}
+	node := func(member string) *swapplan.Node {
+		for i := range s.Nodes {
+			n := &s.Nodes[i]
+			if n.MemberName == member || (n.Probe != nil && n.Probe.Member == member) {
+				return n
+			}
+		}
+		if i := strings.LastIndexByte(member, '-'); i > 0 {
+			for j := range s.Nodes {
+				if s.Nodes[j].Name == member[:i] {
+					return &s.Nodes[j]
+				}
+			}
+		}
+		return nil
+	}
+	voting := map[string]bool{}
+	for _, n := range s.Nodes {
+		if n.Probe == nil {
+			continue
+		}
+		for _, m := range n.Probe.Members {
+			if !m.Learner {
+				voting[m.Name] = true
+			}
+		}
+	}
+	var voters, up int
+	for m := range voting {
+		n := node(m)
+		if m == gone || (n != nil && n.Name == gone) {
+			continue
+		}
+		voters++
+		if n == nil || !n.Ready || n.Probe == nil || !n.Probe.Healthy {
+			continue
+		}
+		period := time.Duration(n.Probe.Period)
+		if period <= 0 {
+			period = s.Config.ProbePeriod
+		}
+		if s.Now.Sub(n.Probe.At) <= 2*period {
+			up++
+		}
+	}
+	if up < swapplan.Quorum(voters) {
+		return fmt.Errorf("%d of the %d voting members left are Ready with a fresh healthy sample, a quorum is %d", up, voters, swapplan.Quorum(voters))
+	}
+	return nil
 }
 
 // testdata reads api's example of a wire document.

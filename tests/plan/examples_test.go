@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
@@ -68,6 +69,25 @@ var examples = []struct {
 	}, func(t *testing.T, p swapplan.Plan) {
 		assertAction(t, p, api.ActionNone, "", api.StepStepDown, "the removal waits for the step-down while v1 is Ready")
 	}},
+	{"remove-member.json", steppedDown, func(t *testing.T, p swapplan.Plan) {
+		assertAction(t, p, api.ActionRemoveMember, "v1", api.StepRemoveMember, "asking k3s to remove the member of v1; 3 remaining voter(s) are healthy")
+	}},
+	{"removal-held.json", func() *cluster {
+		c := steppedDown()
+		c.unhealthy("v2")
+		c.unhealthy("v3")
+		return c
+	}, func(t *testing.T, p swapplan.Plan) {
+		assertAction(t, p, api.ActionNone, "", api.StepRemoveMember, "removal held while a remaining voter is unhealthy: v2's probe says unhealthy")
+	}},
+}
+
+// steppedDown: v1, asked to step down (atStepDown), reported it done.
+func steppedDown() *cluster {
+	c := newCluster()
+	rec := atStepDown(c)
+	c.report(rec, "v1", api.RequestStepDown, api.StateDone, func(r *api.Report) { r.RequestAt = ptr.To(c.now.Add(-time.Minute)) })
+	return c
 }
 
 func TestExamples(t *testing.T) {
