@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fleet-role/fleet-role/api"
-	"github.com/fleet-role/fleet-role/swapplan"
+	"github.com/fleet-role/fleet-role/tests/fleetmodel"
 	"github.com/fleet-role/fleet-role/tests/fleetsim"
 )
 
@@ -36,19 +36,9 @@ func (e *env) watchQuorum() func() []string {
 			case <-t.C:
 			}
 			e.d.With(func(d *fleetsim.Driver) {
-				var voters, up int
-				for _, m := range d.Members {
-					if m.Learner {
-						continue
-					}
-					voters++
-					if h := d.Hosts[m.Node]; h != nil && h.Server && !h.Paused {
-						up++
-					}
-				}
-				if up < swapplan.Quorum(voters) {
+				if err := d.QuorumKept(fleetmodel.QuorumCheck{Now: time.Now()}); err != nil {
 					mu.Lock()
-					lost = append(lost, fmt.Sprintf("%s: %d of %d voting members up", time.Now().Format(time.StampMilli), up, voters))
+					lost = append(lost, fmt.Sprintf("%s: %v", time.Now().Format(time.StampMilli), err))
 					mu.Unlock()
 				}
 			})
