@@ -334,8 +334,8 @@ func (f *Fleet) writeInventory() error {
 		"fleet_role_agent_resync_period": "5s",
 		// The agents' credentials are made from the machine the playbook
 		// runs on, as its administrator.
-		"fleet_role_agent_admin_kubeconfig":  f.Kubeconfig,
-		"fleet_role_controller_kubeconfig":   f.Kubeconfig,
+		"fleet_role_agent_admin_kubeconfig":  f.adminKubeconfig(),
+		"fleet_role_controller_kubeconfig":   f.adminKubeconfig(),
 		"fleet_role_controller_binary":       f.Bin,
 		"fleet_role_controller_period":       "1s",
 		"fleet_role_controller_probe_period": p,
@@ -421,6 +421,9 @@ var playRecap = regexp.MustCompile(`(?m)^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+
 func (f *Fleet) Playbook(args ...string) (string, int) {
 	f.t.Helper()
 	f.runs++
+	if f.k3s != "" {
+		f.liveKubeconfig(f.adminKubeconfig())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "ansible-playbook", append([]string{"-i", f.inventory, "deploy.yml"}, args...)...)

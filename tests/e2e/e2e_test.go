@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fleet-role/fleet-role/api"
 )
@@ -26,6 +28,11 @@ func (f *Fleet) swap(t *testing.T, out, in string, timeout time.Duration) *api.S
 // waitEnd waits for a swap to end after prev, the last one before.
 func (f *Fleet) waitEnd(t *testing.T, prev *api.SwapResult, timeout time.Duration) *api.SwapResult {
 	t.Helper()
+	defer func() {
+		if t.Failed() {
+			f.logStall(t)
+		}
+	}()
 	var st api.Status
 	f.Wait(timeout, "the swap ends", func() error {
 		st = f.Status()
@@ -41,6 +48,27 @@ func (f *Fleet) waitEnd(t *testing.T, prev *api.SwapResult, timeout time.Duratio
 		return fmt.Errorf("step %s: %s", st.Step, st.Reason)
 	})
 	return st.Last
+}
+
+// logStall logs, for a swap that did not end, what tells a controller
+// that stopped passing from agents that stopped reporting: when the
+// status was last written, who holds the Lease, each Node's last probe
+// sample, and the last lines each agent logged of its apiservers.
+func (f *Fleet) logStall(t *testing.T) {
+	st := f.Status()
+	holder := ""
+	if l := f.Lease(); l != nil && l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	t.Logf("stalled: the status written at %s, the Lease held by %q", st.UpdatedAt.Format(time.RFC3339), holder)
+	for _, n := range f.Order {
+		var p api.Probe
+		if node, err := f.Client.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{}); err == nil {
+			_ = json.Unmarshal([]byte(node.Annotations[api.AnnotationProbe]), &p)
+		}
+		out, _ := f.Hosts[n].exec("sh", "-c", "journalctl --no-pager -o short-precise -u fleet-role-agent | grep -i apiserver | tail -n 4")
+		t.Logf("stalled: %s's last probe sample %s; its agent on its apiservers: %s", n, p.At.Format(time.RFC3339), strings.ReplaceAll(out, "\n", " | "))
+	}
 }
 
 // waitFreshProbe waits for a probe sample of the host taken after now.

@@ -108,12 +108,16 @@ type Writes struct {
 	failed  int
 	slowest time.Duration
 	at      time.Time // when the slowest write was started
-	last    bool      // the last write failed
-	errs    []string
+	// slowestOK is the longest a write that succeeded took.
+	slowestOK time.Duration
+	last      bool // the last write failed
+	errs      []string
 }
 
-// StartWrites starts writing; each write is given the fleet's election
-// timeout, twice over, before it counts as failed.
+// StartWrites starts writing; each write is given four times the fleet's
+// election timeout before it counts as failed, so that a write which
+// succeeds slower than the bound writesAcross holds (twice the election
+// timeout) is measured, not cut off.
 func (f *Fleet) StartWrites(c *clientv3.Client) *Writes {
 	return f.startWrites(func(ctx context.Context, i int) error {
 		_, err := c.Put(ctx, fmt.Sprintf("/e2e/writes/%d", i%100), time.Now().Format(time.RFC3339Nano))
@@ -122,7 +126,7 @@ func (f *Fleet) StartWrites(c *clientv3.Client) *Writes {
 }
 
 func (f *Fleet) startWrites(put func(ctx context.Context, i int) error) *Writes {
-	w := &Writes{put: put, timeout: 2 * f.electionTimeout(), stop: make(chan struct{}), done: make(chan struct{})}
+	w := &Writes{put: put, timeout: 4 * f.electionTimeout(), stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	f.t.Cleanup(w.Stop)
 	return w
@@ -153,6 +157,7 @@ func (w *Writes) run() {
 			}
 		} else {
 			w.ok++
+			w.slowestOK = max(w.slowestOK, took)
 		}
 		w.mu.Unlock()
 	}
@@ -175,13 +180,16 @@ type WriteCount struct {
 	// when it started.
 	Slowest time.Duration
 	At      time.Time
+	// SlowestOK is the longest a write that succeeded took.
+	SlowestOK time.Duration
 	// Unanswered is set when the last write failed.
 	Unanswered bool
 	Errors     []string
 }
 
 func (c WriteCount) String() string {
-	s := fmt.Sprintf("%d writes, %d failed, slowest %s (at %s)", c.OK+c.Failed, c.Failed, c.Slowest.Round(time.Millisecond), c.At.Format("15:04:05.000"))
+	s := fmt.Sprintf("%d writes, %d failed, slowest %s (at %s), slowest that succeeded %s", c.OK+c.Failed, c.Failed,
+		c.Slowest.Round(time.Millisecond), c.At.Format("15:04:05.000"), c.SlowestOK.Round(time.Millisecond))
 	if c.Unanswered {
 		s += ", the last write failed"
 	}
@@ -196,12 +204,14 @@ func (w *Writes) Count() WriteCount {
 	w.Stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return WriteCount{OK: w.ok, Failed: w.failed, Slowest: w.slowest, At: w.at, Unanswered: w.last, Errors: w.errs}
+	return WriteCount{OK: w.ok, Failed: w.failed, Slowest: w.slowest, At: w.at, SlowestOK: w.slowestOK, Unanswered: w.last, Errors: w.errs}
 }
 
 // Check is what must hold after every scenario: the etcd cluster is the
-// one the fleet started with, its members are the voters' and vote, no Node is left
-// cordoned by a swap, the Lease is free and status.json says the result.
+// one the fleet started with, its members are the voters' and vote (as
+// many as it started with after a swap that completed or rolled back),
+// no Node is left cordoned by a swap, the Lease is free and status.json
+// says the result.
 func (f *Fleet) Check(result string) error {
 	m, err := f.Members()
 	if err != nil {
@@ -212,6 +222,9 @@ func (f *Fleet) Check(result string) error {
 	}
 	if len(m.Learners) > 0 {
 		return fmt.Errorf("learners left: %v", m.Learners)
+	}
+	if (result == api.ResultCompleted || result == api.ResultRolledBack) && len(m.Voters) != f.voters {
+		return fmt.Errorf("etcd has %d voters %v after a swap %s, the fleet had %d", len(m.Voters), m.Voters, result, f.voters)
 	}
 	nodes, err := f.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {

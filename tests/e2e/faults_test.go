@@ -139,7 +139,7 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			prev := f.holds(t, "v1", "s1")
 			st := f.Status()
 			t.Logf("while v2 was paused: %s", st.Reason)
-			assert.Contains(t, st.Reason, "v2")
+			assert.Contains(t, st.Reason, "the manual request to swap v1 for s1 waits: voter v2's probe has been silent since")
 
 			v2.Unpause()
 			t.Log("v2 back: the request, kept, is carried out")

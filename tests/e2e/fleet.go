@@ -83,6 +83,9 @@ type Fleet struct {
 	Order       []string
 	// clusterID is etcd's cluster ID once the fleet was up.
 	clusterID uint64
+	// voters is how many voters etcd had once the fleet was up: a swap
+	// that completes or rolls back leaves as many.
+	voters int
 	// etcdTLS is a client's TLS to real k3s's etcd (its client
 	// certificate); nil for the k3s double's plain http.
 	etcdTLS *tls.Config
@@ -154,7 +157,7 @@ func (f *Fleet) waitUp(timeout time.Duration) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.clusterID = m.ClusterID
+	f.clusterID, f.voters = m.ClusterID, len(m.Voters)
 }
 
 // Journals are the last lines each host's units logged, for a failure.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -25,7 +26,7 @@ import (
 // of k3s's server roles its Node is labelled with, the keys of
 // fleet-role's and k3s's etcd annotations on it, its Ready condition and
 // in the etcd role its EtcdIsVoter, its cordon, and on a native host its
-// k3s units' states.
+// k3s units' states as started or stopped, and enabled (unitState).
 type hostView struct {
 	Role          string            `json:"role"`
 	ServerLabels  []string          `json:"serverLabels,omitempty"`
@@ -97,8 +98,8 @@ func (f *Fleet) observe(result string, hosts ...string) (fleetView, error) {
 		if h := f.Hosts[name]; !h.Docker {
 			hv.Units = map[string]string{}
 			for _, u := range []string{"k3s.service", "k3s-agent.service"} {
-				active, enabled := h.Unit(u)
-				hv.Units[u] = active + "/" + enabled
+				started, enabled := h.unitState(u)
+				hv.Units[u] = started + "/" + enabled
 			}
 		}
 		v.Hosts[name] = hv
@@ -157,9 +158,24 @@ func (f *Fleet) requireView(t *testing.T, file, result string, hosts ...string) 
 		return nil
 	})
 	if err != nil && got.Hosts != nil {
+		logViewDiff(t, want, got)
 		require.Equal(t, want, got, "the fleet's view after the swap differs from real k3s's (%s)", file)
 	}
 	require.NoError(t, err)
+}
+
+// logViewDiff logs, a line each, what differs between two views, so
+// that the difference shows in a short excerpt of the log too.
+func logViewDiff(t *testing.T, want, got fleetView) {
+	t.Helper()
+	if !slices.Equal(want.Voters, got.Voters) || !slices.Equal(want.Learners, got.Learners) {
+		t.Logf("view: voters %v learners %v, want voters %v learners %v", got.Voters, got.Learners, want.Voters, want.Learners)
+	}
+	for _, name := range slices.Sorted(maps.Keys(want.Hosts)) {
+		if w, g := want.Hosts[name], got.Hosts[name]; !reflect.DeepEqual(w, g) {
+			t.Logf("view: %s is %+v, want %+v", name, g, w)
+		}
+	}
 }
 
 // poll calls fn every second until it returns nil or timeout passes, and

@@ -492,6 +492,25 @@ func (f *Fleet) cliKubeconfig() string {
 	if f.k3s == "" {
 		return f.Kubeconfig
 	}
+	return f.liveKubeconfig(filepath.Join(f.Dir, "kubeconfig-cli"))
+}
+
+// adminKubeconfig is the kubeconfig the playbook runs with, as the
+// inventory names it: on the double, the API server's; on real k3s, one
+// that Playbook points at a server whose API is ready before each run, as
+// an operator points the playbook's kubeconfig at a server that is up:
+// the bootstrap server the first run reached may have been swapped out
+// since.
+func (f *Fleet) adminKubeconfig() string {
+	if f.k3s == "" {
+		return f.Kubeconfig
+	}
+	return filepath.Join(f.Dir, "kubeconfig-admin")
+}
+
+// liveKubeconfig writes to path the administrator's kubeconfig with its
+// server the first server whose API is ready, and returns path.
+func (f *Fleet) liveKubeconfig(path string) string {
 	f.t.Helper()
 	cfg, err := clientcmd.LoadFromFile(f.Kubeconfig)
 	if err != nil {
@@ -513,7 +532,6 @@ func (f *Fleet) cliKubeconfig() string {
 	for _, c := range cfg.Clusters {
 		c.Server = "https://" + live + ":6443"
 	}
-	path := filepath.Join(f.Dir, "kubeconfig-cli")
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		f.t.Fatal(err)
 	}

@@ -136,14 +136,36 @@ func (f *Fleet) threeVotersNoLearner(t *testing.T) {
 // roleFile is where the playbook has the agent keep the host's role.
 const roleFile = "/var/lib/fleet-role/role"
 
-// hostState is what a host's agent and k3s have made of it: its role
-// file and its k3s units' states, as read on the host, not through the
-// API.
+// hostState is what a host's agent has made of it: its role file and,
+// for each k3s unit, whether it is started (the unit runs or is on its
+// way to) and enabled, as read on the host, not through the API. Note:
+// not the units' raw states: a real k3s server restarts itself while its
+// etcd has no quorum, its embedded kube-controller-manager exiting the
+// process once it loses its leader lease (kubernetes
+// cmd/kube-controller-manager/app/controllermanager.go, Run:
+// OnStoppedLeading calls klog.FlushAndExit), and systemd restarts it
+// (Restart=always): active, then activating, with nothing of fleet-role's
+// done. An agent's start or stop changes what this says.
 func (h *Host) hostState() string {
 	role, _ := h.exec("cat", roleFile)
-	server, _ := h.Unit("k3s.service")
-	agent, _ := h.Unit("k3s-agent.service")
-	return fmt.Sprintf("role file %q, k3s.service %s, k3s-agent.service %s", role, server, agent)
+	unit := func(name string) string {
+		started, enabled := h.unitState(name)
+		return fmt.Sprintf("%s %s (%s)", name, started, enabled)
+	}
+	return fmt.Sprintf("role file %q, %s, %s", role, unit("k3s.service"), unit("k3s-agent.service"))
+}
+
+// unitState is a unit's state as an agent's start or stop leaves it:
+// "started" (it runs or is on its way to) or "stopped" (inactive, or
+// failed: a real k3s server stopped may exit non-zero as it goes, which
+// leaves its unit failed one run and inactive the next), and whether it
+// is enabled.
+func (h *Host) unitState(name string) (started, enabled string) {
+	active, enabled := h.Unit(name)
+	if active == "inactive" || active == "failed" {
+		return "stopped", enabled
+	}
+	return "started", enabled
 }
 
 // hostWithRole is the first host of the fleet's order whose Node has the
