@@ -7,6 +7,9 @@ GO          ?= go
 BIN         ?= bin
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 NFPM        ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+GREMLINS    ?= github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
+# The pure packages whose gates the mutation tests break (make mutate).
+MUTATE_PKGS ?= swapplan role
 TESTFLAGS   ?=
 TESTLOG     ?= $(BIN)/test.log
 NOW         ?= 2026-11-30T12:00:00Z
@@ -50,16 +53,22 @@ package: build ## build the .deb and the .rpm into bin/ with nfpm
 		FLEET_ROLE_VERSION=$(VERSION) $(GO) run $(NFPM) package -f $(BIN)/nfpm.yaml -p $$p -t $(BIN)/; \
 	done
 
+# Note: the two longest packages (tests/ansible, tests/controller) are
+# named first, so that go test starts them first and the others run beside
+# them rather than before them: the first part then takes about as long
+# as tests/ansible alone.
+SLOW_PKGS := /tests/(ansible|controller)$$
 test: ## run every test, the end-to-end scenarios last, printing each result and the totals
 	@mkdir -p $(BIN)
-	@status=0; $(GO) test -count=1 -v -timeout 30m $(TESTFLAGS) $$($(GO) list ./... | grep -v /tests/e2e) >$(TESTLOG) 2>&1 || status=$$?; \
-	$(GO) test -count=1 -v -timeout 60m $(TESTFLAGS) ./tests/e2e >>$(TESTLOG) 2>&1 || status=$$?; \
+	@status=0; pkgs=$$($(GO) list ./... | grep -v /tests/e2e); \
+	$(GO) test -count=1 -v -timeout 30m $(TESTFLAGS) $$(grep -E '$(SLOW_PKGS)' <<<"$$pkgs") $$(grep -vE '$(SLOW_PKGS)' <<<"$$pkgs") >$(TESTLOG) 2>&1 || status=$$?; \
+	$(GO) test -count=1 -v -timeout 80m $(TESTFLAGS) ./tests/e2e >>$(TESTLOG) 2>&1 || status=$$?; \
 	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:|^\s+(Error|Messages):' $(TESTLOG) || true; \
 	echo "tests: $$(grep -cE '^\s*--- PASS' $(TESTLOG)) passed, $$(grep -cE '^\s*--- FAIL' $(TESTLOG)) failed, $$(grep -cE '^\s*--- SKIP' $(TESTLOG)) skipped (full log: $(TESTLOG))"; \
 	exit $$status
 
 test-e2e: ## the end-to-end scenarios on a simulated fleet of containers over real etcd
-	$(GO) test -count=1 -v -timeout 60m ./tests/e2e
+	$(GO) test -count=1 -v -timeout 80m ./tests/e2e
 
 test-ansible: ## the Ansible roles' tests: lint, a prefix, a systemd host, the real API server, the package
 	$(GO) test -count=1 -v -timeout 30m ./tests/ansible
@@ -74,6 +83,19 @@ fuzz: ## fuzz every input read from outside, each target for FUZZTIME (60s)
 	@for t in $(FUZZ_TARGETS); do \
 		echo "== $${t#*:} ($(FUZZTIME))"; \
 		$(GO) test -run XXX -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./$${t%%:*}; \
+	done
+
+# Note: gremlins' default mutators and the stronger ones; each mutant is
+# run against its package's own tests. Its last lines per package are the
+# figures docs/figures.md keeps: the mutants killed, lived, not covered,
+# the test efficacy (killed of those covered) and the mutator coverage.
+mutate: ## mutation testing of the pure packages (MUTATE_PKGS) with gremlins: mutants covered and killed, per package
+	@mkdir -p $(BIN)
+	@for p in $(MUTATE_PKGS); do \
+		echo "== $$p"; \
+		$(GO) run $(GREMLINS) unleash --invert-assignments --invert-logical --remove-self-assignments \
+			--workers 2 --timeout-coefficient 10 --output $(BIN)/mutate-$$p.json ./$$p | tee $(BIN)/mutate-$$p.log | \
+			grep -E 'LIVED|NOT COVERED|TIMED OUT|Killed|Timed out|Test efficacy|Mutator coverage'; \
 	done
 
 lint: ## gofmt, go vet and staticcheck
