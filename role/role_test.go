@@ -206,6 +206,15 @@ func TestDecide(t *testing.T) {
 		{"a role file edited to server does nothing on a host that is not staged",
 			Facts{Role: api.HostServer, Agent: running},
 			DoNone, nil, nil},
+		{"an agent that refused a promotion reports no finish of its swap",
+			Facts{Role: api.HostAgent, Agent: running, Handled: req(api.RequestPromote)},
+			DoAgent, nil, nil},
+		{"a tombstone with no swap known finishes the demotion and reports no finish, an earlier swap's finish reported or not",
+			Facts{Role: api.HostServer, Tombstone: true, Datastore: true, Server: running, Finished: "s0"},
+			api.ReportFinish, []Step{WriteAgentRole, StopServer, MoveDatastore, StartAgent}, nil},
+		{"a server host whose agent is stopped but enabled keeps it from starting at boot",
+			Facts{Role: api.HostServer, Server: running, Datastore: true, Agent: enabled},
+			DoServe, []Step{StopAgent}, nil},
 		{"without a role file nothing is done",
 			Facts{RoleMissing: true, Agent: running},
 			DoNone, nil, nil},
@@ -267,4 +276,12 @@ func TestAServerThatDoesNotRunFinishesAsAnAgentByEachWayOfKnowingItsMemberIsGone
 			}
 		})
 	}
+}
+
+func TestARemovalNamingTheMemberByItsIDAloneNamesTheIDInItsDecision(t *testing.T) {
+	q := &api.Request{Swap: "s1", Action: api.RequestRemoveMember, At: at, MemberID: "8e9e05c52164694d"}
+	running := Unit{Active: true, Enabled: true, StartedAt: at.Add(-time.Hour)}
+	d := Decide(Facts{Role: api.HostServer, Server: running, Datastore: true, Member: "v2-11111111", Request: q})
+	assert.Equal(t, []Step{RemoveMember}, d.Steps, d.Why)
+	assert.Equal(t, "removing the member 8e9e05c52164694d with this host's etcd client", d.Why)
 }
