@@ -888,3 +888,56 @@ func TestAManualRequestIsRefusedForEachReasonAPairCannotBeSwappedAndNothingStart
 		})
 	}
 }
+
+func TestAManualRequestIsRefusedWhileASwapIsUnderWayByTheLeaseOrByTheStatusAndNotOnceItEnded(t *testing.T) {
+	w := newWorld(t, 3, 2, 0)
+	rec := &api.SwapRecord{ID: "20261130-113000-v3", Out: "v3", In: "s2", StartedAt: w.now}
+	other := &api.SwapResult{ID: "20261130-100000-v2"}
+	ended := &api.SwapResult{ID: rec.ID}
+	for _, tc := range []struct {
+		name  string
+		lease swapplan.Lease
+		swap  *api.SwapRecord
+		last  *api.SwapResult
+		want  string
+	}{
+		{"the controller holding the Lease for a swap", swapplan.Lease{Holder: api.ControllerHolder, RenewTime: w.now, Duration: time.Minute, Swap: rec}, nil, nil,
+			"swap 20261130-113000-v3 (v3 out, s2 in) is under way"},
+		{"the controller holding the Lease for no swap", swapplan.Lease{Holder: api.ControllerHolder, RenewTime: w.now, Duration: time.Minute}, nil, nil, ""},
+		{"another holder whose Lease expired", swapplan.Lease{Holder: "regrade", RenewTime: w.now.Add(-2 * time.Minute), Duration: time.Minute}, nil, nil, ""},
+		{"the status naming a swap, none ended before", swapplan.Lease{}, rec, nil, "swap 20261130-113000-v3 (v3 out, s2 in) is under way"},
+		{"the status naming a swap, another ended before", swapplan.Lease{}, rec, other, "swap 20261130-113000-v3 (v3 out, s2 in) is under way"},
+		{"the status naming a swap that it says ended", swapplan.Lease{}, rec, ended, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := w.snapshot()
+			s.Lease, s.Status.Swap, s.Status.Last = tc.lease, tc.swap, tc.last
+			err := swapplan.CheckRequest(s, "v1", "s1")
+			if tc.want == "" {
+				assert.NoError(t, err)
+			} else {
+				assert.EqualError(t, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestARequestWaitingToBeCarriedOutRefusesOneWithTheSameOutAndAnotherIn(t *testing.T) {
+	w := newWorld(t, 3, 2, 0)
+	w.pause = &api.Pause{By: "carol", Reason: "freeze", At: w.now}
+	w.request = &api.ManualRequest{Out: "v1", In: "s1", At: w.now, By: "alice"}
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s2"), "alice's request to swap v1 for s1 (at ")
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1"), "alice's request to swap v1 for s1 (at ")
+}
+
+func TestTheAutomaticDecisionChoosesAStandbyThatIsNoVoterNeverARunnerHoweverFit(t *testing.T) {
+	w := newWorld(t, 3, 1, 1)
+	w.cfg.DryRun = true
+	w.node("v1").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 9, Reason: "fsync p99 40 ms"}
+	w.node("s1").Verdict = api.Verdict{State: api.VerdictFit, Score: 5}
+	w.node("a1").Verdict = api.Verdict{State: api.VerdictFit, Score: 0}
+	w.node("v2").Verdict = api.Verdict{State: api.VerdictFit, Score: 0}
+	plan := w.pass()
+	require.NotNil(t, plan.Decision, plan.Reason)
+	assert.Equal(t, api.Decision{Out: "v1", In: "s1", Reason: plan.Decision.Reason}, *plan.Decision, "a1 and v2, fitter, are a runner and a voter")
+}
