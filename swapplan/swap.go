@@ -420,7 +420,7 @@ func (p *planner) removeMember(in, out *Node) Plan {
 				"k3s removes the member of a deleted etcd Node, an operator must remove it if it does not", lister.Name, m.Name, p.rec.In)
 		}
 	}
-	healthy, held := p.voterHealth(remaining)
+	healthy, held := p.voterHealth(remaining, false)
 	if len(held) > 0 {
 		return p.removalHeld("removal held while a remaining voter is unhealthy: %s", strings.Join(held, "; "))
 	}
@@ -432,8 +432,10 @@ func (p *planner) removeMember(in, out *Node) Plan {
 }
 
 // voterHealth counts the named voters that are healthy, and says why each
-// other one is not.
-func (p *planner) voterHealth(names []string) (healthy int, held []string) {
+// other one is not. With slowVotes, a voter whose only fault is its
+// disk's speed (Ready, a fresh sample with no error, over the fsync or
+// read limits) counts: its member answers and votes, slowly.
+func (p *planner) voterHealth(names []string, slowVotes bool) (healthy int, held []string) {
 	for _, name := range names {
 		v := p.node(name)
 		switch {
@@ -447,7 +449,7 @@ func (p *planner) voterHealth(names []string) (healthy int, held []string) {
 			held = append(held, fmt.Sprintf("%s is Ready but its agent has been silent since %s (3 periods of %s): it may not reach the API server",
 				v.Name, stamp(v.Probe.At), p.period(v)))
 		default:
-			if why := p.unhealthy(v); why != "" {
+			if why := p.unhealthy(v); why != "" && !(slowVotes && p.onlySlow(v)) {
 				held = append(held, why)
 				continue
 			}
@@ -457,23 +459,32 @@ func (p *planner) voterHealth(names []string) (healthy int, held []string) {
 	return healthy, held
 }
 
+// onlySlow says the voter's sample faults its disk's speed alone: Ready,
+// fresh, sampled without error.
+func (p *planner) onlySlow(v *Node) bool {
+	return v.Ready && v.Probe != nil && p.fresh(v) && !v.Probe.Healthy && v.Probe.Error == ""
+}
+
 // candidateStopHeld says why the candidate, whose member a voter's last
 // list shows voting (a stale list counts: the hold errs on the side of
-// removing the member first), may not stop its server yet: the other voters healthy
-// must be a quorum of the voters with it, as etcd counts a stopped voter
-// until its member is removed. With three voters and the candidate, one
-// other voter down and the candidate stopped would leave two of four.
-// Empty when it may stop, or when its member does not vote.
+// removing the member first), may not stop its server yet: the other
+// voters that vote must be a quorum of the voters with it, as etcd counts
+// a stopped voter until its member is removed. With three voters and the
+// candidate, one other voter down and the candidate stopped would leave
+// two of four. A voter whose disk is only slow votes: holding the stop
+// for it would hold the rollback on a removal that waits for healthy
+// voters, for as long as the disk is slow. Empty when it may stop, or
+// when its member does not vote.
 func (p *planner) candidateStopHeld(in *Node) string {
 	if !slices.ContainsFunc(p.voters, func(v *Node) bool { return v != in && p.lists(v, in.Name, false) }) {
 		return ""
 	}
 	others := p.voterSet(nil, in.Name)
-	healthy, held := p.voterHealth(others)
+	healthy, held := p.voterHealth(others, true)
 	if healthy >= Quorum(len(others)+1) {
 		return ""
 	}
-	return fmt.Sprintf("%d healthy other voter(s) are not a quorum of %d with it: %s", healthy, len(others)+1, strings.Join(held, "; "))
+	return fmt.Sprintf("%d other voter(s) voting are not a quorum of %d with it: %s", healthy, len(others)+1, strings.Join(held, "; "))
 }
 
 // removalHeld waits at the removal, and says so once past its bound: the
