@@ -941,3 +941,15 @@ func TestTheAutomaticDecisionChoosesAStandbyThatIsNoVoterNeverARunnerHoweverFit(
 	require.NotNil(t, plan.Decision, plan.Reason)
 	assert.Equal(t, api.Decision{Out: "v1", In: "s1", Reason: plan.Decision.Reason}, *plan.Decision, "a1 and v2, fitter, are a runner and a voter")
 }
+
+func TestARunnerPodSeenOnTheOutgoingVoterOnceItsDrainBeganDoesNotTakeTheSwapBackToTheRunnersWait(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(200, acting(api.ActionDrainOut, "v1"))
+	// A runner the informer shows only now, scheduled before the cordon:
+	// the runners' wait was gone past, and its clock would start again.
+	w.node("v1").Pods = append(w.node("v1").Pods, swapplan.Pod{Namespace: "arc-runners", Name: "runner-late", Runner: true})
+	plan := w.pass()
+	assert.NotEqual(t, api.StepRunnersOut, plan.Step, plan.Reason)
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
+}
