@@ -953,3 +953,54 @@ func TestARunnerPodSeenOnTheOutgoingVoterOnceItsDrainBeganDoesNotTakeTheSwapBack
 	assert.NotEqual(t, api.StepRunnersOut, plan.Step, plan.Reason)
 	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
 }
+
+func TestASwapTheStatusShowsUnderWayWithItsLeaseGoneIsResumedUnlessTheStatusSaysItEnded(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	rec := &api.SwapRecord{ID: "20261130-113000-v1", Out: "v1", In: "s1", StartedAt: w.now}
+	for _, tc := range []struct {
+		name   string
+		last   *api.SwapResult
+		resume bool
+	}{
+		{"no swap ended before", nil, true},
+		{"another swap ended before", &api.SwapResult{ID: "20261130-100000-v2"}, true},
+		{"the status says it ended", &api.SwapResult{ID: rec.ID}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := w.snapshot()
+			s.Status.Swap, s.Status.Step, s.Status.Last = rec, api.StepCordonOut, tc.last
+			plan := swapplan.Next(s)
+			if !tc.resume {
+				assert.NotContains(t, plan.Reason, "resuming", plan.Reason)
+				return
+			}
+			assert.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
+			require.NotNil(t, plan.Swap)
+			assert.Equal(t, rec.ID, plan.Swap.ID)
+			assert.Contains(t, plan.Reason, "resuming swap 20261130-113000-v1 (v1 out, s1 in): its Lease was released or expired before it ended")
+		})
+	}
+}
+
+func TestALeaseHeldByAnotherHolderBlocksThePlanAndKeepsTheSwapTheStatusShowsEvenWithNoDurationSaid(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	rec := &api.SwapRecord{ID: "20261130-113000-v1", Out: "v1", In: "s1", StartedAt: w.now}
+	s := w.snapshot()
+	s.Lease = swapplan.Lease{Holder: "regrade", RenewTime: w.now.Add(-time.Hour)}
+	s.Status.Swap, s.Status.Step = rec, api.StepDrainOut
+	plan := swapplan.Next(s)
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
+	assert.Contains(t, plan.Reason, `is held by "regrade"`)
+	require.NotNil(t, plan.Swap, "the swap the status shows is kept")
+	assert.Equal(t, rec.ID, plan.Swap.ID)
+	assert.Equal(t, api.StepDrainOut, plan.Step)
+}
+
+func TestALeaseTheControllerHoldsWithoutASwapRecordIsNoSwapUnderWay(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	s := w.snapshot()
+	s.Lease = swapplan.Lease{Holder: api.ControllerHolder, RenewTime: w.now, Duration: time.Minute}
+	plan := swapplan.Next(s)
+	assert.Nil(t, plan.Swap, plan.Reason)
+	assert.Equal(t, "no swap: no voter is unfit", plan.Reason)
+}
