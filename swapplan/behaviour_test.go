@@ -1004,3 +1004,24 @@ func TestALeaseTheControllerHoldsWithoutASwapRecordIsNoSwapUnderWay(t *testing.T
 	assert.Nil(t, plan.Swap, plan.Reason)
 	assert.Equal(t, "no swap: no voter is unfit", plan.Reason)
 }
+
+func TestAVoterSilentMidSwapHoldsEveryActionNamingItAndTheSwapGoesOnOnceItSamplesAgain(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(200, acting(api.ActionDrainIn, "s1"))
+	// v2 falls silent, and three of its periods (10 s) go by before the
+	// next pass: the promotion, which no other gate holds, is held.
+	w.Hosts["v2"].SilentUntil = w.now.Add(2 * time.Minute)
+	w.now = w.now.Add(35 * time.Second)
+	plan := w.pass()
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
+	assert.Regexp(t, `^every step holds: voter v2's probe has been silent since \S+ \(3 periods of 10s\) \(next: promote s1\)$`, plan.Reason)
+	require.NotNil(t, plan.Swap, "the swap stays under way")
+	for w.now.Before(w.Hosts["v2"].SilentUntil) {
+		plan = w.pass()
+		if strings.HasPrefix(plan.Reason, "every step holds") {
+			assert.Equal(t, api.ActionNone, plan.Action.Type, "no action while v2 is silent")
+		}
+	}
+	assert.Equal(t, api.ResultCompleted, w.run(300).Result)
+}
