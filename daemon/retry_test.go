@@ -235,11 +235,15 @@ func TestAFailedDecisionThatIsNotMadeAgainLeavesNoWakeUpBehind(t *testing.T) {
 	f.plat.Set(platform.Agent, true, time.Now())
 	f.role("agent")
 	require.Eventually(t, func() bool { return strings.Contains(f.lastNote(), "no datastore is left: the agent runs") }, 5*time.Second, 5*time.Millisecond)
+	// Note: on a busy machine the failed start's retry (2 s, less its
+	// jitter) may come before the agent reads the new role file: starts
+	// are counted from the decision that changed, not from the first.
+	starts := f.calls("start", platform.Server)
 	time.Sleep(2 * retryBackoff.Duration) // the failed start's wait is over
 	before := f.looks.Load()
 	time.Sleep(time.Second)
 	// Each look reads the server's state twice at most (the look and the
 	// probe); a second at rest is a probe or two, not a loop.
 	assert.Less(t, f.looks.Load()-before, int64(10), "the agent rests: no wake-up left armed for a decision no longer made")
-	assert.Equal(t, 1, f.calls("start", platform.Server))
+	assert.Equal(t, starts, f.calls("start", platform.Server), "no start once the decision is no longer made")
 }
