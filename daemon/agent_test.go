@@ -195,10 +195,14 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// write writes the file whole, by a rename, as Ansible's template and
+// the agent itself do: os.WriteFile truncates first, and the agent, woken
+// by the truncation, could read the file empty, a role file that is
+// corrupt for a moment.
 func (f *fixture) write(path, content string) {
 	f.t.Helper()
 	require.NoError(f.t, os.MkdirAll(filepath.Dir(path), 0o755))
-	require.NoError(f.t, os.WriteFile(path, []byte(content), 0o644))
+	require.NoError(f.t, platform.WriteFileAtomic(path, []byte(content), 0o644))
 }
 
 func (f *fixture) staged()         { f.write(f.cfg.StagedFiles[0], "cluster-init: false\n") }
