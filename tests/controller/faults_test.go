@@ -166,6 +166,8 @@ func TestTheAPIServerRestartedAtEveryStepRepeatsNoActionAndTheSwapFinishes(t *te
 	exits := e.supervise()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
+	// An outer limit: each restart is a kube-apiserver start (about 19 s
+	// here, 15 of them: the swap took 290 s), and the bounds are 3 min.
 	res := e.waitEnd(10 * time.Minute)
 	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")

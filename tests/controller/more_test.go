@@ -86,6 +86,8 @@ func TestTheControllerKilledHardAtEveryStepResumesAndFinishesTheSwapRepeatingNoR
 	mu.Unlock()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
+	// An outer limit: each kill waits out the leadership (4 s), 12 of
+	// them; the swap took 63 s here.
 	res := e.waitEnd(5 * time.Minute)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
