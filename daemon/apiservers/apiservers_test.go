@@ -102,7 +102,7 @@ func TestAConfiguredServerTheSliceDropsIsDialledOnceEveryListedOneFails(t *testi
 	s.Set([]string{only})
 	select {
 	case <-configured.closed:
-	case <-time.After(10 * time.Second):
+	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
 		t.Fatal("the connection to a server the slice dropped is not closed")
 	}
 	assert.Equal(t, []string{only, configured.addr()}, s.List())
@@ -212,7 +212,7 @@ func TestAServerThatAnswers5xxIsPutLastAndItsConnectionClosedSoTheNextRequestRea
 			assert.Equal(t, []string{serving.addr(), failing.addr()}, New(file, nil, nil, nil).List(), "and kept so")
 			select {
 			case <-failing.closed:
-			case <-time.After(10 * time.Second):
+			case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
 				t.Fatal("the failing server's connection is not closed")
 			}
 			code, err = get(t, context.Background(), c, tc.scheme)
@@ -256,7 +256,7 @@ func TestAServerDroppedFromTheSliceHasItsConnectionsClosed(t *testing.T) {
 	s.Set([]string{kept.addr()})
 	select {
 	case <-dropped.closed:
-	case <-time.After(10 * time.Second):
+	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
 		t.Fatal("the dropped server's connection is not closed")
 	}
 	select {
