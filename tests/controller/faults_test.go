@@ -75,17 +75,23 @@ func answered(e *env, swap string) map[string]int {
 // returns: the controller, waiting on its write, takes no further action
 // until fault returns. A write that failed counts (one refused as a
 // conflict, its cache behind after a restart, say): the controller
-// reached the step. It returns the steps seen so far.
+// reached the step. A write whose context ended does not: it is a
+// replica's that lost its leadership, whose pass goes on until that
+// write returns (client-go's leader election does not wait for it), a
+// replica that reached no step. Faults run one at a time. It returns the
+// steps seen so far.
 func (e *env) afterEachStep(fault func(step string)) func() []string {
-	var mu sync.Mutex
+	var mu, faulting sync.Mutex
 	var seen []string
 	e.rest.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripper(func(r *http.Request) (*http.Response, error) {
 			step := statusStep(r)
 			resp, err := rt.RoundTrip(r)
-			if step == "" {
+			if step == "" || r.Context().Err() != nil {
 				return resp, err
 			}
+			faulting.Lock()
+			defer faulting.Unlock()
 			mu.Lock()
 			isNew := len(seen) == 0 || seen[len(seen)-1] != step
 			if isNew {

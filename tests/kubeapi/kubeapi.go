@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -69,6 +70,8 @@ type Server struct {
 	// apiArgs start the API server again (StartAPIServer), as before.
 	apiArgs []string
 	bins    string
+	// held is the API server's address, listened on while it is stopped.
+	held net.Listener
 }
 
 // Start starts etcd and the API server in a temporary directory, the API
@@ -203,11 +206,18 @@ func (s *Server) start(bins, address string) error {
 
 // StopAPIServer kills the API server (etcd goes on), as a crash or a
 // host's restart would: every client's requests fail until
-// StartAPIServer.
+// StartAPIServer. Its address is held meanwhile: a port nothing listens on
+// may be taken as the local port of any connection the machine makes, and
+// the API server could then not bind it again.
 func (s *Server) StopAPIServer() {
 	p := s.procs[len(s.procs)-1]
 	_ = p.Process.Kill()
 	_ = p.Wait()
+	// Note: Go's listeners set SO_REUSEADDR, as the API server's do, so
+	// the killed server's connections in TIME_WAIT do not stop either.
+	if l, err := net.Listen("tcp", strings.TrimPrefix(s.URL, "https://")); err == nil {
+		s.held = l
+	}
 }
 
 // StartAPIServer starts the API server again on the same address, etcd
@@ -216,6 +226,10 @@ func (s *Server) StartAPIServer() error {
 	p := s.procs[len(s.procs)-1]
 	if !exited(p) {
 		return errors.New("the API server is running")
+	}
+	if s.held != nil {
+		_ = s.held.Close()
+		s.held = nil
 	}
 	s.procs = s.procs[:len(s.procs)-1]
 	api, err := s.run(filepath.Join(s.bins, "kube-apiserver"), "kube-apiserver.log", s.apiArgs...)
@@ -226,7 +240,20 @@ func (s *Server) StartAPIServer() error {
 	if err != nil {
 		return err
 	}
-	return waitHTTP(hc, s.URL+"/readyz", api, 90*time.Second)
+	if err := waitHTTP(hc, s.URL+"/readyz", api, 90*time.Second); err != nil {
+		return fmt.Errorf("kube-apiserver: %w: %s", err, s.logTail("kube-apiserver.log", 5))
+	}
+	return nil
+}
+
+// logTail is the last n lines of a log of the server's, or why not.
+func (s *Server) logTail(name string, n int) string {
+	b, err := os.ReadFile(filepath.Join(s.dir, name))
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }
 
 // WriteKubeconfig writes a kubeconfig for the server with a token.
@@ -292,6 +319,9 @@ func (s *Server) keys() error {
 func (s *Server) Stop() {
 	s.once.Do(func() {
 		s.kill()
+		if s.held != nil {
+			_ = s.held.Close()
+		}
 		os.RemoveAll(s.dir)
 	})
 }
