@@ -64,6 +64,7 @@ test: ## run every test, the end-to-end scenarios last, printing each result and
 	$(GO) test -count=1 -v -timeout 30m $(TESTFLAGS) $$(grep -E '$(SLOW_PKGS)' <<<"$$pkgs") $$(grep -vE '$(SLOW_PKGS)' <<<"$$pkgs") >$(TESTLOG) 2>&1 || status=$$?; \
 	$(GO) test -count=1 -v -timeout 80m $(TESTFLAGS) ./tests/e2e >>$(TESTLOG) 2>&1 || status=$$?; \
 	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:|^\s+(Error|Messages):' $(TESTLOG) || true; \
+	[ $$status -eq 0 ] || { echo "== why the failed tests failed"; awk -f .ci/failures.awk $(TESTLOG) | tail -n 250; }; \
 	echo "tests: $$(grep -cE '^\s*--- PASS' $(TESTLOG)) passed, $$(grep -cE '^\s*--- FAIL' $(TESTLOG)) failed, $$(grep -cE '^\s*--- SKIP' $(TESTLOG)) skipped (full log: $(TESTLOG))"; \
 	exit $$status
 
