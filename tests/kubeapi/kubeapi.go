@@ -70,8 +70,9 @@ type Server struct {
 	// apiArgs start the API server again (StartAPIServer), as before.
 	apiArgs []string
 	bins    string
-	// held is the API server's address, listened on while it is stopped.
-	held net.Listener
+	// held is a socket bound to the API server's address while it is
+	// stopped, or -1.
+	held int
 }
 
 // Start starts etcd and the API server in a temporary directory, the API
@@ -102,7 +103,7 @@ func StartOn(tb testhost.T, address string) *Server {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		s := &Server{dir: dir}
+		s := &Server{dir: dir, held: -1}
 		if last = s.start(bins, address); last == nil {
 			tb.Cleanup(s.Stop)
 			return s
@@ -205,18 +206,57 @@ func (s *Server) start(bins, address string) error {
 }
 
 // StopAPIServer kills the API server (etcd goes on), as a crash or a
-// host's restart would: every client's requests fail until
-// StartAPIServer. Its address is held meanwhile: a port nothing listens on
-// may be taken as the local port of any connection the machine makes, and
-// the API server could then not bind it again.
+// host's restart would: every client's connections are refused until
+// StartAPIServer. Its address is held meanwhile, bound and not listened
+// on: a port nothing is bound to may be taken as the local port of any
+// connection the machine makes, and the API server could then not bind
+// it again.
 func (s *Server) StopAPIServer() {
 	p := s.procs[len(s.procs)-1]
 	_ = p.Process.Kill()
 	_ = p.Wait()
-	// Note: Go's listeners set SO_REUSEADDR, as the API server's do, so
-	// the killed server's connections in TIME_WAIT do not stop either.
-	if l, err := net.Listen("tcp", strings.TrimPrefix(s.URL, "https://")); err == nil {
-		s.held = l
+	if fd, err := reserve(strings.TrimPrefix(s.URL, "https://")); err == nil {
+		s.held = fd
+	}
+}
+
+// reserve binds a socket to an IPv4 address and port without listening
+// on it: connections to it are refused, and Linux takes no port bound so
+// as the local port of a connection. With SO_REUSEADDR, as Go's
+// listeners and the API server's set it, the killed server's connections
+// in TIME_WAIT do not stop the bind.
+func reserve(hostport string) (int, error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return -1, err
+	}
+	n, err := strconv.Atoi(port)
+	ip := net.ParseIP(host).To4()
+	if err != nil || ip == nil {
+		return -1, fmt.Errorf("not an IPv4 address and port: %s", hostport)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	sa := &syscall.SockaddrInet4{Port: n}
+	copy(sa.Addr[:], ip)
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		syscall.Close(fd)
+		return -1, err
+	}
+	if err := syscall.Bind(fd, sa); err != nil {
+		syscall.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// release closes the socket StopAPIServer holds, if any.
+func (s *Server) release() {
+	if s.held >= 0 {
+		_ = syscall.Close(s.held)
+		s.held = -1
 	}
 }
 
@@ -227,10 +267,7 @@ func (s *Server) StartAPIServer() error {
 	if !exited(p) {
 		return errors.New("the API server is running")
 	}
-	if s.held != nil {
-		_ = s.held.Close()
-		s.held = nil
-	}
+	s.release()
 	s.procs = s.procs[:len(s.procs)-1]
 	api, err := s.run(filepath.Join(s.bins, "kube-apiserver"), "kube-apiserver.log", s.apiArgs...)
 	if err != nil {
@@ -319,9 +356,7 @@ func (s *Server) keys() error {
 func (s *Server) Stop() {
 	s.once.Do(func() {
 		s.kill()
-		if s.held != nil {
-			_ = s.held.Close()
-		}
+		s.release()
 		os.RemoveAll(s.dir)
 	})
 }
