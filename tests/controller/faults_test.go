@@ -161,10 +161,14 @@ func TestTheAPIServerRestartedAtEveryStepRepeatsNoActionAndTheSwapFinishes(t *te
 	// before the controller goes on. While it is down the fleet is frozen
 	// (fleetsim plays nothing it cannot list), so a request the
 	// controller wrote is answered only once the API server is back, and
-	// the step that waits for the answer is published in its turn.
+	// the step that waits for the answer is published in its turn. It
+	// stays down past the renew deadline: the controller loses its
+	// leadership at each step, as on a busy machine, where the API
+	// server takes that long to serve again, and a new replica resumes.
+	le := e.cfg.LeaderElection
 	seen := e.afterEachStep(func(string) {
 		e.api.StopAPIServer()
-		time.Sleep(time.Second)
+		time.Sleep(le.RenewDeadline + le.RetryPeriod)
 		// Note: on the controller's goroutine, where FailNow may not be
 		// called.
 		assert.NoError(t, e.api.StartAPIServer())
@@ -179,6 +183,7 @@ func TestTheAPIServerRestartedAtEveryStepRepeatsNoActionAndTheSwapFinishes(t *te
 	assertCompleted(t, e, "v1", "s1")
 	t.Logf("the API server restarted after %d steps: %v; the controller exited %d times", len(seen()), seen(), exits.Load())
 	assert.Subset(t, seen(), happyPath, "the steps the API server restarted at")
+	assert.Positive(t, exits.Load(), "the controller lost its leadership while the API server was down")
 	for key, n := range answered(e, res.ID) {
 		assert.Equal(t, 1, n, "%s answered more than once: a request repeated; the reports: %+v", key, e.d.Written())
 	}

@@ -397,7 +397,10 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			w.Stop()
 			t.Logf("result: %s: %s; steps %v; members: %s", res.Result, res.Reason, steps, w)
 			require.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
-			assert.NotEmpty(t, w.Named(in), "%s's member joined: %s", in, w)
+			if !assert.NotEmpty(t, w.Named(in), "%s's member joined and started: %s", in, w) {
+				out, _ := cand.exec("journalctl", "--no-pager", "-o", "short-precise", "-n", "60", "-u", "k3s")
+				t.Logf("%s's k3s server, its last lines: %s", in, out)
+			}
 			assert.Contains(t, steps, api.StepRemoveByVoter, "a voter's agent removed %s's member", in)
 			assert.NotContains(t, steps, api.StepStuck)
 			assert.LessOrEqual(t, len(w.Most()), 4, "never more than the voters' members and %s's", in)
