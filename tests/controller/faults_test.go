@@ -149,6 +149,13 @@ func statusStep(r *http.Request) string {
 var happyPath = []string{api.StepStart, api.StepSnapshot, api.StepCordonIn, api.StepDrainIn, api.StepPromote, api.StepJoin,
 	api.StepCordonOut, api.StepDrainOut, api.StepStepDown, api.StepRemoveMember, api.StepMemberGone, api.StepCleanUp, api.StepUncordon}
 
+// happyPathLeadingAnew are the steps of happyPath a controller publishes
+// when a new replica leads after each step: the learner catches up (1 s)
+// before the old replica's leadership expires (4 s), so the join, a wait
+// on it, has passed by the new replica's first pass and is never
+// published.
+var happyPathLeadingAnew = slices.DeleteFunc(slices.Clone(happyPath), func(s string) bool { return s == api.StepJoin })
+
 func TestTheAPIServerRestartedAtEveryStepRepeatsNoActionAndTheSwapFinishes(t *testing.T) {
 	e := newEnv(t, 3, 1, 0)
 	// The bounds are long enough for a restart on a busy machine: this is
@@ -177,12 +184,13 @@ func TestTheAPIServerRestartedAtEveryStepRepeatsNoActionAndTheSwapFinishes(t *te
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
 	// An outer limit: each restart is a kube-apiserver start (about 19 s
-	// here, 15 of them: the swap took 290 s), and the bounds are 3 min.
+	// alone, less under way: 12 of them took 117 s here), and the bounds
+	// are 3 min.
 	res := e.waitEnd(10 * time.Minute)
 	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
 	t.Logf("the API server restarted after %d steps: %v; the controller exited %d times", len(seen()), seen(), exits.Load())
-	assert.Subset(t, seen(), happyPath, "the steps the API server restarted at")
+	assert.Subset(t, seen(), happyPathLeadingAnew, "the steps the API server restarted at")
 	assert.Positive(t, exits.Load(), "the controller lost its leadership while the API server was down")
 	for key, n := range answered(e, res.ID) {
 		assert.Equal(t, 1, n, "%s answered more than once: a request repeated; the reports: %+v", key, e.d.Written())
