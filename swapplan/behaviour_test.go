@@ -1025,3 +1025,43 @@ func TestAVoterSilentMidSwapHoldsEveryActionNamingItAndTheSwapGoesOnOnceItSample
 	}
 	assert.Equal(t, api.ResultCompleted, w.run(300).Result)
 }
+
+func TestAStepWaitsThroughTheLastInstantOfItsBoundAndGivesUpJustPastIt(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Hosts["v2"].SnapshotNotReady = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(10, acting(api.ActionSnapshot, "v2"))
+	plan := w.runUntil(5, atStep(api.StepSnapshot))
+	require.NotNil(t, plan.Since)
+	since := *plan.Since
+	require.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
+
+	w.tick = since.Add(w.cfg.Bounds.Snapshot).Sub(w.now)
+	plan = w.pass()
+	assert.Equal(t, since.Add(w.cfg.Bounds.Snapshot), w.now)
+	assert.Equal(t, api.StepSnapshot, plan.Step, "at its bound exactly, the step still waits: %s", plan.Reason)
+	assert.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
+
+	w.tick = time.Nanosecond
+	plan = w.pass()
+	assert.Equal(t, api.ActionAbandon, plan.Action.Type, "a nanosecond past its bound, the swap gives up: %s", plan.Reason)
+}
+
+func TestSamplesThatGiveNoProbePeriodAreJudgedByTheConfiguredOneAndASwapCompletes(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	// An agent of before the period was sampled writes none; its samples
+	// are read a second after they are taken.
+	w.hooks = append(w.hooks, func(w *world) {
+		for i := range w.nodes {
+			if p := w.nodes[i].Probe; p != nil && p.Period != 0 {
+				q := *p
+				q.Period, q.At = 0, q.At.Add(-time.Second)
+				w.nodes[i].Probe = &q
+			}
+		}
+	})
+	w.requestSwap("v1", "s1")
+	res := w.run(100)
+	require.NotNil(t, res)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+}
