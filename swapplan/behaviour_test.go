@@ -1065,3 +1065,46 @@ func TestSamplesThatGiveNoProbePeriodAreJudgedByTheConfiguredOneAndASwapComplete
 	require.NotNil(t, res)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 }
+
+// renameMember gives the voter's member a name not of k3s's form
+// ("<node>-<8 hex>"), as a member added outside k3s has (a cluster moved
+// onto k3s from another etcd, say): only the names the Nodes carry map it
+// to its Node.
+func (w *world) renameMember(voter, name string) {
+	h := w.Hosts[voter]
+	for i := range w.Members {
+		if w.Members[i].Name == h.Member {
+			w.Members[i].Name = name
+		}
+	}
+	h.Member = name
+	w.node(voter).MemberName = name
+}
+
+func TestAVoterWhoseMemberNameIsNotK3ssIsKnownByItsNodesAnnotationAloneAndASwapCompletes(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.renameMember("v2", "etcd-two")
+	w.hooks = append(w.hooks, func(w *world) {
+		if p := w.node("v2").Probe; p != nil && p.Member != "" {
+			q := *p
+			q.Member = "" // an agent that does not say its member's name
+			w.node("v2").Probe = &q
+		}
+	})
+	w.requestSwap("v1", "s1")
+	res := w.run(100)
+	require.NotNil(t, res)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+}
+
+func TestAVoterWhoseMemberNameIsNotK3ssIsKnownByItsAgentsSampleAloneAndASwapCompletes(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.renameMember("v2", "etcd-two")
+	w.hooks = append(w.hooks, func(w *world) {
+		w.node("v2").MemberName = "" // k3s's node-name annotation gone
+	})
+	w.requestSwap("v1", "s1")
+	res := w.run(100)
+	require.NotNil(t, res)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+}
