@@ -1108,3 +1108,19 @@ func TestAVoterWhoseMemberNameIsNotK3ssIsKnownByItsAgentsSampleAloneAndASwapComp
 	require.NotNil(t, res)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 }
+
+func TestASampleSeenAPeriodAfterItsStampIsAgedFromWhenItWasSeenAndIsFreshWhileTwoPeriodsOldExactly(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.observe = true
+	w.Hosts["v2"].ClockOffset = -w.cfg.ProbePeriod // its clock a period behind, exactly
+	for range 5 {
+		w.pass()
+	}
+	w.Hosts["v2"].Cut = true // its agent writes nothing more
+	w.pass()
+	w.requestSwap("v1", "s1")
+	// Two periods after it was seen, three after its stamp: fresh, as
+	// the controller's clock judges it.
+	plan := w.pass()
+	assert.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
+}
