@@ -1124,3 +1124,33 @@ func TestASampleSeenAPeriodAfterItsStampIsAgedFromWhenItWasSeenAndIsFreshWhileTw
 	plan := w.pass()
 	assert.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
 }
+
+func TestAHeldRemovalSaysWhyTheVoterIsUnhealthyInItsAgentsWordsOrItsDisksFigures(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		err        string
+		fsync, rtt float64
+		want, not  string
+	}{
+		{"the agent's error", "etcd did not answer within 2s", 3, 1.5, "v3's probe says unhealthy: etcd did not answer within 2s", "fsync"},
+		{"the disk and the read", "", 14.3, 2.5, "v3's probe says unhealthy: fsync p99 14.3 ms, read 2.5 ms", "etcd"},
+		{"the disk alone, nothing read", "", 14.3, 0, "v3's probe says unhealthy: fsync p99 14.3 ms", "read"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.requestSwap("v1", "s1")
+			w.runUntil(100, acting(api.ActionStepDown, "v1"))
+			w.hooks = append(w.hooks, func(w *world) {
+				if p := w.node("v3").Probe; p != nil && p.Healthy {
+					q := *p
+					q.Healthy, q.Error, q.FsyncP99Ms, q.RTTMs = false, c.err, c.fsync, c.rtt
+					w.node("v3").Probe = &q
+				}
+			})
+			plan := w.pass()
+			assert.Equal(t, api.StepRemoveMember, plan.Step)
+			assert.Contains(t, plan.Reason, c.want)
+			assert.NotContains(t, plan.Reason, c.not)
+		})
+	}
+}
