@@ -1154,3 +1154,22 @@ func TestAHeldRemovalSaysWhyTheVoterIsUnhealthyInItsAgentsWordsOrItsDisksFigures
 		})
 	}
 }
+
+func TestAVoterWhoseMemberNoNodeNamesIsKnownByK3ssNameFormAndASwapCompletes(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	// k3s's form, "<node>-<8 hex>", with each edge of the hex digits.
+	w.renameMember("v2", "v2-09afa09f")
+	w.hooks = append(w.hooks, func(w *world) {
+		n := w.node("v2")
+		n.MemberName = ""
+		if p := n.Probe; p != nil && p.Member != "" {
+			q := *p
+			q.Member = ""
+			n.Probe = &q
+		}
+	})
+	w.requestSwap("v1", "s1")
+	res := w.run(100)
+	require.NotNil(t, res)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+}
