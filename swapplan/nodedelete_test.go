@@ -177,3 +177,18 @@ func TestAnEtcdNodeWithoutItsNodeNameIsLeftBeingDeletedAsK3sLeavesIt(t *testing.
 	assert.True(t, f.Delete(&s), "no etcd label: it goes at once")
 	assert.True(t, strings.HasPrefix(f.Members[0].Name, "v2-"))
 }
+
+func TestTheCandidatesNodeDeletedOnceItWasAskedToPromoteRollsTheSwapBackThoughNoHostShowsThePromotionYet(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.checks = append(w.checks, quorumKept(t))
+	w.requestSwap("v1", "s1")
+	w.runUntil(50, acting(api.ActionPromote, "s1"))
+	require.Equal(t, api.StepPromote, w.status.Step)
+	// Its agent may have read the request: the status at the promotion
+	// is all that says so once its Node is gone.
+	w.deleteNode("s1")
+	res := w.run(100)
+	assert.True(t, w.gone("s1"))
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	assert.Equal(t, []string{"s1"}, res.Pending)
+}
