@@ -146,20 +146,27 @@ func TestTheOutgoingVotersNodeDeletedMidPromotionFinishesTheSwapWithoutItsStepsA
 	}
 }
 
-func TestTheCandidatesNodeDeletedAfterTheOutgoingVoterSteppedDownEndsPendingWithTheOutgoingVoterDemoted(t *testing.T) {
-	w := newWorld(t, 3, 1, 0)
-	w.checks = append(w.checks, quorumKept(t))
-	w.requestSwap("v1", "s1")
-	w.runUntil(100, acting(api.ActionStepDown, "v1"))
-	w.deleteNode("s1")
-	res := w.run(100)
-	assert.Equal(t, api.ResultPending, res.Result, res.Reason)
-	assert.Equal(t, []string{"s1"}, res.Pending)
-	assert.Contains(t, res.Reason, "one voter fewer")
-	assert.Equal(t, []string{"v2", "v3"}, w.membersOf(), "both the candidate's and the outgoing voter's members removed")
-	assert.Equal(t, api.RoleStandby, w.node("v1").Role)
-	assert.False(t, w.node("v1").Unschedulable)
-	assert.True(t, slices.ContainsFunc(w.plans, func(p swapplan.Plan) bool { return p.Action.Type == api.ActionRemoveMember && p.Action.Node == "v1" }))
+func TestTheCandidatesNodeDeletedAtAnyStepFromTheStepDownOnEndsPendingWithTheOutgoingVoterDemoted(t *testing.T) {
+	// Each is a different wait of the swap's end without IN: the
+	// step-down, k3s's removal, the member gone, and the clean-up done.
+	for _, at := range []string{api.ActionStepDown, api.ActionRemoveMember, api.ActionMemberGone, api.ActionCleanUp} {
+		t.Run(at, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.checks = append(w.checks, quorumKept(t))
+			w.requestSwap("v1", "s1")
+			w.runUntil(100, acting(at, "v1"))
+			w.deleteNode("s1")
+			res := w.run(100)
+			require.NotNil(t, res)
+			assert.Equal(t, api.ResultPending, res.Result, res.Reason)
+			assert.Equal(t, []string{"s1"}, res.Pending)
+			assert.Contains(t, res.Reason, "one voter fewer")
+			assert.Equal(t, []string{"v2", "v3"}, w.membersOf(), "both the candidate's and the outgoing voter's members removed")
+			assert.Equal(t, api.RoleStandby, w.node("v1").Role)
+			assert.False(t, w.node("v1").Unschedulable)
+			assert.True(t, slices.ContainsFunc(w.plans, func(p swapplan.Plan) bool { return p.Action.Type == api.ActionRemoveMember && p.Action.Node == "v1" }))
+		})
+	}
 }
 
 func TestAnEtcdNodeWithoutItsNodeNameIsLeftBeingDeletedAsK3sLeavesIt(t *testing.T) {
