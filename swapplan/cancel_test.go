@@ -3,6 +3,7 @@ package swapplan_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -104,4 +105,51 @@ func TestACancelIsRefusedFromEachStepOnTheOutgoingVoterPastItsStepDownSayingWhy(
 			assert.Contains(t, err.Error(), "the way back is a new swap once this one ends")
 		})
 	}
+}
+
+func TestACancelIsCheckedAgainstTheSwapTheLeaseOrElseTheStatusNamesAndRefusedWhileARegradeHoldsTheLease(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(20, acting(api.ActionCordonIn, "s1"))
+	id := w.status.Swap.ID
+
+	rec, err := swapplan.CheckCancel(w.snapshot())
+	require.NoError(t, err)
+	assert.Equal(t, id, rec.ID, "the Lease's swap")
+
+	held := w.lease
+	w.lease = swapplan.Lease{}
+	rec, err = swapplan.CheckCancel(w.snapshot())
+	require.NoError(t, err, "the Lease lost, the status still shows the swap under way")
+	assert.Equal(t, id, rec.ID)
+
+	w.status.Last = &api.SwapResult{ID: id, Result: api.ResultCompleted}
+	_, err = swapplan.CheckCancel(w.snapshot())
+	assert.EqualError(t, err, "no swap is under way", "the status shows it ended")
+
+	w.lease = swapplan.Lease{Holder: "regrade", RenewTime: w.now, Duration: time.Hour}
+	_, err = swapplan.CheckCancel(w.snapshot())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `is held by "regrade": a regrade is under way, not a swap`)
+
+	w.lease = held
+	ending := *held.Swap
+	ending.Phase, ending.Result = api.PhaseEnd, api.ResultCompleted
+	w.lease.Swap = &ending
+	_, err = swapplan.CheckCancel(w.snapshot())
+	assert.EqualError(t, err, "swap "+id+" is ending (completed)")
+}
+
+func TestACancelOfASwapWhoseNodeIsGoneIsLeftToThePlanner(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
+	_, err := swapplan.CheckCancel(w.snapshot())
+	require.Error(t, err, "refused with both Nodes there")
+	w.deleteNode("s1")
+	w.pass()
+	require.True(t, w.gone("s1"))
+	rec, err := swapplan.CheckCancel(w.snapshot())
+	require.NoError(t, err, "the planner abandons, rolls back or goes on, as it does uncancelled")
+	assert.Equal(t, w.status.Swap.ID, rec.ID)
 }
