@@ -1173,3 +1173,23 @@ func TestAVoterWhoseMemberNoNodeNamesIsKnownByK3ssNameFormAndASwapCompletes(t *t
 	require.NotNil(t, res)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 }
+
+func TestARollbackTrustsNoMemberListSampledBeforeTheCandidateSteppedDown(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+	require.NoError(t, w.cancelSwap())
+	w.runUntil(20, acting(api.ActionStepDown, "s1"))
+	w.Hosts["v3"].Cut = true // its last sample is of before the candidate stopped
+	var reasons []string
+	for range 6 {
+		plan := w.pass()
+		require.NotEqual(t, api.ActionMemberGone, plan.Action.Type, plan.Reason)
+		reasons = append(reasons, plan.Reason)
+	}
+	assert.Contains(t, reasons, "rolling back: waiting for v3's member list sampled after the candidate s1 stepped down")
+	w.Hosts["v3"].Cut = false
+	res := w.run(100)
+	require.NotNil(t, res)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+}
