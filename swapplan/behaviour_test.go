@@ -1193,3 +1193,15 @@ func TestARollbackTrustsNoMemberListSampledBeforeTheCandidateSteppedDown(t *test
 	require.NotNil(t, res)
 	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
 }
+
+func TestARollbackTrustsAMemberListSeenAPeriodAfterTheCandidatesStopWasSeenThoughItsVotersClockStampsItBefore(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.observe = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+	w.Hosts["v3"].ClockOffset = -time.Hour
+	require.NoError(t, w.cancelSwap())
+	res := w.run(100)
+	require.NotNil(t, res)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+}
