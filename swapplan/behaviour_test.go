@@ -1205,3 +1205,13 @@ func TestARollbackTrustsAMemberListSeenAPeriodAfterTheCandidatesStopWasSeenThoug
 	require.NotNil(t, res)
 	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
 }
+
+func TestWithNoCooldownConfiguredACompletedSwapSetsNone(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.cfg.Cooldown = 0
+	w.requestSwap("v1", "s1")
+	res := w.run(100)
+	require.NotNil(t, res)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Nil(t, w.status.CooldownUntil)
+}
