@@ -54,6 +54,8 @@ func TestVerdicts(t *testing.T) {
 		{"samples that could not reach etcd are bad", window(5, func(_ int, p *api.Probe) { p.Error = "etcd: context deadline exceeded" }), epoch, api.VerdictUnfit, 5, "an error in 5"},
 		{"a probe silent for 3 periods is silent, whatever its window said", window(5, nil), epoch.Add(3*time.Minute + time.Second), api.VerdictSilent, 0, "3 periods"},
 		{"a probe late by less than 3 periods still has its verdict", window(5, nil), epoch.Add(3 * time.Minute), api.VerdictFit, 0, ""},
+		{"a sample that gives no period is judged by the configured one", window(5, func(_ int, p *api.Probe) { p.Period = 0 }), epoch.Add(2 * time.Minute), api.VerdictFit, 0, ""},
+		{"a read at its limit is not over it", window(5, func(_ int, p *api.Probe) { p.RTTMs = 100 }), epoch, api.VerdictFit, 0, "0 of 5 samples bad"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := swapplan.Judge(tc.samples, tc.now, vcfg)
@@ -97,4 +99,26 @@ func TestVerdictFiguresAndTies(t *testing.T) {
 	p := swapplan.Next(w.snapshot())
 	assert.Equal(t, "v2", p.Decision.Out, "v2 and v3 tie: the first by name")
 	assert.Equal(t, "s1", p.Decision.In)
+}
+
+func TestHalfAnEvenWindowBadIsFit(t *testing.T) {
+	c := vcfg
+	c.Window = 4
+	v := swapplan.Judge(window(4, func(i int, p *api.Probe) { p.Healthy = i < 2 }), epoch, c)
+	assert.Equal(t, api.VerdictFit, v.State, v.Reason)
+	assert.Equal(t, 2, v.Bad)
+}
+
+func TestWithNoReadLimitSlowReadsAreNotBadAndTheReadMedianLeavesOutSamplesWithoutARead(t *testing.T) {
+	c := vcfg
+	c.ReadLimit = 0
+	v := swapplan.Judge(window(5, func(i int, p *api.Probe) {
+		p.RTTMs = 0 // no read timed
+		if i >= 2 {
+			p.RTTMs = float64(1000 * i)
+		}
+	}), epoch, c)
+	assert.Equal(t, api.VerdictFit, v.State, v.Reason)
+	assert.Equal(t, 0, v.Bad)
+	assert.InDelta(t, 3000, v.RTTMs, 0.001, "the median of the three reads timed")
 }
