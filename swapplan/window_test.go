@@ -35,6 +35,12 @@ func TestAMaintenanceWindowIsOpenOnItsDaysBetweenItsTimesAndPastMidnightOnTheDay
 		{"past midnight, opened on friday", swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}, "Sat 2026-12-05 03:00", true},
 		{"past midnight, opened on sunday: no", swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}, "Mon 2026-11-30 03:00", false},
 		{"past midnight, friday night", swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}, "Fri 2026-12-04 22:30", true},
+		{"a whole day, not its day", swapplan.Window{Days: weekdays, Location: berlin}, "Sun 2026-11-29 12:00", false},
+		{"a whole day of every day", swapplan.Window{Days: [7]bool{true, true, true, true, true, true, true}, Start: 3 * time.Hour, End: 3 * time.Hour, Location: berlin}, "Sun 2026-11-29 12:00", true},
+		{"past midnight, at its start", swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}, "Fri 2026-12-04 22:00", true},
+		{"past midnight, just before its start", swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}, "Fri 2026-12-04 21:59", false},
+		{"past midnight, at its end", swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}, "Sat 2026-12-05 04:00", false},
+		{"past midnight, opened on saturday: no", swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}, "Sun 2026-12-06 03:00", false},
 	} {
 		assert.Equal(t, tc.open, tc.w.Open(at(tc.t)), tc.name)
 	}
