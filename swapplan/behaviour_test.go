@@ -1215,3 +1215,23 @@ func TestWithNoCooldownConfiguredACompletedSwapSetsNone(t *testing.T) {
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Nil(t, w.status.CooldownUntil)
 }
+
+func TestTheAutomaticDecisionTakesTheWorstUnfitVoterForTheFittestStandbyTheFirstByNameOnATie(t *testing.T) {
+	decide := func(scores map[string]float64) api.Decision {
+		t.Helper()
+		w := newWorld(t, 3, 2, 0)
+		w.cfg.DryRun = true
+		for name, score := range scores {
+			state := api.VerdictFit
+			if strings.HasPrefix(name, "v") {
+				state = api.VerdictUnfit
+			}
+			w.node(name).Verdict = api.Verdict{State: state, Score: score}
+		}
+		plan := w.pass()
+		require.NotNil(t, plan.Decision, plan.Reason)
+		return api.Decision{Out: plan.Decision.Out, In: plan.Decision.In}
+	}
+	assert.Equal(t, api.Decision{Out: "v3", In: "s2"}, decide(map[string]float64{"v2": 1005, "v3": 3009, "s1": 3, "s2": 1}), "the worst voter, the fittest standby")
+	assert.Equal(t, api.Decision{Out: "v2", In: "s1"}, decide(map[string]float64{"v2": 1005, "v3": 1005, "s1": 1, "s2": 1}), "on a tie, the first by name")
+}
