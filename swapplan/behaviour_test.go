@@ -1060,10 +1060,7 @@ func TestSamplesThatGiveNoProbePeriodAreJudgedByTheConfiguredOneAndASwapComplete
 			}
 		}
 	})
-	w.requestSwap("v1", "s1")
-	res := w.run(100)
-	require.NotNil(t, res)
-	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	w.swapCompletes("v1", "s1")
 }
 
 // renameMember gives the voter's member a name not of k3s's form
@@ -1081,20 +1078,21 @@ func (w *world) renameMember(voter, name string) {
 	w.node(voter).MemberName = name
 }
 
+// sayNoMember makes the Node's sample that of an agent that does not say
+// its member's name.
+func sayNoMember(n *swapplan.Node) {
+	if p := n.Probe; p != nil && p.Member != "" {
+		q := *p
+		q.Member = ""
+		n.Probe = &q
+	}
+}
+
 func TestAVoterWhoseMemberNameIsNotK3ssIsKnownByItsNodesAnnotationAloneAndASwapCompletes(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.renameMember("v2", "etcd-two")
-	w.hooks = append(w.hooks, func(w *world) {
-		if p := w.node("v2").Probe; p != nil && p.Member != "" {
-			q := *p
-			q.Member = "" // an agent that does not say its member's name
-			w.node("v2").Probe = &q
-		}
-	})
-	w.requestSwap("v1", "s1")
-	res := w.run(100)
-	require.NotNil(t, res)
-	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	w.hooks = append(w.hooks, func(w *world) { sayNoMember(w.node("v2")) })
+	w.swapCompletes("v1", "s1")
 }
 
 func TestAVoterWhoseMemberNameIsNotK3ssIsKnownByItsAgentsSampleAloneAndASwapCompletes(t *testing.T) {
@@ -1103,10 +1101,7 @@ func TestAVoterWhoseMemberNameIsNotK3ssIsKnownByItsAgentsSampleAloneAndASwapComp
 	w.hooks = append(w.hooks, func(w *world) {
 		w.node("v2").MemberName = "" // k3s's node-name annotation gone
 	})
-	w.requestSwap("v1", "s1")
-	res := w.run(100)
-	require.NotNil(t, res)
-	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	w.swapCompletes("v1", "s1")
 }
 
 func TestASampleSeenAPeriodAfterItsStampIsAgedFromWhenItWasSeenAndIsFreshWhileTwoPeriodsOldExactly(t *testing.T) {
@@ -1160,18 +1155,10 @@ func TestAVoterWhoseMemberNoNodeNamesIsKnownByK3ssNameFormAndASwapCompletes(t *t
 	// k3s's form, "<node>-<8 hex>", with each edge of the hex digits.
 	w.renameMember("v2", "v2-09afa09f")
 	w.hooks = append(w.hooks, func(w *world) {
-		n := w.node("v2")
-		n.MemberName = ""
-		if p := n.Probe; p != nil && p.Member != "" {
-			q := *p
-			q.Member = ""
-			n.Probe = &q
-		}
+		w.node("v2").MemberName = ""
+		sayNoMember(w.node("v2"))
 	})
-	w.requestSwap("v1", "s1")
-	res := w.run(100)
-	require.NotNil(t, res)
-	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	w.swapCompletes("v1", "s1")
 }
 
 func TestARollbackTrustsNoMemberListSampledBeforeTheCandidateSteppedDown(t *testing.T) {

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/fleetmodel"
@@ -337,6 +340,16 @@ func atStep(step string) func(swapplan.Plan) bool {
 
 func acting(typ, node string) func(swapplan.Plan) bool {
 	return func(p swapplan.Plan) bool { return p.Action.Type == typ && p.Action.Node == node }
+}
+
+// swapCompletes asks for a swap of out for in, runs it to its end and
+// checks that it completed.
+func (w *world) swapCompletes(out, in string) {
+	w.t.Helper()
+	w.requestSwap(out, in)
+	res := w.run(100)
+	require.NotNil(w.t, res)
+	assert.Equal(w.t, api.ResultCompleted, res.Result, res.Reason)
 }
 
 // requestSwap writes a manual request as `fleet-role swap OUT IN` does.
