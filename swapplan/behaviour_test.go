@@ -1222,3 +1222,25 @@ func TestTheAutomaticDecisionTakesTheWorstUnfitVoterForTheFittestStandbyTheFirst
 	assert.Equal(t, api.Decision{Out: "v3", In: "s2"}, decide(map[string]float64{"v2": 1005, "v3": 3009, "s1": 3, "s2": 1}), "the worst voter, the fittest standby")
 	assert.Equal(t, api.Decision{Out: "v2", In: "s1"}, decide(map[string]float64{"v2": 1005, "v3": 1005, "s1": 1, "s2": 1}), "on a tie, the first by name")
 }
+
+func TestThePromotionNamesTheHealthyVotersOnlyOrEveryVoterWhereNoneButTheOutgoingOneIsHealthy(t *testing.T) {
+	for _, tc := range []struct {
+		unhealthy []string
+		want      []string
+	}{
+		{[]string{"v2"}, []string{"v3"}},
+		{[]string{"v2", "v3"}, []string{"v1", "v2", "v3"}},
+	} {
+		t.Run(strings.Join(tc.unhealthy, ","), func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.requestSwap("v1", "s1")
+			w.runUntil(50, acting(api.ActionDrainIn, "s1"))
+			for _, v := range tc.unhealthy {
+				w.Hosts[v].UnhealthyUntil = w.now.Add(time.Hour)
+			}
+			plan := w.runUntil(20, acting(api.ActionPromote, "s1"))
+			require.NotNil(t, plan.Action.Request)
+			assert.Equal(t, tc.want, plan.Action.Request.Voters)
+		})
+	}
+}
