@@ -136,6 +136,30 @@ func TestSequenceARollbackWithAVoterWhoseDiskIsOnlySlowStopsTheVotingCandidateFi
 	assert.Equal(t, []string{"v1", "v2", "v3"}, w.voterNodes())
 }
 
+func TestSequenceARollbackWithAVoterWhoseSampleSaysAnErrorStopsNotTheVotingCandidateAndHoldsItsRemovalNamingTheVoter(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	// As above, but v2's agent could not reach its etcd: a voter whose
+	// member may not answer is not counted as voting, so s1 is not
+	// stopped before its member goes, and that removal is held, as every
+	// removal is, while a voter other than the outgoing one is unhealthy.
+	w.Hosts["s1"].NeverReady = true
+	w.checks = append(w.checks, quorumKept(t))
+	w.requestSwap("v1", "s1")
+	w.runUntil(200, atStep(api.StepJoin))
+	w.hooks = append(w.hooks, func(w *world) {
+		if p := w.node("v2").Probe; p != nil && p.Error == "" {
+			q := *p
+			q.Healthy, q.Error = false, "etcd: context deadline exceeded"
+			w.node("v2").Probe = &q
+		}
+	})
+	plan := w.runUntil(300, func(p swapplan.Plan) bool { return p.Action.Type == api.ActionRollback })
+	require.Equal(t, api.ActionRollback, plan.Action.Type, plan.Reason)
+	plan = w.pass()
+	assert.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
+	assert.Equal(t, "rolling back: removal of s1's member held while a voter is unhealthy: v2's probe says unhealthy: etcd: context deadline exceeded", plan.Reason)
+}
+
 func TestSequenceARollbackWithTheOutgoingVoterDownRemovesTheVotingCandidatesMemberBeforeItStopsAndKeepsQuorum(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	// s1's member votes, but its apiserver never comes up: k3s writes no
