@@ -1244,3 +1244,62 @@ func TestThePromotionNamesTheHealthyVotersOnlyOrEveryVoterWhereNoneButTheOutgoin
 		})
 	}
 }
+
+func TestASampleIsJudgedFreshByThePeriodItsAgentSaysNotTheConfiguredOne(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	// The agents sample every 30 s, the controller's configuration says
+	// 10 s: a sample 25 s old is fresh (two of its periods are 60 s).
+	w.hooks = append(w.hooks, func(w *world) {
+		for i := range w.nodes {
+			if p := w.nodes[i].Probe; p != nil && p.Period != api.Duration(30*time.Second) {
+				q := *p
+				q.Period, q.At = api.Duration(30*time.Second), q.At.Add(-25*time.Second)
+				w.nodes[i].Probe = &q
+			}
+		}
+	})
+	w.requestSwap("v1", "s1")
+	plan := w.pass()
+	assert.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
+}
+
+func TestAStandbyWhoseMemberVotesIsNoCandidateHoweverFit(t *testing.T) {
+	w := newWorld(t, 3, 2, 0)
+	w.cfg.DryRun = true
+	w.node("v1").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 1005}
+	w.node("s1").Verdict = api.Verdict{State: api.VerdictFit, Score: 3}
+	w.node("s2").Verdict = api.Verdict{State: api.VerdictFit, Score: 1}
+	// s2's role label says standby, but k3s says its member votes (a
+	// label changed by hand on a server, say).
+	w.hooks = append(w.hooks, func(w *world) {
+		s2 := w.node("s2")
+		s2.ServerLabels = slices.Clone(api.ServerLabels)
+		s2.EtcdIsVoter = swapplan.Condition{Status: "True", Reason: api.ReasonMemberNotLearner}
+	})
+	plan := w.pass()
+	require.NotNil(t, plan.Decision, plan.Reason)
+	assert.Equal(t, "s1", plan.Decision.In, "s2, fitter, votes")
+}
+
+func TestANodeWhoseAgentNeverSampledHoldsNoSwapItTakesNoPartIn(t *testing.T) {
+	w := newWorld(t, 3, 1, 1)
+	w.hooks = append(w.hooks, func(w *world) { w.node("a1").Probe = nil })
+	w.swapCompletes("v1", "s1")
+}
+
+func TestAMemberNoNodeOwnsIsNamedAsEtcdListsItUnlessItHasK3ssForm(t *testing.T) {
+	for _, tc := range []struct{ member, shown string }{
+		{"backup-etcd", "backup-etcd"},
+		{"old-zzzzzzzz", "old-zzzzzzzz"},
+		{"gone-0a1b2c3d", "gone"},
+	} {
+		t.Run(tc.member, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.Members = append(w.Members, fleetmodel.Member{Name: tc.member, Node: "elsewhere"})
+			w.requestSwap("v1", "s1")
+			plan := w.pass()
+			assert.Equal(t, api.ActionNone, plan.Action.Type)
+			assert.Contains(t, plan.Reason, "lists members ["+tc.shown+" v1 v2 v3]", plan.Reason)
+		})
+	}
+}
