@@ -153,3 +153,34 @@ func TestACancelOfASwapWhoseNodeIsGoneIsLeftToThePlanner(t *testing.T) {
 	require.NoError(t, err, "the planner abandons, rolls back or goes on, as it does uncancelled")
 	assert.Equal(t, w.status.Swap.ID, rec.ID)
 }
+
+func TestARolledBackCandidateIsCleanedAgainWhileAnyServerStateIsLeftOnItsNode(t *testing.T) {
+	for name, leave := range map[string]func(n *swapplan.Node){
+		"a server label":    func(n *swapplan.Node) { n.ServerLabels = []string{api.LabelEtcd} },
+		"its member's name": func(n *swapplan.Node) { n.MemberName = "s1-0123abcd" },
+		"a removed member":  func(n *swapplan.Node) { n.RemovedMember = "s1-0123abcd" },
+		"a removal asked":   func(n *swapplan.Node) { n.RemoveRequested = true },
+		"a level":           func(n *swapplan.Node) { n.Level = "full" },
+		"the etcd taint":    func(n *swapplan.Node) { n.EtcdTaint = true },
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.requestSwap("v1", "s1")
+			w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+			require.NoError(t, w.cancelSwap())
+			w.runUntil(100, acting(api.ActionCleanUp, "s1"))
+			left := false
+			w.hooks = append(w.hooks, func(w *world) {
+				if !left {
+					leave(w.node("s1")) // what the clean-up's patch left, say
+					left = true
+				}
+			})
+			plan := w.pass()
+			assert.Equal(t, "clean-up s1", plan.Action.Type+" "+plan.Action.Node, plan.Reason)
+			res := w.run(100)
+			require.NotNil(t, res)
+			assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+		})
+	}
+}
