@@ -1303,3 +1303,21 @@ func TestAMemberNoNodeOwnsIsNamedAsEtcdListsItUnlessItHasK3ssForm(t *testing.T) 
 		})
 	}
 }
+
+func TestTheSnapshotStaysAskedOfTheVoterAskedWhenAVoterBeforeItByNameIsHealthyAgain(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Hosts["v3"].SnapshotNotReady = true // it answers, never ready
+	w.requestSwap("v1", "s1")
+	w.runUntil(5, acting(api.ActionSnapshot, "v2"))
+	// v2 turns unhealthy before it answers: v3 is asked.
+	w.Hosts["v2"].UnhealthyUntil = w.now.Add(time.Hour)
+	w.node("v2").Request = nil
+	plan := w.pass()
+	require.Equal(t, "snapshot v3", plan.Action.Type+" "+plan.Action.Node, plan.Reason)
+	w.Hosts["v2"].UnhealthyUntil = w.now
+	for range 5 {
+		plan = w.pass()
+		assert.NotEqual(t, "snapshot v2", plan.Action.Type+" "+plan.Action.Node, "v3 was asked: %s", plan.Reason)
+	}
+	assert.Contains(t, plan.Reason, "v3 says the snapshot is done but it is not ready")
+}
