@@ -160,6 +160,34 @@ func TestSequenceARollbackWithAVoterWhoseSampleSaysAnErrorStopsNotTheVotingCandi
 	assert.Equal(t, "rolling back: removal of s1's member held while a voter is unhealthy: v2's probe says unhealthy: etcd: context deadline exceeded", plan.Reason)
 }
 
+func TestSequenceARollbackCountsAVoterWhoseDiskIsSlowAsVotingOnlyWhileItsNodeIsReadyAndItsSampleFresh(t *testing.T) {
+	for name, fault := range map[string]func(w *world){
+		// its kubelet gone: its Node not Ready, its agent sampling
+		"not Ready": func(w *world) { w.node("v2").Ready = false },
+		// its agent silent, its last sample of a slow disk
+		"stale": func(w *world) {
+			if p := w.node("v2").Probe; p != nil {
+				q := *p
+				q.At = w.now.Add(-time.Hour)
+				w.node("v2").Probe = &q
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.Hosts["s1"].NeverReady = true
+			w.requestSwap("v1", "s1")
+			w.runUntil(200, atStep(api.StepJoin))
+			w.Hosts["v2"].UnhealthyUntil = w.now.Add(time.Hour)
+			plan := w.runUntil(300, func(p swapplan.Plan) bool { return p.Action.Type == api.ActionRollback })
+			require.Equal(t, api.ActionRollback, plan.Action.Type, plan.Reason)
+			w.hooks = append(w.hooks, fault)
+			plan = w.pass()
+			assert.NotEqual(t, "step-down s1", plan.Action.Type+" "+plan.Action.Node, "v2 may not vote: %s", plan.Reason)
+		})
+	}
+}
+
 func TestSequenceARollbackWithTheOutgoingVoterDownRemovesTheVotingCandidatesMemberBeforeItStopsAndKeepsQuorum(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	// s1's member votes, but its apiserver never comes up: k3s writes no
