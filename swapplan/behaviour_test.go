@@ -1292,6 +1292,8 @@ func TestAMemberNoNodeOwnsIsNamedAsEtcdListsItUnlessItHasK3ssForm(t *testing.T) 
 		{"backup-etcd", "backup-etcd"},
 		{"old-zzzzzzzz", "old-zzzzzzzz"},
 		{"gone-0a1b2c3d", "gone"},
+		{"node-abc", "node-abc"},
+		{"-0a1b2c3d", "-0a1b2c3d"},
 	} {
 		t.Run(tc.member, func(t *testing.T) {
 			w := newWorld(t, 3, 1, 0)
