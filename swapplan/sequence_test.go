@@ -115,6 +115,19 @@ func TestSequenceTheAutomaticDecisionSwapsTheWorstUnfitVoter(t *testing.T) {
 	assert.Contains(t, plan.Reason, "cooldown")
 }
 
+// rollBackWithV2Slow runs a swap of v1 for s1, whose server never comes
+// up, to its rollback, v2's disk turning slow at the join; the rollback's
+// first pass has been made.
+func rollBackWithV2Slow(t *testing.T, w *world) {
+	t.Helper()
+	w.Hosts["s1"].NeverReady = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(200, atStep(api.StepJoin))
+	w.Hosts["v2"].UnhealthyUntil = w.now.Add(time.Hour)
+	plan := w.runUntil(300, func(p swapplan.Plan) bool { return p.Action.Type == api.ActionRollback })
+	require.Equal(t, api.ActionRollback, plan.Action.Type, plan.Reason)
+}
+
 func TestSequenceARollbackWithAVoterWhoseDiskIsOnlySlowStopsTheVotingCandidateFirstAndKeepsQuorum(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	// As above, but v2's disk is slow rather than v1 frozen: v2's member
@@ -122,14 +135,9 @@ func TestSequenceARollbackWithAVoterWhoseDiskIsOnlySlowStopsTheVotingCandidateFi
 	// Holding the stop for v2 would leave the rollback waiting on a
 	// removal that waits for every voter healthy, as long as the disk
 	// is slow.
-	w.Hosts["s1"].NeverReady = true
 	w.checks = append(w.checks, quorumKept(t))
-	w.requestSwap("v1", "s1")
-	w.runUntil(200, atStep(api.StepJoin))
-	w.Hosts["v2"].UnhealthyUntil = w.now.Add(time.Hour)
-	plan := w.runUntil(300, func(p swapplan.Plan) bool { return p.Action.Type == api.ActionRollback })
-	require.Equal(t, api.ActionRollback, plan.Action.Type, plan.Reason)
-	plan = w.pass()
+	rollBackWithV2Slow(t, w)
+	plan := w.pass()
 	assert.Equal(t, "step-down s1", plan.Action.Type+" "+plan.Action.Node, plan.Reason)
 	res := w.run(600)
 	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
@@ -175,14 +183,9 @@ func TestSequenceARollbackCountsAVoterWhoseDiskIsSlowAsVotingOnlyWhileItsNodeIsR
 	} {
 		t.Run(name, func(t *testing.T) {
 			w := newWorld(t, 3, 1, 0)
-			w.Hosts["s1"].NeverReady = true
-			w.requestSwap("v1", "s1")
-			w.runUntil(200, atStep(api.StepJoin))
-			w.Hosts["v2"].UnhealthyUntil = w.now.Add(time.Hour)
-			plan := w.runUntil(300, func(p swapplan.Plan) bool { return p.Action.Type == api.ActionRollback })
-			require.Equal(t, api.ActionRollback, plan.Action.Type, plan.Reason)
+			rollBackWithV2Slow(t, w)
 			w.hooks = append(w.hooks, fault)
-			plan = w.pass()
+			plan := w.pass()
 			assert.NotEqual(t, "step-down s1", plan.Action.Type+" "+plan.Action.Node, "v2 may not vote: %s", plan.Reason)
 		})
 	}
