@@ -198,3 +198,48 @@ func containsAll(s string, parts ...string) bool {
 	}
 	return true
 }
+
+// The member-gone waits for every remaining voter to list, in a fresh
+// sample, as many members as remain, the outgoing voter's not among them.
+func TestTheMemberGoneWaitsForEachRemainingVotersFreshListOfAsManyMembersAsRemainWithoutTheOutgoingOne(t *testing.T) {
+	for name, c := range map[string]struct {
+		// hook is given v1's member's name.
+		hook func(w *world, v1 string)
+		wait string
+	}{
+		// v2's last sample lists the members that remain, but it is two
+		// and a half periods old: not fresh, not yet silent.
+		"a stale list": {func(w *world, _ string) {
+			p := *w.node("v2").Probe
+			p.At = w.now.Add(-25 * time.Second)
+			w.node("v2").Probe = &p
+		}, "waiting for the remaining voter v2 to report a fresh member list"},
+		// v2 lists three members, as many as remain, but v1's among them
+		// and not s1's.
+		"v1's member among as many as remain": {func(w *world, v1 string) {
+			p := *w.node("v2").Probe
+			p.Members = nil
+			for _, m := range []string{v1, w.Hosts["v2"].Member, w.Hosts["v3"].Member} {
+				p.Members = append(p.Members, api.Member{Name: m, ID: fleetmodel.MemberID(m)})
+			}
+			w.node("v2").Probe = &p
+		}, "waiting for the member of v1 to go: v2 lists 3 member(s), 3 voter(s) remain"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			v1 := w.Hosts["v1"].Member
+			w.requestSwap("v1", "s1")
+			w.runUntil(100, acting(api.ActionRemoveMember, "v1"))
+			w.hooks = append(w.hooks, func(w *world) { c.hook(w, v1) })
+			for range 5 {
+				plan := w.pass()
+				require.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
+				assert.Equal(t, api.StepRemoveMember, plan.Step)
+				assert.Equal(t, c.wait, plan.Reason)
+			}
+			w.hooks = nil
+			w.runUntil(5, acting(api.ActionMemberGone, "v1"))
+			assert.Equal(t, api.ResultCompleted, w.run(50).Result)
+		})
+	}
+}
