@@ -1323,3 +1323,46 @@ func TestTheSnapshotStaysAskedOfTheVoterAskedWhenAVoterBeforeItByNameIsHealthyAg
 	}
 	assert.Contains(t, plan.Reason, "v3 says the snapshot is done but it is not ready")
 }
+
+func TestTheOutgoingVoterIsUncordonedOnlyOnceItsFinishSaysWhenItsAgentStartedAndItsNodeIsReadyOnALaterHeartbeat(t *testing.T) {
+	for name, c := range map[string]struct {
+		hook func(w *world)
+		wait string
+		// end is the result once the hook is lifted: the Node Ready
+		// again is uncordoned, a finish with no start never is.
+		end string
+	}{
+		// Its kubelet beats, but says NotReady.
+		"not Ready": {func(w *world) { w.node("v1").Ready = false }, `^\(20[0-9-]+T[0-9:]+Z; Ready false, heartbeat 20`, api.ResultCompleted},
+		// Its finish says no start.
+		"no start": {func(w *world) {
+			r := *w.node("v1").Report
+			r.StartedAt = nil
+			w.node("v1").Report = &r
+		}, `^\(no start; Ready true, heartbeat 20`, api.ResultPending},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.requestSwap("v1", "s1")
+			w.runUntil(200, acting(api.ActionMemberGone, "v1"))
+			w.runUntil(20, func(swapplan.Plan) bool {
+				r := w.node("v1").Report
+				return r != nil && r.Action == api.ReportFinish && r.StartedAt != nil
+			})
+			w.hooks = append(w.hooks, c.hook)
+			waited := 0
+			for range 5 {
+				plan := w.pass()
+				require.NotEqual(t, "uncordon v1", plan.Action.Type+" "+plan.Action.Node, plan.Reason)
+				if why, ok := strings.CutPrefix(plan.Reason, "waiting for v1 to be Ready on a heartbeat after its agent started "); ok {
+					assert.Regexp(t, c.wait, why)
+					waited++
+				}
+			}
+			assert.Positive(t, waited, "the swap waited for v1 saying what for")
+			w.hooks = nil
+			assert.Equal(t, c.end, w.run(50).Result)
+			assert.Equal(t, c.end == api.ResultCompleted, slices.Contains(w.actions(), "uncordon v1"))
+		})
+	}
+}

@@ -199,3 +199,31 @@ func TestTheCandidatesNodeDeletedOnceItWasAskedToPromoteRollsTheSwapBackThoughNo
 	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
 	assert.Equal(t, []string{"s1"}, res.Pending)
 }
+
+func TestTheEndWithoutTheCandidateSaysTheFleetHasAVoterFewerAndThenWhyTheOutgoingVoterIsPendingToo(t *testing.T) {
+	gone := "the candidate's Node s1 was deleted after the outgoing voter stepped down: k3s removed its member, " +
+		"so the fleet has one voter fewer until another swap; with no Node, its agent can be told nothing: " +
+		"its host may still run a server until an operator stops it"
+	for name, c := range map[string]struct {
+		noFinish bool
+		reason   string
+		pending  []string
+	}{
+		"the outgoing voter finished": {false, gone, []string{"s1"}},
+		"the outgoing voter never finished": {true, gone + "; v1 did not finish its demotion within 5m0s: " +
+			"its step-down and member-gone stay on its Node, and it stays cordoned, until its agent reports the finish", []string{"s1", "v1"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.Hosts["v1"].NoFinish = c.noFinish
+			w.requestSwap("v1", "s1")
+			w.runUntil(100, acting(api.ActionStepDown, "v1"))
+			w.deleteNode("s1")
+			res := w.run(100)
+			require.NotNil(t, res)
+			assert.Equal(t, api.ResultPending, res.Result)
+			assert.Equal(t, c.reason, res.Reason)
+			assert.Equal(t, c.pending, res.Pending)
+		})
+	}
+}
