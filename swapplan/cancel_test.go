@@ -1,6 +1,7 @@
 package swapplan_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -89,16 +90,25 @@ func TestACancelNeedsASwapGoingForward(t *testing.T) {
 func TestACancelIsRefusedFromEachStepOnTheOutgoingVoterPastItsStepDownSayingWhy(t *testing.T) {
 	for _, tc := range []struct {
 		after string
-		why   string
+		// removed: k3s has removed the member and said so on the Node,
+		// and the member-gone is not yet written.
+		removed bool
+		why     string
 	}{
-		{api.ActionRemoveMember, "k3s has been asked to remove the outgoing voter v1's member"},
-		{api.ActionMemberGone, "the outgoing voter v1's member has been removed"},
-		{api.ActionCleanUp, "the swap is cleaning up: v1 is no longer a voter"},
+		{api.ActionRemoveMember, false, "k3s has been asked to remove the outgoing voter v1's member"},
+		{api.ActionRemoveMember, true, "the outgoing voter v1's member has been removed"},
+		{api.ActionMemberGone, false, "the outgoing voter v1's member has been removed"},
+		{api.ActionCleanUp, false, "the swap is cleaning up: v1 is no longer a voter"},
 	} {
-		t.Run(tc.after, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s, removed %t", tc.after, tc.removed), func(t *testing.T) {
 			w := newWorld(t, 3, 1, 0)
 			w.requestSwap("v1", "s1")
 			w.runUntil(100, acting(tc.after, "v1"))
+			if tc.removed {
+				v1 := w.node("v1")
+				require.NotEmpty(t, v1.MemberName)
+				v1.RemovedMember = v1.MemberName
+			}
 			err := w.cancelSwap()
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.why)
@@ -123,6 +133,12 @@ func TestACancelIsCheckedAgainstTheSwapTheLeaseOrElseTheStatusNamesAndRefusedWhi
 	require.NoError(t, err, "the Lease lost, the status still shows the swap under way")
 	assert.Equal(t, id, rec.ID)
 
+	w.lease = swapplan.Lease{Holder: api.ControllerHolder, RenewTime: w.now, Duration: time.Minute}
+	rec, err = swapplan.CheckCancel(w.snapshot())
+	require.NoError(t, err, "the controller holds the Lease with no swap on it, the status shows the swap under way")
+	assert.Equal(t, id, rec.ID)
+
+	w.lease = swapplan.Lease{}
 	w.status.Last = &api.SwapResult{ID: id, Result: api.ResultCompleted}
 	_, err = swapplan.CheckCancel(w.snapshot())
 	assert.EqualError(t, err, "no swap is under way", "the status shows it ended")
