@@ -499,6 +499,20 @@ func TestOnlyNodesThisSwapCordonedAreUncordoned(t *testing.T) {
 	assert.NotContains(t, strings.Join(w.actions(), ","), "uncordon s1")
 }
 
+func TestARollbackLeavesTheCordonsOthersSetOnTheCandidateAndTheOutgoingVoter(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Hosts["s1"].NeverJoin = true
+	w.node("v1").Unschedulable = true // an operator's cordon
+	w.requestSwap("v1", "s1")
+	w.runUntil(5, acting(api.ActionStart, ""))
+	w.node("s1").Unschedulable = true // cordoned by someone else before the swap's cordon-in
+	require.Equal(t, api.ResultRolledBack, w.run(300).Result)
+	assert.True(t, w.node("s1").Unschedulable)
+	assert.True(t, w.node("v1").Unschedulable)
+	assert.NotContains(t, w.actions(), "uncordon s1")
+	assert.NotContains(t, w.actions(), "uncordon v1")
+}
+
 func TestAManualRequestIsCheckedBeforeItIsWritten(t *testing.T) {
 	w := newWorld(t, 3, 1, 1)
 	s := w.snapshot()
