@@ -73,6 +73,18 @@ func TestTheCandidatesNodeDeletedAfterThePromotionRollsTheSwapBackWithTheOutgoin
 	assert.NotContains(t, w.actions(), "step-down v1")
 }
 
+func TestTheCandidatesNodeDeletedAfterThePromotionLeavesTheCordonAnOperatorSetOnTheOutgoingVoter(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.node("v1").Unschedulable = true // an operator's cordon
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionDrainOut, "v1"))
+	w.deleteNode("s1")
+	res := w.run(100)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	assert.True(t, w.node("v1").Unschedulable, "the operator's cordon stays")
+	assert.NotContains(t, w.actions(), "uncordon v1")
+}
+
 func TestTheCandidatesNodeDeletedBeforeItWasAskedToPromoteAbandonsTheSwap(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.checks = append(w.checks, quorumKept(t))
