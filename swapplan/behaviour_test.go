@@ -285,6 +285,7 @@ func TestTheSwapEndsCompletedWithTheAnnotationsClearedAndTheLeaseReleased(t *tes
 	assert.Equal(t, api.ResultCompleted, res.Result)
 	end := w.plans[len(w.plans)-1]
 	assert.Equal(t, api.ActionEnd, end.Action.Type)
+	assert.Equal(t, "swap "+res.ID+" ends completed", end.Reason, "a swap that completed has no reason to give")
 	assert.ElementsMatch(t, []string{"s1", "v1", "v2"}, end.Action.Clear)
 	for _, n := range w.nodes {
 		assert.Nil(t, n.Request, n.Name)
@@ -302,6 +303,7 @@ func TestAnAgentThatRefusesThePromotionAbandonsTheSwapSinceNothingChangedOnTheHo
 	res := w.run(100)
 	assert.Equal(t, api.ResultAbandoned, res.Result)
 	assert.Contains(t, res.Reason, "the candidate s1 refused the promotion (not staged): nothing changed on the host", "the agent's message is said")
+	assert.Equal(t, "swap "+res.ID+" ends abandoned: "+res.Reason, w.plans[len(w.plans)-1].Reason, "the end says the reason")
 	for _, a := range w.actions() {
 		assert.NotContains(t, []string{"rollback ", "step-down s1", "remove-member s1", "clean-up s1"}, a)
 	}
