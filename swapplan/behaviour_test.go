@@ -1356,6 +1356,16 @@ func TestTheOutgoingVoterIsUncordonedOnlyOnceItsFinishSaysWhenItsAgentStartedAnd
 			r.StartedAt = nil
 			w.node("v1").Report = &r
 		}, `^\(no start; Ready true, heartbeat 20`, api.ResultPending},
+		// Its agent's clock runs an hour ahead, and the controller has
+		// not seen its report change: a heartbeat seen says nothing of
+		// the start.
+		"a start ahead, its report not seen": {func(w *world) {
+			v1 := w.node("v1")
+			r := *v1.Report
+			ahead := w.now.Add(time.Hour)
+			r.StartedAt = &ahead
+			v1.Report, v1.HeartbeatSeen, v1.ReportSeen = &r, w.now, time.Time{}
+		}, `^\(20[0-9-]+T[0-9:]+Z; Ready true, heartbeat 20`, api.ResultPending},
 	} {
 		t.Run(name, func(t *testing.T) {
 			w := newWorld(t, 3, 1, 0)
