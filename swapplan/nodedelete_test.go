@@ -239,3 +239,23 @@ func TestTheEndWithoutTheCandidateSaysTheFleetHasAVoterFewerAndThenWhyTheOutgoin
 		})
 	}
 }
+
+func TestTheCandidatesNodeDeletedWhileK3sIsAskedToRemoveTheOutgoingVotersMemberWaitsForItToGoAskingNothingAgain(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionRemoveMember, "v1"))
+	w.deleteNode("s1")
+	// k3s removes s1's member with its Node, then stops answering.
+	w.faults = append(w.faults, func(w *world) { w.K3sPaused = true })
+	for range 3 {
+		plan := w.pass()
+		require.True(t, w.gone("s1"))
+		require.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
+		assert.Equal(t, api.StepRemoveMember, plan.Step)
+		assert.Equal(t, "waiting for the member of v1 to go: v2 lists 3 member(s), 2 voter(s) remain", plan.Reason)
+	}
+	w.faults, w.K3sPaused = w.faults[:1], false
+	res := w.run(100)
+	assert.Equal(t, api.ResultPending, res.Result, res.Reason)
+	assert.Equal(t, 1, strings.Count(strings.Join(w.actions(), ","), "remove-member v1"), "k3s was asked once")
+}
