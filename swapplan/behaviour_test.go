@@ -1392,3 +1392,53 @@ func TestTheOutgoingVoterIsUncordonedOnlyOnceItsFinishSaysWhenItsAgentStartedAnd
 		})
 	}
 }
+
+// The status the controller published is the planner's only clock of a
+// step and its only record of steps gone past; a status that does not
+// name the swap under way (lost, or another swap's) gives it neither.
+func TestAStatusThatNamesNoSwapOrAnotherGivesTheSwapUnderWayNoTimeAtItsStepAndNoStepGonePast(t *testing.T) {
+	statuses := map[string]func(w *world, step string){
+		"no swap": func(w *world, _ string) { w.status = api.Status{} },
+		"another swap an hour at a later step": func(w *world, step string) {
+			since := w.now.Add(-time.Hour)
+			w.status.Swap = &api.SwapRecord{ID: "20261130-060000-v9", Out: "v9", In: "s9", StartedAt: since}
+			w.status.Step, w.status.Since = step, &since
+		},
+	}
+	for name, status := range statuses {
+		t.Run(name, func(t *testing.T) {
+			t.Run("the promotion's wait is not past its bound", func(t *testing.T) {
+				w := newWorld(t, 3, 1, 0)
+				w.Hosts["s1"].IgnorePromote = true
+				w.requestSwap("v1", "s1")
+				w.runUntil(100, acting(api.ActionPromote, "s1"))
+				w.hooks = append(w.hooks, func(w *world) { status(w, api.StepPromote) })
+				for range 5 {
+					plan := w.pass()
+					require.Equal(t, api.StepPromote, plan.Step, plan.Reason)
+					require.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
+				}
+			})
+			t.Run("the runners' wait on the outgoing voter is not gone past", func(t *testing.T) {
+				w := newWorld(t, 3, 1, 0)
+				w.node("v1").Pods = append(w.node("v1").Pods, swapplan.Pod{Namespace: "arc-runners", Name: "runner-1", Runner: true})
+				w.requestSwap("v1", "s1")
+				w.runUntil(200, atStep(api.StepRunnersOut))
+				w.hooks = append(w.hooks, func(w *world) { status(w, api.StepCleanUp) })
+				for range 5 {
+					plan := w.pass()
+					require.Equal(t, api.StepRunnersOut, plan.Step, plan.Reason)
+				}
+			})
+			t.Run("the candidate deleted before its promotion abandons the swap", func(t *testing.T) {
+				w := newWorld(t, 3, 1, 0)
+				w.requestSwap("v1", "s1")
+				w.runUntil(50, acting(api.ActionCordonIn, "s1"))
+				w.deleteNode("s1")
+				w.hooks = append(w.hooks, func(w *world) { status(w, api.StepJoin) })
+				plan := w.runUntil(5, func(p swapplan.Plan) bool { return p.Action.Type != api.ActionNone })
+				assert.Equal(t, api.ActionAbandon, plan.Action.Type, plan.Reason)
+			})
+		})
+	}
+}
