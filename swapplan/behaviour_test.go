@@ -736,6 +736,14 @@ func TestAWaitForManyRunnerPodsNamesTheFirstThreeAndCountsTheRest(t *testing.T) 
 	w.requestSwap("v1", "s1")
 	plan := w.runUntil(50, atStep(api.StepRunnersIn))
 	assert.Equal(t, "waiting for 5 runner pod(s) on the candidate s1 to finish: arc/r1, arc/r2, arc/r3 and 2 more", plan.Reason)
+
+	w = newWorld(t, 3, 1, 0)
+	for _, name := range []string{"r1", "r2", "r3"} {
+		w.node("s1").Pods = append(w.node("s1").Pods, swapplan.Pod{Namespace: "arc", Name: name, Runner: true})
+	}
+	w.requestSwap("v1", "s1")
+	plan = w.runUntil(50, atStep(api.StepRunnersIn))
+	assert.Equal(t, "waiting for 3 runner pod(s) on the candidate s1 to finish: arc/r1, arc/r2, arc/r3", plan.Reason, "three are named, no more to count")
 }
 
 func TestTheJoinGateWaitsForEachOfItsConditions(t *testing.T) {

@@ -243,3 +243,18 @@ func TestTheMemberGoneWaitsForEachRemainingVotersFreshListOfAsManyMembersAsRemai
 		})
 	}
 }
+
+// k3s's EtcdIsVoter condition lags its member: the candidate whose Node
+// still says learner is counted among the voters left once the outgoing
+// voter's member is gone.
+func TestTheMemberGoneCountsTheCandidateAmongTheRemainingVotersWhileItsNodeStillSaysLearner(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionRemoveMember, "v1"))
+	w.hooks = append(w.hooks, func(w *world) {
+		w.node("s1").EtcdIsVoter = swapplan.Condition{Status: "False", Reason: api.ReasonMemberIsLearner}
+	})
+	plan := w.runUntil(5, func(p swapplan.Plan) bool { return p.Action.Type != api.ActionNone })
+	assert.Equal(t, "member-gone v1", plan.Action.Type+" "+plan.Action.Node, plan.Reason)
+	assert.Equal(t, "every remaining voter lists 3 member(s): telling v1 its member is gone", plan.Reason)
+}
