@@ -259,3 +259,47 @@ func TestTheCandidatesNodeDeletedWhileK3sIsAskedToRemoveTheOutgoingVotersMemberW
 	assert.Equal(t, api.ResultPending, res.Result, res.Reason)
 	assert.Equal(t, 1, strings.Count(strings.Join(w.actions(), ","), "remove-member v1"), "k3s was asked once")
 }
+
+func TestTheOutgoingVotersNodeDeletedLeavesACordonSomeoneElseSetOnTheNewVoter(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(5, acting(api.ActionStart, ""))
+	w.node("s1").Unschedulable = true // cordoned by someone else before the swap's cordon-in
+	w.runUntil(100, atStep(api.StepJoin))
+	w.deleteNode("v1")
+	res := w.run(100)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.True(t, w.node("s1").Unschedulable)
+	assert.NotContains(t, w.actions(), "uncordon s1")
+}
+
+func TestACancelWithTheOutgoingVotersNodeDeletedRollsBackOnlyTheSwapItNamesAndSaysWhoOrSomeone(t *testing.T) {
+	for name, c := range map[string]struct {
+		by, other bool
+		result    string
+		reason    string
+	}{
+		"by someone unnamed": {false, false, api.ResultRolledBack, "^cancelled by someone at 20"},
+		"by carol":           {true, false, api.ResultRolledBack, "^cancelled by carol at 20"},
+		"of another swap":    {true, true, api.ResultCompleted, "the outgoing voter's Node v1 was deleted"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.requestSwap("v1", "s1")
+			w.runUntil(100, acting(api.ActionPromote, "s1"))
+			w.deleteNode("v1")
+			w.pass()
+			require.True(t, w.gone("v1"))
+			w.cancel = &api.Cancel{Swap: w.status.Swap.ID, At: w.now}
+			if c.by {
+				w.cancel.By = "carol"
+			}
+			if c.other {
+				w.cancel.Swap = "20260101-000000-v9"
+			}
+			res := w.run(100)
+			assert.Equal(t, c.result, res.Result, res.Reason)
+			assert.Regexp(t, c.reason, res.Reason)
+		})
+	}
+}
