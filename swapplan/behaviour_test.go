@@ -1217,6 +1217,54 @@ func TestARollbackTrustsAMemberListSeenAPeriodAfterTheCandidatesStopWasSeenThoug
 	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
 }
 
+// The candidate's stop is the report of its step-down: a voter's sample
+// taken no later than that report is not trusted.
+func TestARollbackTrustsNoMemberListSampledNoLaterThanTheCandidatesStepDownReport(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+	require.NoError(t, w.cancelSwap())
+	w.runUntil(50, func(swapplan.Plan) bool {
+		r := w.node("s1").Report
+		return r != nil && r.Swap == w.status.Swap.ID && r.State == api.StateDone && r.Action == api.RequestStepDown
+	})
+	w.Hosts["v3"].Cut = true // its last sample is of the tick the report was written
+	plan := w.pass()
+	require.NotEqual(t, api.ActionMemberGone, plan.Action.Type, plan.Reason)
+	assert.Equal(t, "rolling back: waiting for v3's member list sampled after the candidate s1 stepped down", plan.Reason)
+}
+
+// A report of another swap says nothing of this one's stop, even one
+// stamped ahead by a clock that ran ahead then.
+func TestARollbackTakesNoReportOfAnotherSwapForTheCandidatesStop(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+	require.NoError(t, w.cancelSwap())
+	w.runUntil(50, acting(api.ActionStepDown, "s1"))
+	ahead := w.now.Add(time.Hour)
+	w.hooks = append(w.hooks, func(w *world) {
+		w.node("s1").Report = &api.Report{Swap: "20261129-060000-v9", Action: api.ReportFinish, State: api.StateDone, At: ahead, StartedAt: &ahead}
+	})
+	plan := w.runUntil(100, acting(api.ActionMemberGone, "s1"))
+	assert.Equal(t, "rolling back: every voter lists the original members: telling s1 its member is gone", plan.Reason)
+}
+
+// A candidate frozen before it read its promotion never reports: the
+// rollback goes on without its report once its Node is not Ready and its
+// agent silent.
+func TestARollbackOfACandidateThatNeverReportedEndsPendingNamingIt(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionPromote, "s1"))
+	w.Hosts["s1"].Paused = true
+	require.Nil(t, w.node("s1").Report)
+	res := w.run(200)
+	assert.Equal(t, api.ResultPending, res.Result, res.Reason)
+	assert.Equal(t, []string{"s1"}, res.Pending)
+	assert.Contains(t, w.actions(), "member-gone s1")
+}
+
 func TestWithNoCooldownConfiguredACompletedSwapSetsNone(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.cfg.Cooldown = 0
