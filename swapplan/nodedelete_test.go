@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -302,4 +303,42 @@ func TestACancelWithTheOutgoingVotersNodeDeletedRollsBackOnlyTheSwapItNamesAndSa
 			assert.Regexp(t, c.reason, res.Reason)
 		})
 	}
+}
+
+func TestARollbackWithoutTheCandidatesNodeEndsOnlyOnceEveryVoterButTheOutgoingOneListsTheOriginalMembersFresh(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+	w.deleteNode("s1")
+	stale := func(w *world) {
+		if w.gone("s1") && !w.IsMember(w.Hosts["s1"].Member) {
+			p := *w.node("v3").Probe
+			p.At = w.now.Add(-25 * time.Second) // not fresh, not yet silent
+			w.node("v3").Probe = &p
+		}
+	}
+	w.hooks = append(w.hooks, stale, func(w *world) { w.Hosts["v1"].Cut = true })
+	plan := w.runUntil(20, func(p swapplan.Plan) bool { return strings.Contains(p.Reason, "v3 has no fresh member list") })
+	assert.Equal(t, "rolling back: the candidate's Node s1 was deleted; waiting until every voter lists the original members and no more: v3 has no fresh member list", plan.Reason)
+	// v1, the outgoing voter, silent, is not waited for.
+	w.hooks = w.hooks[1:]
+	res := w.run(20)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+}
+
+func TestAStuckRollbackWithoutTheCandidatesNodeGoesBackToRollingBackOnceAnOperatorRemovedTheMember(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Hosts["s1"].NeverJoin = true
+	w.Hosts["v2"].RemoveFails = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(50, atStep(api.StepJoin))
+	w.deleteNode("s1")
+	w.runUntil(100, acting(api.ActionStuck, "s1"))
+	name := w.Hosts["s1"].Member
+	w.Members = slices.DeleteFunc(w.Members, func(m fleetmodel.Member) bool { return m.Name == name }) // an operator runs the command
+	res := w.run(20)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	end := w.plans[len(w.plans)-1]
+	require.NotNil(t, end.Swap)
+	assert.Nil(t, end.Swap.Stuck, "the record ends with no stuck member: %s", end.Reason)
 }

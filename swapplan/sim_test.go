@@ -253,7 +253,9 @@ func (w *world) apply(plan swapplan.Plan) {
 		return
 	}
 	var n *swapplan.Node
-	if a.Node != "" {
+	// Note: stuck names the candidate for its Event alone, whose Node may
+	// be gone; every other action named changes its Node.
+	if a.Node != "" && a.Type != api.ActionStuck {
 		n = w.node(a.Node)
 	}
 	switch a.Type {
