@@ -172,6 +172,41 @@ func TestWithNoSwapUnderWayAHostKeepingAnEndedSwapsInstruction(t *testing.T) {
 		assert.Contains(t, plan.Reason, "no standby is eligible")
 		keeps(t, w.node("s1"), ended)
 	})
+	t.Run("that reported the finish under someone else's cordon has them cleared and the cordon left", func(t *testing.T) {
+		w := kept(t, true)
+		w.node("s1").Unschedulable = true
+		plan := w.pass()
+		assert.Equal(t, swapplan.Action{Type: api.ActionClearFinished, Node: "s1", Swap: ended}, plan.Action, plan.Reason)
+		assert.True(t, w.node("s1").Unschedulable)
+	})
+	for name, start := range map[string]*time.Time{
+		"no start":                         nil,
+		"a start after its last heartbeat": ptr(epoch.Add(time.Hour)),
+	} {
+		t.Run("left cordoned by the swap, whose finish says "+name+", keeps them and its cordon", func(t *testing.T) {
+			w := kept(t, true)
+			s1 := w.node("s1")
+			s1.CordonedBy, s1.Unschedulable = ended, true
+			w.hooks = append(w.hooks, func(w *world) {
+				r := *w.node("s1").Report
+				r.StartedAt = start
+				w.node("s1").Report = &r
+			})
+			for range 3 {
+				plan := w.pass()
+				require.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
+			}
+			keeps(t, w.node("s1"), ended)
+			assert.True(t, w.node("s1").Unschedulable)
+		})
+	}
+	t.Run("a Node kept and a host whose Node is gone are both named pending", func(t *testing.T) {
+		w := kept(t, false)
+		w.Hosts["s1"].NoFinish = true
+		w.status.Last.Pending = []string{"s1", "s9"}
+		plan := w.pass()
+		assert.Equal(t, []api.UnfinishedDemotion{{Node: "s1", Swap: ended}, {Node: "s9", Swap: ended, NodeGone: true}}, plan.Pending)
+	})
 	t.Run("whose Node the last end named is gone is named pending", func(t *testing.T) {
 		w := kept(t, false)
 		w.nodes = slices.DeleteFunc(w.nodes, func(n swapplan.Node) bool { return n.Name == "s1" })
