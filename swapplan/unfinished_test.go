@@ -216,3 +216,19 @@ func TestWithNoSwapUnderWayAHostKeepingAnEndedSwapsInstruction(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestWhileASwapIsUnderWayTheHostsTheLastEndLeftPendingAreNamedWithOrWithoutANode(t *testing.T) {
+	const ended = "20261130-070000-v1"
+	w := newWorld(t, 3, 2, 0)
+	s1 := w.node("s1")
+	s1.Request = &api.Request{Swap: ended, Action: api.RequestStepDown, At: epoch.Add(-time.Hour)}
+	s1.MemberGone = ended
+	w.Hosts["s1"].NoFinish = true
+	w.status.Last = &api.SwapResult{ID: ended, Out: "v1", In: "s1", Result: api.ResultPending, Pending: []string{"s1", "s9"}}
+	w.requestSwap("v1", "s2")
+	plan := w.pass()
+	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
+	plan = w.pass()
+	require.NotNil(t, plan.Swap)
+	assert.Equal(t, []api.UnfinishedDemotion{{Node: "s1", Swap: ended}, {Node: "s9", Swap: ended, NodeGone: true}}, plan.Pending)
+}

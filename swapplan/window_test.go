@@ -48,6 +48,28 @@ func TestAMaintenanceWindowIsOpenOnItsDaysBetweenItsTimesAndPastMidnightOnTheDay
 		swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}.String())
 }
 
+func TestAMaintenanceWindowReadsTheClockToTheSecond(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse("2006-01-02 15:04:05", "2026-12-01 "+s)
+		require.NoError(t, err)
+		return v
+	}
+	for _, tc := range []struct {
+		name       string
+		start, end time.Duration
+		t          string
+		open       bool
+	}{
+		{"ten seconds after its start", 2 * time.Hour, 5 * time.Hour, "02:00:10", true},
+		{"a quarter of an hour past its end", 2 * time.Hour, 2*time.Hour + 15*time.Minute, "02:30:00", false},
+		{"ten seconds after a start half a minute past the hour", 2*time.Hour + 30*time.Second, 5 * time.Hour, "02:00:40", true},
+		{"ten seconds before a start half a minute past the hour", 2*time.Hour + 30*time.Second, 5 * time.Hour, "02:00:20", false},
+	} {
+		w := swapplan.Window{Start: tc.start, End: tc.end, Location: time.UTC}
+		assert.Equal(t, tc.open, w.Open(at(tc.t)), tc.name)
+	}
+}
+
 func TestOutsideTheWindowTheAutomaticSwapWaitsAManualOneGoesAndOneStartedInsideFinishesOutside(t *testing.T) {
 	w := newWorld(t, 3, 2, 0)
 	open := w.now.UTC().Hour()
