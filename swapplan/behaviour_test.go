@@ -1234,6 +1234,51 @@ func TestARollbackTrustsNoMemberListSampledNoLaterThanTheCandidatesStepDownRepor
 	assert.Equal(t, "rolling back: waiting for v3's member list sampled after the candidate s1 stepped down", plan.Reason)
 }
 
+// A voter's sample stamped before the candidate's stop (its clock behind)
+// is trusted once the controller saw it a whole period after it saw the
+// stop's report (its step-down's, then its finish's once k3s removed its
+// member), and not while it has not seen that report change.
+func TestARollbackTrustsASampleStampedBeforeTheStopOnlyWhenSeenAWholePeriodAfterTheStopsReport(t *testing.T) {
+	for name, c := range map[string]struct {
+		// reportSeen is when the controller saw s1's report, before it
+		// saw v3's sample; zero: never.
+		reportSeen time.Duration
+		trusted    bool
+	}{
+		"seen a whole period after":             {10 * time.Second, true},
+		"seen a second short of a period after": {9 * time.Second, false},
+		"the report never seen":                 {0, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, 3, 1, 0)
+			w.requestSwap("v1", "s1")
+			w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+			require.NoError(t, w.cancelSwap())
+			w.runUntil(50, acting(api.ActionStepDown, "s1"))
+			w.hooks = append(w.hooks, func(w *world) {
+				s1, v3 := w.node("s1"), w.node("v3")
+				if r := s1.Report; r != nil && r.State == api.StateDone && (r.Action == api.RequestStepDown || r.Action == api.ReportFinish) {
+					p := *v3.Probe
+					p.At = r.At.Add(-time.Second)
+					v3.Probe, v3.ProbeSeen = &p, w.now
+					s1.ReportSeen = time.Time{}
+					if c.reportSeen > 0 {
+						s1.ReportSeen = w.now.Add(-c.reportSeen)
+					}
+				}
+			})
+			gone := false
+			for range 20 {
+				if p := w.pass(); p.Action.Type == api.ActionMemberGone {
+					gone = true
+					break
+				}
+			}
+			assert.Equal(t, c.trusted, gone, "the member-gone written on v3's sample")
+		})
+	}
+}
+
 // A report of another swap says nothing of this one's stop, even one
 // stamped ahead by a clock that ran ahead then.
 func TestARollbackTakesNoReportOfAnotherSwapForTheCandidatesStop(t *testing.T) {
