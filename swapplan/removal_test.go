@@ -258,3 +258,32 @@ func TestTheMemberGoneCountsTheCandidateAmongTheRemainingVotersWhileItsNodeStill
 	assert.Equal(t, "member-gone v1", plan.Action.Type+" "+plan.Action.Node, plan.Reason)
 	assert.Equal(t, "every remaining voter lists 3 member(s): telling v1 its member is gone", plan.Reason)
 }
+
+// Once k3s says it removed the candidate's member, a voter whose etcd
+// still lists it is waited for; no voter is asked to remove it.
+func TestARollbackWaitsForAVoterThatStillListsTheCandidatesMemberK3sSaysItRemovedAskingNoVoter(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+	require.NoError(t, w.cancelSwap())
+	member := w.Hosts["s1"].Member
+	w.hooks = append(w.hooks, func(w *world) {
+		if w.node("s1").MemberRemoved() {
+			p := *w.node("v3").Probe
+			if !slices.ContainsFunc(p.Members, func(m api.Member) bool { return m.Name == member }) {
+				p.Members = append(slices.Clone(p.Members), api.Member{Name: member, ID: fleetmodel.MemberID(member)})
+			}
+			w.node("v3").Probe = &p
+		}
+	})
+	w.runUntil(50, func(swapplan.Plan) bool { return w.node("s1").MemberRemoved() })
+	waited, passes := 0, 3*int(w.cfg.Bounds.RemoveFallback/w.tick)
+	for range passes {
+		plan := w.pass()
+		require.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
+		if plan.Reason == "rolling back: waiting until every voter lists the original members and no more: v3 lists members [s1 v1 v2 v3], expected [v1 v2 v3]" {
+			waited++
+		}
+	}
+	assert.GreaterOrEqual(t, waited, passes-2, "waited for v3, past the bound a removal by a voter would have")
+}
