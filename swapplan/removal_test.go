@@ -287,3 +287,21 @@ func TestARollbackWaitsForAVoterThatStillListsTheCandidatesMemberK3sSaysItRemove
 	}
 	assert.GreaterOrEqual(t, waited, passes-2, "waited for v3, past the bound a removal by a voter would have")
 }
+
+// A Node says it is an etcd server by k3s's label alone; with every
+// label gone mid-swap (an operator's mistake) no voter is known, and the
+// swap waits for the members to be listed again, asking nothing.
+func TestASwapWhoseNodesAllLostTheirEtcdLabelsWaitsAskingNothing(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionRemoveMember, "v1"))
+	w.hooks = append(w.hooks, func(w *world) {
+		for i := range w.nodes {
+			w.nodes[i].ServerLabels = nil
+		}
+	})
+	for range 3 {
+		plan := w.pass()
+		assert.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
+	}
+}
