@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/controller"
+	"github.com/fleet-role/fleet-role/tests/fleetmodel"
 	"github.com/fleet-role/fleet-role/tests/fleetsim"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
@@ -61,6 +63,40 @@ func testConfig() config.Controller {
 	return c
 }
 
+// watchQuorum samples etcd's members as the simulated fleet holds them,
+// every 50 ms until the test ends, by the quorum oracle
+// (fleetmodel.QuorumKept), and then fails the test for each moment it
+// saw fewer voting members up than a quorum of them. Every env watches.
+func (e *env) watchQuorum() {
+	var mu sync.Mutex
+	var lost []string
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			e.d.With(func(d *fleetsim.Driver) {
+				if err := d.QuorumKept(fleetmodel.QuorumCheck{Now: time.Now()}); err != nil {
+					mu.Lock()
+					lost = append(lost, fmt.Sprintf("%s: %v", time.Now().Format(time.StampMilli), err))
+					mu.Unlock()
+				}
+			})
+		}
+	}()
+	e.t.Cleanup(func() {
+		close(stop)
+		<-done
+		assert.Empty(e.t, lost, "etcd kept a quorum of its voting members throughout")
+	})
+}
+
 // env is one fleet: a real API server, the driver playing the fleet, and
 // the controller (in this process, so a test can stop and start it).
 type env struct {
@@ -80,6 +116,7 @@ func newEnv(t *testing.T, voters, standbys, agents int) *env {
 	e := &env{t: t, api: kube, cfg: testConfig(), rest: rest.CopyConfig(kube.Config)}
 	e.d = fleetsim.New(t, kube.Client, probePeriod, voters, standbys, agents)
 	t.Cleanup(e.stop)
+	e.watchQuorum()
 	require.Eventually(t, func() bool {
 		list, err := kube.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 		if err != nil {
