@@ -11,7 +11,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/fleet-role/fleet-role/api"
 )
@@ -43,6 +46,7 @@ func (f *Fleet) waitEnd(t *testing.T, prev *api.SwapResult, timeout time.Duratio
 			if l := f.Lease(); l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
 				return fmt.Errorf("ended %s, the Lease still held by %s", st.Last.Result, *l.Spec.HolderIdentity)
 			}
+			f.swapEnded()
 			return nil
 		}
 		return fmt.Errorf("step %s: %s", st.Step, st.Reason)
@@ -98,27 +102,54 @@ func (f *Fleet) atStep(steps []string, timeout time.Duration) {
 	})
 }
 
-// everyStep runs a swap, calling at once each step the swap enters.
+// everyStep runs a swap, calling at once each step the swap enters. The
+// steps are read from a watch of the status ConfigMap, which delivers
+// every write the controller makes (a step it passes between two polls
+// is seen all the same); at is called in order, the events written
+// meanwhile waiting for it.
 func (f *Fleet) everyStep(t *testing.T, out, in string, at func(step string)) *api.SwapResult {
 	t.Helper()
 	prev := f.Status().Last
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cms := f.Client.CoreV1().ConfigMaps(api.Namespace)
+	only := fields.OneTermEqualSelector("metadata.name", api.StatusConfigMap).String()
+	list, err := cms.List(ctx, metav1.ListOptions{FieldSelector: only})
+	require.NoError(t, err)
+	rv := list.ResourceVersion
 	_, stderr, code := f.CLI("swap", out, in)
 	require.Equal(t, 0, code, stderr)
 	seen := map[string]bool{}
-	var res *api.SwapResult
-	f.Wait(6*time.Minute, "the swap ends", func() error {
-		st := f.Status()
-		if st.Last != nil && st.Swap == nil && (prev == nil || st.Last.ID != prev.ID) {
-			res = st.Last
-			return nil
+	var st api.Status
+	for ctx.Err() == nil {
+		w, err := cms.Watch(ctx, metav1.ListOptions{FieldSelector: only, ResourceVersion: rv})
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
 		}
-		if st.Swap != nil && st.Step != "" && !seen[st.Step] {
-			seen[st.Step] = true
-			at(st.Step)
+		for ev := range w.ResultChan() {
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if ev.Type == watch.Error || !ok {
+				rv = "" // too old: watched again from the current state
+				break
+			}
+			rv = cm.ResourceVersion
+			st = api.Status{}
+			_ = json.Unmarshal([]byte(cm.Data[api.StatusKey]), &st)
+			if st.Last != nil && st.Swap == nil && (prev == nil || st.Last.ID != prev.ID) {
+				w.Stop()
+				f.swapEnded()
+				return st.Last
+			}
+			if st.Swap != nil && st.Step != "" && !seen[st.Step] {
+				seen[st.Step] = true
+				at(st.Step)
+			}
 		}
-		return fmt.Errorf("step %s: %s", st.Step, st.Reason)
-	})
-	return res
+		w.Stop()
+	}
+	t.Fatalf("the swap did not end within 6m: step %s: %s\n%s", st.Step, st.Reason, f.Journals())
+	return nil
 }
 
 // noSwapStarts checks, while five probe periods go by, that no swap

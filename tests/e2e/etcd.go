@@ -152,7 +152,7 @@ func (w *Writes) run() {
 		w.last = err != nil
 		if err != nil {
 			w.failed++
-			if len(w.errs) < 5 {
+			if len(w.errs) < 20 {
 				w.errs = append(w.errs, err.Error())
 			}
 		} else {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fleet-role/fleet-role/tests/testhost"
@@ -294,3 +295,66 @@ type subtest struct {
 }
 
 func (s subtest) Cleanup(fn func()) { s.parent.Cleanup(fn) }
+
+// scenarioWrites are the writes across one fault scenario: through
+// every live server, counted as writesAcross counts a swap's, for each
+// swap that ended in the scenario.
+type scenarioWrites struct {
+	c     *clientv3.Client
+	w     *Writes
+	swaps int
+}
+
+// swapEnded counts a swap that ended for the scenario's writes.
+func (f *Fleet) swapEnded() {
+	if f.writing != nil {
+		f.writing.swaps++
+	}
+}
+
+// offline is said before a scenario pauses a server or stops its k3s:
+// etcd's leadership is handed to another voter if the server holds it,
+// and the scenario's writes go through the other servers from now on.
+// Note: the election that follows a leader lost for good costs etcd's
+// election timeout, and the client writing through a paused server
+// waits for its write's timeout; neither is the swap's, whose writes
+// the scenario counts.
+func (f *Fleet) offline(h *Host) {
+	f.t.Helper()
+	if f.writing != nil {
+		var eps []string
+		for _, s := range f.servers() {
+			if s != h && slices.Contains(f.writing.c.Endpoints(), f.etcdURL(s.IP)) {
+				eps = append(eps, f.etcdURL(s.IP))
+			}
+		}
+		f.writing.c.SetEndpoints(eps...)
+		// The client's balancer takes the endpoints a moment later: a
+		// write sent meanwhile may still go to h, and wait out its
+		// timeout once h is frozen.
+		defer time.Sleep(time.Second)
+	}
+	if _, err := f.membersFrom(h); err != nil {
+		return // its member serves no request: not a voter, or stopped
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*f.electionTimeout())
+	defer cancel()
+	st, err := h.etcd.Status(ctx, f.etcdURL(h.IP))
+	if err != nil || st.Leader != st.Header.MemberId {
+		return
+	}
+	list, err := h.etcd.MemberList(ctx)
+	if err != nil {
+		f.t.Fatalf("%s leads etcd: its member list: %v", h.Name, err)
+	}
+	for _, m := range list.Members {
+		if m.ID != st.Header.MemberId && !m.IsLearner && m.Name != "" {
+			if _, err := h.etcd.MoveLeader(ctx, m.ID); err != nil {
+				f.t.Fatalf("%s leads etcd: moving leadership to %s: %v", h.Name, m.Name, err)
+			}
+			f.t.Logf("etcd's leadership moved from %s to %s", h.Name, m.Name)
+			return
+		}
+	}
+	f.t.Fatalf("%s leads etcd and no other voter started", h.Name)
+}

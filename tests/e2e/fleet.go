@@ -103,6 +103,8 @@ type Fleet struct {
 	inventory  string
 	runs       int
 	logs       string
+	// writing are the writes of the scenario under way (inSequence).
+	writing *scenarioWrites
 }
 
 // Host is one host of the fleet: a container, its address and files.
