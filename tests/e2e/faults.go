@@ -332,7 +332,7 @@ func (f *Fleet) offline(h *Host) {
 		// The client's balancer takes the endpoints a moment later: a
 		// write sent meanwhile may still go to h, and wait out its
 		// timeout once h is frozen.
-		defer time.Sleep(time.Second)
+		time.Sleep(300 * time.Millisecond)
 	}
 	if _, err := f.membersFrom(h); err != nil {
 		return // its member serves no request: not a voter, or stopped
