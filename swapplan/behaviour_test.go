@@ -1186,10 +1186,7 @@ func TestAVoterWhoseMemberNoNodeNamesIsKnownByK3ssNameFormAndASwapCompletes(t *t
 }
 
 func TestARollbackTrustsNoMemberListSampledBeforeTheCandidateSteppedDown(t *testing.T) {
-	w := newWorld(t, 3, 1, 0)
-	w.requestSwap("v1", "s1")
-	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
-	require.NoError(t, w.cancelSwap())
+	w := cancelledOnceTheOutgoingVoterIsCordoned(t)
 	w.runUntil(20, acting(api.ActionStepDown, "s1"))
 	w.Hosts["v3"].Cut = true // its last sample is of before the candidate stopped
 	var reasons []string
@@ -1220,10 +1217,7 @@ func TestARollbackTrustsAMemberListSeenAPeriodAfterTheCandidatesStopWasSeenThoug
 // The candidate's stop is the report of its step-down: a voter's sample
 // taken no later than that report is not trusted.
 func TestARollbackTrustsNoMemberListSampledNoLaterThanTheCandidatesStepDownReport(t *testing.T) {
-	w := newWorld(t, 3, 1, 0)
-	w.requestSwap("v1", "s1")
-	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
-	require.NoError(t, w.cancelSwap())
+	w := cancelledOnceTheOutgoingVoterIsCordoned(t)
 	w.runUntil(50, func(swapplan.Plan) bool {
 		r := w.node("s1").Report
 		return r != nil && r.Swap == w.status.Swap.ID && r.State == api.StateDone && r.Action == api.RequestStepDown
@@ -1250,10 +1244,7 @@ func TestARollbackTrustsASampleStampedBeforeTheStopOnlyWhenSeenAWholePeriodAfter
 		"the report never seen":                 {0, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			w := newWorld(t, 3, 1, 0)
-			w.requestSwap("v1", "s1")
-			w.runUntil(100, acting(api.ActionCordonOut, "v1"))
-			require.NoError(t, w.cancelSwap())
+			w := cancelledOnceTheOutgoingVoterIsCordoned(t)
 			w.runUntil(50, acting(api.ActionStepDown, "s1"))
 			w.hooks = append(w.hooks, func(w *world) {
 				s1, v3 := w.node("s1"), w.node("v3")
@@ -1282,10 +1273,7 @@ func TestARollbackTrustsASampleStampedBeforeTheStopOnlyWhenSeenAWholePeriodAfter
 // A report of another swap says nothing of this one's stop, even one
 // stamped ahead by a clock that ran ahead then.
 func TestARollbackTakesNoReportOfAnotherSwapForTheCandidatesStop(t *testing.T) {
-	w := newWorld(t, 3, 1, 0)
-	w.requestSwap("v1", "s1")
-	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
-	require.NoError(t, w.cancelSwap())
+	w := cancelledOnceTheOutgoingVoterIsCordoned(t)
 	w.runUntil(50, acting(api.ActionStepDown, "s1"))
 	ahead := w.now.Add(time.Hour)
 	w.hooks = append(w.hooks, func(w *world) {

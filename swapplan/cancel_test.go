@@ -24,6 +24,18 @@ func (w *world) cancelSwap() error {
 	return nil
 }
 
+// cancelledOnceTheOutgoingVoterIsCordoned runs a swap of v1 for s1 until
+// v1 is cordoned, s1's member voting, and cancels it: the rollback is
+// ahead.
+func cancelledOnceTheOutgoingVoterIsCordoned(t *testing.T) *world {
+	t.Helper()
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
+	require.NoError(t, w.cancelSwap())
+	return w
+}
+
 func TestACancelBeforeThePromotionAbandonsTheSwapAndUncordonsTheCandidate(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.requestSwap("v1", "s1")
@@ -180,10 +192,7 @@ func TestARolledBackCandidateIsCleanedAgainWhileAnyServerStateIsLeftOnItsNode(t 
 		"the etcd taint":    func(n *swapplan.Node) { n.EtcdTaint = true },
 	} {
 		t.Run(name, func(t *testing.T) {
-			w := newWorld(t, 3, 1, 0)
-			w.requestSwap("v1", "s1")
-			w.runUntil(100, acting(api.ActionCordonOut, "v1"))
-			require.NoError(t, w.cancelSwap())
+			w := cancelledOnceTheOutgoingVoterIsCordoned(t)
 			w.runUntil(100, acting(api.ActionCleanUp, "s1"))
 			left := false
 			w.hooks = append(w.hooks, func(w *world) {

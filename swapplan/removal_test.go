@@ -262,10 +262,7 @@ func TestTheMemberGoneCountsTheCandidateAmongTheRemainingVotersWhileItsNodeStill
 // Once k3s says it removed the candidate's member, a voter whose etcd
 // still lists it is waited for; no voter is asked to remove it.
 func TestARollbackWaitsForAVoterThatStillListsTheCandidatesMemberK3sSaysItRemovedAskingNoVoter(t *testing.T) {
-	w := newWorld(t, 3, 1, 0)
-	w.requestSwap("v1", "s1")
-	w.runUntil(100, acting(api.ActionCordonOut, "v1"))
-	require.NoError(t, w.cancelSwap())
+	w := cancelledOnceTheOutgoingVoterIsCordoned(t)
 	member := w.Hosts["s1"].Member
 	w.hooks = append(w.hooks, func(w *world) {
 		if w.node("s1").MemberRemoved() {

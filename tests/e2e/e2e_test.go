@@ -110,6 +110,11 @@ func (f *Fleet) atStep(steps []string, timeout time.Duration) {
 func (f *Fleet) everyStep(t *testing.T, out, in string, at func(step string)) *api.SwapResult {
 	t.Helper()
 	prev := f.Status().Last
+	// Note: 6 minutes, the bound of the poll this replaced: the longest
+	// swap a fault scenario runs this way, the candidate that never comes
+	// up, rolls back past its shortened bounds in 3m32s here; a swap whose
+	// controller is killed at each of its dozen steps, each kill waiting
+	// out the replicas' restart and the leadership's expiry, took 59 s.
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cms := f.Client.CoreV1().ConfigMaps(api.Namespace)
@@ -124,7 +129,7 @@ func (f *Fleet) everyStep(t *testing.T, out, in string, at func(step string)) *a
 	for ctx.Err() == nil {
 		w, err := cms.Watch(ctx, metav1.ListOptions{FieldSelector: only, ResourceVersion: rv})
 		if err != nil {
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // the API server's answer again, at the poll's pace
 			continue
 		}
 		for ev := range w.ResultChan() {

@@ -331,12 +331,16 @@ func (f *Fleet) offline(h *Host) {
 		f.writing.c.SetEndpoints(eps...)
 		// The client's balancer takes the endpoints a moment later: a
 		// write sent meanwhile may still go to h, and wait out its
-		// timeout once h is frozen.
+		// timeout once h is frozen. 300 ms is fifteen writes' worth; the
+		// one run before this wait saw a write sent to h after the
+		// endpoints were set.
 		time.Sleep(300 * time.Millisecond)
 	}
 	if _, err := f.membersFrom(h); err != nil {
 		return // its member serves no request: not a voter, or stopped
 	}
+	// Note: a leader transfer takes about an election's round; twice the
+	// election timeout covers the status, the list and the transfer.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*f.electionTimeout())
 	defer cancel()
 	st, err := h.etcd.Status(ctx, f.etcdURL(h.IP))

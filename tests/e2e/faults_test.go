@@ -63,10 +63,11 @@ type scenario struct {
 }
 
 // writeThroughout writes to etcd while fn runs and then holds the
-// writes to writesAcross's bounds, for as many swaps as ended. A write
-// commits only once a quorum of the voting members has it, so a
-// stretch without one longer than the bound is quorum lost: the writes
-// are this suite's quorum oracle.
+// writes to writesAcross's bounds, for as many swaps as ended (no write
+// may fail in a scenario where none ended). A write commits only once a
+// quorum of the voting members has it, so a stretch without one longer
+// than the bound is quorum lost: the writes are this suite's quorum
+// oracle.
 func (f *Fleet) writeThroughout(t *testing.T, fn func()) {
 	t.Helper()
 	c := f.Etcd()
@@ -78,7 +79,7 @@ func (f *Fleet) writeThroughout(t *testing.T, fn func()) {
 	}
 	count := f.writing.w.Count()
 	t.Logf("writes across the scenario, %d swaps ended: %s", f.writing.swaps, count)
-	writesAcross(t, f, c, count, max(1, f.writing.swaps))
+	writesAcross(t, f, c, count, f.writing.swaps)
 }
 
 // actionSteps are steps of a swap's happy path at which the controller
