@@ -69,11 +69,18 @@ func TestTheAgentRoleLabelsEachRegisteredNodeWithItsGroupsRoleOnlyWhereItHasNone
 	ctx := context.Background()
 	f := newRoleFleet(t, kube)
 
-	// No Node yet: k3s has not started on the hosts.
-	out, err := f.run()
+	// No Node yet: k3s has not started on the hosts. Check mode says
+	// each is labelled once registered; a run waits for the Nodes, then
+	// names each host.
+	out, err := f.run("--check")
+	require.NoError(t, err, out)
+	for _, h := range []string{"runner-01", "runner-02", "runner-03"} {
+		assert.Contains(t, out, h+" has no Node "+h+" yet: it is labelled")
+	}
+	out, err = f.run("-e", "fleet_role_agent_node_wait=2")
 	require.Error(t, err, out)
 	for _, h := range []string{"runner-01", "runner-02", "runner-03"} {
-		assert.Contains(t, out, h+" has no Node "+h+" on the cluster: k3s's kubelet registers it")
+		assert.Contains(t, out, h+" has no Node "+h+" on the cluster 2s after the agent's start: k3s's kubelet registers it")
 	}
 	assert.Empty(t, roles(t, kube))
 

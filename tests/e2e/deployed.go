@@ -190,6 +190,7 @@ func Deploy(t testhost.T, opts Options) *Fleet {
 	}
 	f.logf("the playbook ran in %s", time.Since(began).Round(time.Second))
 	f.requireRolesLabelled()
+	f.requireNoNodeWrittenByTheHarness()
 	f.logf("waiting for etcd's members to vote, every Node to be Ready with a probe and the controller to be available")
 	f.waitUp(4 * time.Minute)
 	f.WaitRolledOut(2 * time.Minute)

@@ -29,6 +29,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/deployment"
@@ -214,9 +215,10 @@ func (f *Fleet) describe() []string {
 	return out
 }
 
-// createObjects creates the namespaces, each host's Node (as a first
-// kubelet start would, without fleet-role's label: the playbook puts it
-// on) and a Pod of an app on each.
+// createObjects creates the namespaces and a Pod of an app on each host.
+// It creates no Node: each host's kubelet registers its own when k3s
+// first starts there (tests/k3sdouble, kubeletRole.register), and the
+// playbook labels it.
 func createObjects(t testhost.T, c kubernetes.Interface, namespaces []string, hosts []HostSpec) {
 	ctx := context.Background()
 	for _, ns := range namespaces {
@@ -225,10 +227,6 @@ func createObjects(t testhost.T, c kubernetes.Interface, namespaces []string, ho
 		}
 	}
 	for _, spec := range hosts {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}}
-		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web-" + spec.Name},
 			Spec: corev1.PodSpec{NodeName: spec.Name, Containers: []corev1.Container{{Name: "web", Image: "web"}}}}
 		if _, err := c.CoreV1().Pods("apps").Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -270,8 +268,8 @@ func (p *poller) stop() {
 }
 
 // requireRolesLabelled fails the test unless the playbook labelled each
-// host's Node with the role of its inventory group: the harness labels
-// none (createObjects, k3sConfig).
+// host's Node with the role of its inventory group: the harness creates
+// no Node and labels none (createObjects, k3sConfig).
 func (f *Fleet) requireRolesLabelled() {
 	f.t.Helper()
 	for _, name := range f.Order {
@@ -283,6 +281,48 @@ func (f *Fleet) requireRolesLabelled() {
 			f.t.Fatalf("after the playbook %s's %s is %q, not its group's %q", name, api.LabelRole, got, want)
 		}
 	}
+}
+
+// requireNoNodeWrittenByTheHarness fails the test if the harness itself
+// (this test process, whose field manager on the API server is the first
+// part of its user agent) wrote any field of any Node: every Node must
+// be its kubelet's, k3s's and the playbook's alone.
+func (f *Fleet) requireNoNodeWrittenByTheHarness() {
+	f.t.Helper()
+	nodes, err := f.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if written := writtenBy(nodes.Items, harnessManager()); len(written) > 0 {
+		f.t.Fatalf("the harness wrote to Nodes, which k3s and the playbook alone may: %s", strings.Join(written, "; "))
+	}
+}
+
+// harnessManager is this process's field manager on the API server: the
+// user agent's part before its first "/" (kube-apiserver: the field
+// manager of a request that names none; client-go's default user agent
+// starts with the binary's name).
+func harnessManager() string {
+	m, _, _ := strings.Cut(rest.DefaultKubernetesUserAgent(), "/")
+	return m
+}
+
+// writtenBy names, for each Node, the fields the manager set.
+func writtenBy(nodes []corev1.Node, manager string) []string {
+	var out []string
+	for _, n := range nodes {
+		for _, e := range n.ManagedFields {
+			if e.Manager != manager {
+				continue
+			}
+			fields := ""
+			if e.FieldsV1 != nil {
+				fields = e.FieldsV1.GetRawString()
+			}
+			out = append(out, fmt.Sprintf("%s: %s %s", n.Name, e.Operation, fields))
+		}
+	}
+	return out
 }
 
 // servers are the hosts that are or may become servers, in order.

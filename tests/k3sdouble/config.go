@@ -29,6 +29,10 @@ type config struct {
 	// k3s: pkg/cli/cmds (server.go), ServerFlags.
 	ClusterReset            bool
 	ClusterResetRestorePath string
+	// NodeLabels are the Node's labels k3s puts on it at every start
+	// (`node-label:`, each key=value). k3s: pkg/cli/cmds (agent.go),
+	// NodeLabels.
+	NodeLabels []string
 	// Critical are the server's critical settings, by their flag's name,
 	// as k3s compares them with the server it joins (criticalFlags).
 	Critical map[string]string
@@ -212,6 +216,7 @@ func loadConfig(file string, cli map[string]string, getenv func(string) string) 
 		return config{}, err
 	}
 	c.ClusterResetRestorePath, _ = last(values, "cluster-reset-restore-path")
+	c.NodeLabels = values["node-label"]
 	if tf := pick("token-file", "K3S_TOKEN_FILE"); tf != "" {
 		data, err := os.ReadFile(tf)
 		if err != nil {

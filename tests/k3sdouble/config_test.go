@@ -143,6 +143,9 @@ func TestAKeyWithAPlusAppendsToTheEarlierFilesValues(t *testing.T) {
 	values, err := readConfigFiles(filepath.Join(dir, "config.yaml"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a=1", "b=2"}, values["node-label"])
+	c, err := loadConfig(filepath.Join(dir, "config.yaml"), nil, func(string) string { return "" })
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a=1", "b=2"}, c.NodeLabels, "the kubelet's node-labels")
 }
 
 func TestBootstrapKey(t *testing.T) {

@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
+	"runtime"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleet-role/fleet-role/tests/kubelet"
@@ -27,6 +32,10 @@ type kubeletRole struct {
 	// that member reaches a quorum. nil: always (an agent, whose load
 	// balancer reaches any server; the test's API stands for them).
 	serves func() bool
+	// labels are k3s's node-labels (`node-label:`), put on the Node at
+	// every start; registered says this start did.
+	labels     []string
+	registered bool
 }
 
 // leaseEvery is how often the Lease is renewed: a kubelet's 10s, shortened
@@ -53,6 +62,13 @@ func (k *kubeletRole) tick(ctx context.Context) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	if !k.registered {
+		if err := k.register(cctx); err != nil {
+			k.log.Warn("Unable to register node with API server", "err", err)
+			return
+		}
+		k.registered = true
+	}
 	self, err := k.c.CoreV1().Nodes().Get(cctx, k.node, metav1.GetOptions{})
 	if err != nil {
 		k.log.Warn("node not read", "err", err)
@@ -74,6 +90,44 @@ func (k *kubeletRole) tick(ctx context.Context) {
 			Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: mnow, LastTransitionTime: mnow})
 	}
 	kubelet.DeleteTerminating(cctx, k.c, self)
+}
+
+// register does what a start of k3s's agent does to its Node: the
+// kubelet creates it, with the kubelet's own labels and the node-labels
+// it is given, or finds it registered already, its labels left as they
+// are (kubernetes: pkg/kubelet/kubelet_node_status.go,
+// registerWithAPIServer, tryRegisterWithAPIServer and initialNode, whose
+// labels are the hostname, os and arch); then k3s puts its node-labels
+// on the Node, over what it has, at every start (k3s: pkg/agent/run.go,
+// configureNode and updateMutableLabels). Nothing else makes a Node: a
+// host whose k3s never ran has none.
+func (k *kubeletRole) register(ctx context.Context) error {
+	own := map[string]string{corev1.LabelHostname: k.node, corev1.LabelOSStable: runtime.GOOS, corev1.LabelArchStable: runtime.GOARCH}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: k.node, Labels: maps.Clone(own)}}
+	maps.Copy(n.Labels, nodeLabels(k.labels))
+	if _, err := k.c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err == nil {
+		k.log.Info("Successfully registered node")
+		return nil
+	} else if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if len(k.labels) == 0 {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": nodeLabels(k.labels)}})
+	_, err := k.c.CoreV1().Nodes().Patch(ctx, k.node, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// nodeLabels reads k3s's node-label entries, key=value or a bare key
+// (an empty value). k3s: pkg/agent/run.go, updateMutableLabels.
+func nodeLabels(entries []string) map[string]string {
+	out := make(map[string]string, len(entries))
+	for _, e := range entries {
+		k, v, _ := strings.Cut(e, "=")
+		out[k] = v
+	}
+	return out
 }
 
 func condition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
