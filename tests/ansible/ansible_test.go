@@ -106,6 +106,7 @@ func prefixInventory(t *testing.T) string {
 
 func TestTheAgentRoleIntoAPrefixIsCheckModeSafeAndIdempotent(t *testing.T) {
 	prefix := t.TempDir()
+	stageServer(t, prefix)
 	play := filepath.Join(t.TempDir(), "agent.yml")
 	require.NoError(t, os.WriteFile(play, []byte(`- hosts: runner-01
   gather_facts: false
@@ -142,6 +143,7 @@ func TestTheAgentRoleIntoAPrefixIsCheckModeSafeAndIdempotent(t *testing.T) {
 
 func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANodeDir(t *testing.T) {
 	prefix := t.TempDir()
+	stageServer(t, prefix)
 	play := filepath.Join(t.TempDir(), "agent.yml")
 	require.NoError(t, os.WriteFile(play, []byte(`- hosts: runner-01
   gather_facts: false
@@ -151,7 +153,7 @@ func TestTheAgentRoleGivesADockerHostsK3sContainersTheTokenFileTheirConfigAndANo
 	args := []string{"-i", prefixInventory(t), play, "-e", "fleet_role_agent_prefix=" + prefix,
 		"-e", "fleet_role_agent_manage_service=false", "-e", "fleet_role_agent_binary=" + binary,
 		"-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "fleet_role_agent_platform=docker",
-		"-e", "fleet_role_agent_credentials=false"}
+		"-e", "fleet_role_agent_credentials=false", "-e", "fleet_role_agent_docker_image=" + testhost.SystemdImage}
 
 	out, err := tool(t, "ansible-playbook", args...)
 	require.Error(t, err, "a Docker host without the cluster's token")
@@ -270,6 +272,9 @@ func TestTheAgentRoleInstallsAndStartsTheAgentOnASystemdHost(t *testing.T) {
           ansible_host: %s
           ansible_python_interpreter: /usr/bin/python3
 `, h.Name)), 0o644))
+	// A standby staged as k3s's installer leaves one (the image has
+	// k3s.service) with the operator's configuration.
+	h.Exec(t, "sh", "-c", "mkdir -p /etc/rancher/k3s && echo 'token-file: /etc/rancher/k3s/token' > /etc/rancher/k3s/config.yaml")
 	kc := filepath.Join(dir, "kc.yml")
 	content := agentKubeconfig(t, kube, "runner-04")
 	require.NoError(t, os.WriteFile(kc, []byte("fleet_role_agent_kubeconfig_content: |\n  "+strings.ReplaceAll(strings.TrimSpace(content), "\n", "\n  ")+"\n"), 0o644))

@@ -41,6 +41,7 @@ func newCredentialsFleet(t *testing.T, kube *kubeapi.Server) *credentialsFleet {
 	var hosts strings.Builder
 	for i, h := range []string{"runner-01", "runner-02", "runner-03"} {
 		f.prefix[h] = filepath.Join(dir, h)
+		stageServer(t, f.prefix[h])
 		fmt.Fprintf(&hosts, "        %s: {ansible_connection: local, ansible_host: 10.0.0.%d, fleet_role_agent_prefix: %s}\n", h, i+1, f.prefix[h])
 	}
 	inv := filepath.Join(dir, "inventory.yml")

@@ -35,6 +35,9 @@ func newRoleFleet(t *testing.T, kube *kubeapi.Server) *roleFleet {
 	inv.WriteString("all:\n  children:\n")
 	for i, h := range []string{"runner-01", "runner-02", "runner-03"} {
 		f.prefix[h] = filepath.Join(dir, h)
+		if roleFleetGroups[h] != "fleet_agents" {
+			stageServer(t, f.prefix[h])
+		}
 		fmt.Fprintf(&inv, "    %s:\n      hosts:\n        %s: {ansible_connection: local, ansible_host: 10.0.0.%d, fleet_role_agent_prefix: %s}\n",
 			roleFleetGroups[h], h, i+1, f.prefix[h])
 	}
@@ -165,4 +168,38 @@ func TestTheAgentRoleRefusesFleetRolesRoleLabelAmongK3sSettings(t *testing.T) {
 		require.NoError(t, err, out)
 		assert.Equal(t, api.RoleVoter, roles(t, kube)["runner-01"])
 	})
+}
+
+// stageServer stages a host in a prefix to become a k3s server, as k3s's
+// installer (with INSTALL_K3S_SKIP_ENABLE on a standby) and the operator
+// leave it: k3s's configuration, unless one is there, and k3s.service.
+func stageServer(t *testing.T, prefix string) {
+	t.Helper()
+	for p, content := range map[string]string{
+		"/etc/rancher/k3s/config.yaml":    "token-file: /etc/rancher/k3s/token\n",
+		"/etc/systemd/system/k3s.service": "[Unit]\nDescription=Lightweight Kubernetes\n\n[Service]\nType=notify\nExecStart=/usr/local/bin/k3s server\n",
+	} {
+		full := filepath.Join(prefix, p)
+		if _, err := os.Stat(full); err == nil {
+			continue
+		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+		require.NoError(t, os.WriteFile(full, []byte(content), 0o644))
+	}
+}
+
+func TestTheAgentRoleRefusesAServerOrStandbyNotStagedNamingWhatIsMissing(t *testing.T) {
+	kube := kubeapi.Start(t)
+	f := newRoleFleet(t, kube)
+	require.NoError(t, os.Remove(filepath.Join(f.prefix["runner-02"], "/etc/rancher/k3s/config.yaml")))
+	require.NoError(t, os.Remove(filepath.Join(f.prefix["runner-02"], "/etc/systemd/system/k3s.service")))
+	require.NoError(t, os.Remove(filepath.Join(f.prefix["runner-01"], "/etc/systemd/system/k3s.service")))
+
+	out, err := f.run("--limit", "runner-01,runner-02,runner-03", "-e", "fleet_role_agent_node_wait=2")
+	require.Error(t, err, out)
+	assert.Contains(t, out, "runner-02 is not staged to become a k3s server: the staged file /etc/rancher/k3s/config.yaml, k3s's server unit k3s.service missing")
+	assert.Contains(t, out, "runner-01 is not staged to become a k3s server: k3s's server unit k3s.service missing")
+	assert.NotContains(t, out, "runner-03 is not staged", "an agent is never a server")
+	assert.NoFileExists(t, filepath.Join(f.prefix["runner-02"], "/etc/fleet-role/agent.toml"), "refused before anything changes on the host")
+	assert.NoFileExists(t, filepath.Join(f.prefix["runner-02"], "/usr/bin/fleet-role"))
 }

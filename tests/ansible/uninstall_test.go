@@ -338,6 +338,7 @@ func TestUndeployRemovesWhatFleetRoleInstalledAndWroteAndLeavesK3sRunning(t *tes
 	// runner-01, a server: installed into a prefix on this machine.
 	dir := t.TempDir()
 	prefix := filepath.Join(dir, "runner-01")
+	stageServer(t, prefix)
 	inv := filepath.Join(dir, "inventory.yml")
 	// Note: ansible_become off: the hosts are reached as root, and the
 	// test image has no sudo.
@@ -532,6 +533,7 @@ func TestUndeployRefusedMidSwapIsForcedOnlyWhenAskedAndSaysWhatItLeaves(t *testi
 
 func TestTheAgentsUninstallKeepsWhatK3sNeedsAndTheBackupsUnlessAsked(t *testing.T) {
 	prefix := t.TempDir()
+	stageServer(t, prefix)
 	dir := t.TempDir()
 	play := func(tasks string) string {
 		p := filepath.Join(dir, tasks+".yml")
@@ -549,7 +551,8 @@ func TestTheAgentsUninstallKeepsWhatK3sNeedsAndTheBackupsUnlessAsked(t *testing.
 	args := []string{"-i", prefixInventory(t), "-e", "fleet_role_agent_prefix=" + prefix,
 		"-e", "fleet_role_agent_manage_service=false", "-e", "fleet_role_agent_binary=" + binary,
 		"-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "fleet_role_agent_credentials=false",
-		"-e", "fleet_role_agent_platform=docker", "-e", "fleet_role_agent_k3s_token=K10secret::server:0123"}
+		"-e", "fleet_role_agent_platform=docker", "-e", "fleet_role_agent_k3s_token=K10secret::server:0123",
+		"-e", "fleet_role_agent_docker_image=" + testhost.SystemdImage}
 	playbook(t, append([]string{play("main")}, args...)...)
 
 	// What the agent writes as it runs, and k3s's own files beside it.

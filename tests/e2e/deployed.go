@@ -455,6 +455,42 @@ func (f *Fleet) Playbook(args ...string) (string, int) {
 	return string(out), changed
 }
 
+// playTask and playChanged read ansible-playbook's default output: a
+// task's header, and a host it changed ("changed: [v1]", or
+// "changed: [v1 -> localhost]" where delegated).
+var (
+	playTask    = regexp.MustCompile(`(?m)^TASK \[(.*)\] \**$`)
+	playChanged = regexp.MustCompile(`^changed: \[([^\] ]+)`)
+)
+
+// changedTasks names each task a playbook run changed, as "host: task".
+func changedTasks(out string) []string {
+	var got []string
+	task := ""
+	for _, line := range strings.Split(out, "\n") {
+		if m := playTask.FindStringSubmatch(line); m != nil {
+			task = m[1]
+		} else if m := playChanged.FindStringSubmatch(line); m != nil {
+			got = append(got, m[1]+": "+task)
+		}
+	}
+	return got
+}
+
+// roles are the hosts' roles on the cluster (fleet-role.io/role).
+func (f *Fleet) roles() map[string]string {
+	f.t.Helper()
+	out := map[string]string{}
+	for _, n := range f.Order {
+		node, err := f.Client.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		out[n] = node.Labels[api.LabelRole]
+	}
+	return out
+}
+
 func tail(s string, lines int) string {
 	l := strings.Split(s, "\n")
 	if len(l) > lines {

@@ -100,7 +100,7 @@ func TestFailedWritesAreSortedByTheDisruptionThatGivesThemAndAnyOtherReasonIsKep
 	assert.Equal(t, []string{"rpc error: code = PermissionDenied desc = etcdserver: permission denied"}, other)
 }
 
-func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRunIsTurnedOff(t *testing.T) {
+func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhenTheDryRunIsTurnedOffAndSwapsOnItsOwn(t *testing.T) {
 	start := time.Now()
 	lap := start
 	took := func(what string) {
@@ -128,10 +128,11 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 	took("every host fit")
 
 	// By hand, in the dry run: a native voter out for the Docker standby,
-	// and back, the bootstrap host promoted again; etcd is written to
-	// throughout: at most the write in flight at each of the swap's
-	// disruptions fails, and every write that succeeds takes under twice
-	// the election timeout.
+	// then the Docker voter out for the bootstrap host, promoted again, so
+	// that two hosts' roles on the cluster are no longer their inventory
+	// groups'; etcd is written to throughout: at most the write in flight
+	// at each of the swap's disruptions fails, and every write that
+	// succeeds takes under twice the election timeout.
 	c := d.Etcd()
 	w := d.StartWrites(c)
 	res := d.swap(t, "v1", "s1", 5*time.Minute)
@@ -149,42 +150,49 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 	// fresh sample).
 	d.waitFreshProbe("v1", time.Minute)
 	w = d.StartWrites(c)
-	res = d.swap(t, "s1", "v1", 5*time.Minute)
+	res = d.swap(t, "v3", "v1", 5*time.Minute)
 	count = w.Count()
-	t.Logf("s1 out, v1 (the bootstrap host) in again: %s: %s; writes: %s", res.Result, res.Reason, count)
+	t.Logf("v3 out, v1 (the bootstrap host) in again: %s: %s; writes: %s", res.Result, res.Reason, count)
 	d.ended(t, res, api.ResultCompleted)
 	writesAcross(t, d, c, count, 1)
-	took("the swap back")
+	took("the swap of v3 for v1")
 
 	// A voter turned slow: the dry run only reports the decision.
 	d.WaitFit(3 * time.Minute)
-	d.Wait(3*time.Minute, "s1 is eligible again", func() error { return d.Eligible("s1") })
+	d.Wait(3*time.Minute, "v3 is eligible", func() error { return d.Eligible("v3") })
 	d.Hosts["v2"].SlowDisk(25)
 	t.Log("v2's disk throttled to 25 writes a second")
 	d.Wait(3*time.Minute, "the decision to swap v2 out is reported", func() error {
 		st := d.Status()
 		if st.Decision == nil || st.Decision.Out != "v2" {
-			return fmt.Errorf("decision %+v; v2: %+v; %s; s1: %v", st.Decision, st.Verdicts["v2"], st.Reason, d.Eligible("s1"))
+			return fmt.Errorf("decision %+v; v2: %+v; %s; v3: %v", st.Decision, st.Verdicts["v2"], st.Reason, d.Eligible("v3"))
 		}
 		// Note: the decision is reported while the cooldown of the swap
-		// back holds it too; the dry run is what holds it once that ends.
-		if !strings.HasPrefix(st.Reason, "dry run: would swap v2 for s1") {
+		// before holds it too; the dry run is what holds it once that ends.
+		if !strings.HasPrefix(st.Reason, "dry run: would swap v2 for v3") {
 			return fmt.Errorf("reason %q", st.Reason)
 		}
 		return nil
 	})
 	st = d.Status()
 	t.Logf("reported: %s", st.Reason)
-	assert.True(t, strings.HasPrefix(st.Reason, "dry run: would swap v2 for s1"), st.Reason)
+	assert.True(t, strings.HasPrefix(st.Reason, "dry run: would swap v2 for v3"), st.Reason)
 	d.noSwapStarts(t)
 	prev := d.Status().Last
 	took("the decision reported")
 
-	// The playbook turns the dry run off: the configuration's checksum
-	// rolls the controller, whose new replicas swap v2 out.
+	// The playbook turns the dry run off: it changes the controller's
+	// configuration alone, keeps each role as the cluster has it, and the
+	// configuration's checksum rolls the controller, whose new replicas
+	// swap v2 out.
 	gen := d.ControllerDeployment().Generation
-	_, changed := d.Playbook("-e", "dry_run=false")
-	assert.Positive(t, changed, "the configuration changed")
+	out, _ := d.Playbook("-e", "dry_run=false")
+	assert.Equal(t, []string{"localhost: fleet_role_controller : Apply the manifests (a server-side dry run in check mode)"},
+		changedTasks(out), "only the controller's configuration changed")
+	assert.Equal(t, map[string]string{"v1": api.RoleVoter, "v2": api.RoleVoter, "v3": api.RoleStandby, "s1": api.RoleVoter}, d.roles(),
+		"the roles as the cluster has them")
+	assert.Contains(t, out, "s1's role on the cluster is voter, its inventory group's standby: the cluster's is kept")
+	assert.Contains(t, out, "v3's role on the cluster is standby, its inventory group's voter: the cluster's is kept")
 	second := d.WaitRolledOut(3 * time.Minute)
 	dep := d.ControllerDeployment()
 	assert.Greater(t, dep.Generation, gen, "the pod template changed")
@@ -199,13 +207,13 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunAndOnItsOwnOnceTheDryRun
 	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Equal(t, api.OriginAutomatic, res.Origin)
 	assert.Equal(t, "v2", res.Out)
-	assert.Equal(t, "s1", res.In)
+	assert.Equal(t, "v3", res.In)
 	require.NoError(t, d.Check(api.ResultCompleted))
 	took("the automatic swap")
 
 	// The same run again changes nothing and rolls nothing.
-	_, changed = d.Playbook("-e", "dry_run=false")
-	assert.Zero(t, changed, "a third run changes nothing")
+	out, changed := d.Playbook("-e", "dry_run=false")
+	assert.Zero(t, changed, "a third run changes nothing: %q", changedTasks(out))
 	assert.Equal(t, dep.Generation, d.ControllerDeployment().Generation, "no rollout")
 	third := d.Controller.Replicas()
 	assert.ElementsMatch(t, pods(second), pods(third), "the same replicas run")
