@@ -25,6 +25,10 @@ func TestTheControllerImageIsTheStaticBinaryFromScratch(t *testing.T) {
 	assert.True(t, strings.HasPrefix(testhost.Docker(t, "run", "--rm", image, "version"), "fleet-role "))
 	assert.Contains(t, testhost.Docker(t, "run", "--rm", image, "config", "default", "controller"), "dry_run = true")
 	assert.Equal(t, "65532:65532", testhost.Docker(t, "image", "inspect", "-f", "{{.Config.User}}", image))
+	// As kubectl exec runs a command in the controller's Pod: by name,
+	// from PATH, beside the entrypoint.
+	assert.True(t, strings.HasPrefix(testhost.Docker(t, "run", "--rm", "--entrypoint", "fleet-role", image, "version"), "fleet-role "),
+		"the binary is on PATH")
 	layers := testhost.Docker(t, "image", "inspect", "-f", "{{len .RootFS.Layers}}", image)
 	assert.Equal(t, "1", layers, "FROM scratch: the binary's layer alone")
 }
