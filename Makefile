@@ -35,7 +35,7 @@ LDFLAGS     = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.
 # An image tag has neither "~" nor "+".
 IMAGE_TAG   = $(subst +,-,$(subst ~,-,$(VERSION)))
 
-.PHONY: help setup build image package test test-e2e test-ansible bench fuzz mutate lint fmt demo demo-plan test-bins clean
+.PHONY: help setup build image image-tag package test test-e2e test-ansible bench fuzz mutate lint fmt demo demo-plan test-bins clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -44,8 +44,11 @@ build: ## build the static binary into bin/fleet-role
 	@[ -n "$(VERSION)" ] || { echo "make: no version: packaging/version.sh failed" >&2; exit 1; }
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/fleet-role ./cmd/fleet-role
 
-image: build ## build the controller's image FROM scratch (no registry): fleet-role:$(IMAGE_TAG) and :latest
-	docker build -q -f packaging/Dockerfile -t fleet-role:$(IMAGE_TAG) -t fleet-role:latest $(BIN)
+image: build ## build the controller's image FROM scratch (no registry): fleet-role:$(IMAGE_TAG), never a latest
+	docker build -q -f packaging/Dockerfile -t fleet-role:$(IMAGE_TAG) $(BIN)
+
+image-tag: ## print the tag make image gives the controller's image (the version, without "~" or "+")
+	@echo $(IMAGE_TAG)
 
 package: build ## build the .deb and the .rpm into bin/ with nfpm
 	@sed 's|src: bin/fleet-role$$|src: $(BIN)/fleet-role|' packaging/nfpm.yaml >$(BIN)/nfpm.yaml

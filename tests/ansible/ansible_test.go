@@ -357,7 +357,7 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	playbook(t, args...)
 	dep, err := kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, "fleet-role:latest", dep.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, ownImage(t), dep.Spec.Template.Spec.Containers[0].Image, "fleet-role's own image, tagged with the binary's version")
 	assert.Equal(t, "fleet-role-controller-config", dep.Spec.Template.Spec.Volumes[0].ConfigMap.Name, "the Deployment carries the rendered config")
 	cm, err := kube.Client.CoreV1().ConfigMaps(api.Namespace).Get(ctx, "fleet-role-controller-config", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -383,7 +383,10 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	assert.Positive(t, changed(t, out))
 	dep, err = kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, "fleet-role:latest", dep.Spec.Template.Spec.Containers[0].Image, "the dry run kept nothing")
+	assert.Equal(t, ownImage(t), dep.Spec.Template.Spec.Containers[0].Image, "the dry run kept nothing")
+	out, err = tool(t, "ansible-playbook", append(args, "--check", "-e", "fleet_role_controller_image=registry.example/fleet-role:latest")...)
+	require.Error(t, err, out)
+	assert.Contains(t, out, "fleet_role_controller_image registry.example/fleet-role:latest names no version")
 
 	// -e dry_run=false flips exactly the config's line.
 	before, err := os.ReadFile(filepath.Join(render, "controller.toml"))
@@ -488,4 +491,15 @@ func TestTheDebInstallsOnASystemdHostAndItsUnitStarts(t *testing.T) {
 
 	h.Exec(t, "dpkg", "-i", "--force-confold", "/tmp/fleet-role.deb")
 	assert.Contains(t, h.Exec(t, "cat", "/etc/fleet-role/agent.toml"), `node_name = "runner-09"`, "an upgrade keeps the config")
+}
+
+// ownImage is fleet-role's own image as make image tags it: the version of
+// the binary the roles are given, with neither "~" nor "+".
+func ownImage(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(binary, "--version").Output()
+	require.NoError(t, err)
+	first, _, _ := strings.Cut(string(out), "\n")
+	v := first[strings.LastIndex(first, " ")+1:]
+	return "fleet-role:" + strings.NewReplacer("~", "-", "+", "-").Replace(v)
 }

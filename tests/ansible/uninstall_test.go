@@ -360,6 +360,10 @@ func TestUndeployRemovesWhatFleetRoleInstalledAndWroteAndLeavesK3sRunning(t *tes
           ansible_connection: community.docker.docker
           ansible_host: %s
 `, prefix, h.Name)), 0o644))
+	// fleet-role's own image, which deploy.yml delivers, in the Docker
+	// engine here as make image leaves it.
+	image := testhost.ImageOf(t, ownImage(t), binary, "/usr/local/bin/fleet-role")
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", image).Run() })
 	common := []string{"-i", inv,
 		"-e", "fleet_role_agent_binary=" + binary, "-e", "fleet_role_agent_admin_kubeconfig=" + kube.Kubeconfig,
 		"-e", "fleet_role_agent_api_server=" + kube.URL, "-e", "fleet_role_agent_etcd_endpoint=http://127.0.0.1:1",
@@ -377,6 +381,11 @@ func TestUndeployRemovesWhatFleetRoleInstalledAndWroteAndLeavesK3sRunning(t *tes
 		h.Exec(t, "journalctl", "-u", "fleet-role-agent", "--no-pager", "-n", "30"))
 	require.NotEmpty(t, hostLeftovers(t, h))
 	require.NotEmpty(t, prefixLeftovers(t, prefix))
+	// The controller's image, delivered into k3s's images directory of
+	// each host.
+	archive := "/var/lib/rancher/k3s/agent/images/fleet-role-" + strings.TrimPrefix(image, "fleet-role:") + ".tar"
+	assert.FileExists(t, filepath.Join(prefix, archive))
+	assert.Contains(t, h.Exec(t, "sh", "-c", "tar -tf "+archive+" manifest.json"), "manifest.json")
 
 	// A running fleet: the Nodes' roles, a server's level and taint, the
 	// agents' reports, the controller's Leases and status; a swap under way.

@@ -123,6 +123,14 @@ type Options struct {
 	Sync, VolumeSync time.Duration
 	// Log, when set, gets what the stand-in does.
 	Log func(format string, args ...any)
+	// NodeImages, when set, says why the nodes do not hold an image: the
+	// stand-in starts a replica only once every node its Pod may be
+	// scheduled on holds the image (it has no scheduler: every one), as a
+	// kubelet with imagePullPolicy IfNotPresent and no registry to pull
+	// from fails the Pod with ErrImagePull (kubernetes:
+	// pkg/kubelet/images, (*imageManager).EnsureImageExists). nil: the
+	// machine's engine is the only store.
+	NodeImages func(ctx context.Context, image string) error
 }
 
 // Replica is a replica the stand-in runs or ran.
@@ -357,6 +365,12 @@ func (r *Runner) sync(ctx context.Context) error {
 // startPod starts a replica of the current revision: its volumes, its
 // token, its container.
 func (r *Runner) startPod(ctx context.Context, d *appsv1.Deployment, hash string) error {
+	if r.o.NodeImages != nil {
+		image := d.Spec.Template.Spec.Containers[0].Image
+		if err := r.o.NodeImages(ctx, image); err != nil {
+			return fmt.Errorf("ErrImagePull: %s: %w", image, err)
+		}
+	}
 	tpl := d.Spec.Template.DeepCopy()
 	name := fmt.Sprintf("%s-%s-%s", d.Name, hash, rand.String(5))
 	p := &pod{Replica: Replica{Pod: name, Hash: hash}, tpl: tpl, dir: filepath.Join(r.o.Dir, name), configMaps: map[string]string{}}

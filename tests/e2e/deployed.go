@@ -178,7 +178,8 @@ func Deploy(t testhost.T, opts Options) *Fleet {
 	}
 	replicas := filepath.Join(dir, "replicas")
 	f.Controller = deployment.Start(t, deployment.Options{Client: f.Client, Namespace: api.Namespace, Name: controllerName,
-		Network: f.Net.Name, APIHost: svc.Host, APIPort: svc.Port, CA: ca, Dir: replicas, Log: f.logf})
+		Network: f.Net.Name, APIHost: svc.Host, APIPort: svc.Port, CA: ca, Dir: replicas, Log: f.logf,
+		NodeImages: f.nodeImages})
 
 	if err := f.writeInventory(); err != nil {
 		t.Fatal(err)

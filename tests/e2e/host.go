@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
+	"github.com/distribution/reference"
 	"golang.org/x/sys/unix"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -188,4 +192,52 @@ func deviceOf(path string) (string, error) {
 		dev = strings.TrimSpace(string(parent))
 	}
 	return dev, nil
+}
+
+// doubleImages is where the k3s double keeps the references of the images
+// its containerd would hold, under the data dir (tests/k3sdouble,
+// imageStore).
+const doubleImages = "agent/containerd/double-images"
+
+// storedImages are the references of the images k3s's containerd on the
+// host holds: on real k3s as `k3s ctr images ls -q` lists them (in
+// k3s's namespace, k8s.io), on the double from its store, in the host's
+// data dir on this machine.
+func (h *Host) storedImages() ([]string, error) {
+	if h.f.k3s != "" {
+		out, err := h.exec(k3sBinDir+"/k3s", "ctr", "images", "ls", "-q")
+		if err != nil {
+			return nil, fmt.Errorf("k3s ctr images ls: %v: %s", err, out)
+		}
+		return strings.Fields(out), nil
+	}
+	b, err := os.ReadFile(filepath.Join(h.dir, "data", doubleImages))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return strings.Fields(string(b)), err
+}
+
+// nodeImages says which host's k3s does not hold the image, named as
+// containerd names it: every host is a node the controller's Pods may be
+// scheduled on (deployment.Options.NodeImages).
+func (f *Fleet) nodeImages(_ context.Context, image string) error {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, n := range f.Order {
+		refs, err := f.Hosts[n].storedImages()
+		if err != nil {
+			return fmt.Errorf("%s: %w", n, err)
+		}
+		if !slices.Contains(refs, named.String()) {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("not in the image store of %s, and no registry to pull it from", strings.Join(missing, ", "))
+	}
+	return nil
 }

@@ -204,7 +204,8 @@ func DeployOnK3s(t testhost.T, opts Options) *Fleet {
 		t.Fatal(err)
 	}
 	f.Controller = deployment.Start(t, deployment.Options{Client: f.Client, Namespace: api.Namespace, Name: controllerName,
-		Network: f.Net.Name, APIHost: svc.Host, APIPort: svc.Port, CA: ca, Dir: filepath.Join(dir, "replicas"), Log: f.logf})
+		Network: f.Net.Name, APIHost: svc.Host, APIPort: svc.Port, CA: ca, Dir: filepath.Join(dir, "replicas"), Log: f.logf,
+		NodeImages: f.nodeImages})
 
 	if err := f.writeInventory(); err != nil {
 		t.Fatal(err)

@@ -36,6 +36,9 @@ type kubeletRole struct {
 	// every start; registered says this start did.
 	labels     []string
 	registered bool
+	// images is the image store of k3s's containerd, which runs on every
+	// host k3s runs on; nil: none.
+	images *imageStore
 }
 
 // leaseEvery is how often the Lease is renewed: a kubelet's 10s, shortened
@@ -57,6 +60,9 @@ func (k *kubeletRole) loop(ctx context.Context, period time.Duration) {
 }
 
 func (k *kubeletRole) tick(ctx context.Context) {
+	if k.images != nil {
+		k.images.sync()
+	}
 	if k.serves != nil && !k.serves() {
 		return // no apiserver to post to: no heartbeat, no status
 	}

@@ -377,7 +377,7 @@ func run(o options, log *slog.Logger) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	k := &kubeletRole{c: kube, node: o.nodeName, log: log, labels: cfg.NodeLabels}
+	k := &kubeletRole{c: kube, node: o.nodeName, log: log, labels: cfg.NodeLabels, images: newImageStore(o.dataDir, log.With("part", "containerd"))}
 	if o.role == "agent" {
 		if cfg.Server == "" {
 			return errors.New("--server is required")
