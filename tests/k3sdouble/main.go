@@ -199,6 +199,12 @@
 //     member votes (k3s starts the apiserver on ETCDReadyChan), while etcd
 //     runs and the member reaches a quorum. k3s: pkg/cli/server, run;
 //     pkg/agent/run.go (the kubelet through the server's apiserver).
+//     At its first beat of a start the kubelet registers its Node, with
+//     its own labels and k3s's node-labels, or finds it registered; k3s
+//     then puts its node-labels back on it (kubeletRole.register).
+//   - Images. k3s's containerd imports the archives of agent/images at
+//     its start and as they change (imageStore; docs/k3s-fidelity.md,
+//     row 25).
 //   - Node lifecycle. On the one ready server holding the Lease
 //     kube-system/kube-controller-manager (15s/10s/2s, its defaults), every
 //     5s, a Node whose kube-node-lease renewTime is older than
@@ -239,8 +245,8 @@
 //     allow is modelled by the double holding back the writes above.
 //     The supervisor's /v1-k3s/ paths, /cacerts, /ping; client
 //     certificates (the proxy passes bearer tokens, which is what
-//     fleet-role's clients present). Containers, networking, the Node's
-//     registration (the test creates the Nodes).
+//     fleet-role's clients present). Containers and networking: the
+//     image store holds names only, and no container runs from it.
 //   - The agent's load balancer: k3s's agent keeps the servers it has
 //     seen (agent/etc/k3s-agent-load-balancer.json) and on a restart
 //     tries them all; the double's agent tries only the server it names.
