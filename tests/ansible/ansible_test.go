@@ -407,7 +407,9 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 // taken for the chart's.
 func assertTheChartsObjects(t *testing.T, role []runtime.Object) {
 	t.Helper()
-	b, err := helm.Render(api.Namespace, map[string]any{"namespace": map[string]any{"create": true}})
+	// The chart with the image's tag the role gives: the binary's version.
+	b, err := helm.Render(api.Namespace, map[string]any{"namespace": map[string]any{"create": true},
+		"image": map[string]any{"tag": strings.TrimPrefix(ownImage(t), "fleet-role:")}})
 	require.NoError(t, err)
 	chart, err := kubeapi.Decode(b)
 	require.NoError(t, err)

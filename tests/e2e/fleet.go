@@ -284,43 +284,39 @@ func (f *Fleet) requireRolesLabelled() {
 }
 
 // requireNoNodeWrittenByTheHarness fails the test if the harness itself
-// (this test process, whose field manager on the API server is the first
-// part of its user agent) wrote any field of any Node: every Node must
-// be its kubelet's, k3s's and the playbook's alone.
+// (this test process, by its user agent) wrote to any Node, as the API
+// server's audit log has it: every Node must be its kubelet's, k3s's
+// and the playbook's alone.
 func (f *Fleet) requireNoNodeWrittenByTheHarness() {
 	f.t.Helper()
-	nodes, err := f.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	writes, err := f.API.NodeWrites()
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if written := writtenBy(nodes.Items, harnessManager()); len(written) > 0 {
-		f.t.Fatalf("the harness wrote to Nodes, which k3s and the playbook alone may: %s", strings.Join(written, "; "))
+	if mine := writtenBy(writes, harnessAgent()); len(mine) > 0 {
+		f.t.Fatalf("the harness wrote to Nodes, which k3s and the playbook alone may: %s", strings.Join(mine, "; "))
 	}
 }
 
-// harnessManager is this process's field manager on the API server: the
-// user agent's part before its first "/" (kube-apiserver: the field
-// manager of a request that names none; client-go's default user agent
-// starts with the binary's name).
-func harnessManager() string {
-	m, _, _ := strings.Cut(rest.DefaultKubernetesUserAgent(), "/")
-	return m
+// harnessAgent is the start of this process's user agent: client-go's
+// default, which starts with the binary's name.
+func harnessAgent() string {
+	name, _, _ := strings.Cut(rest.DefaultKubernetesUserAgent(), "/")
+	return name + "/"
 }
 
-// writtenBy names, for each Node, the fields the manager set.
-func writtenBy(nodes []corev1.Node, manager string) []string {
+// writtenBy names the writes to Nodes whose user agent starts with agent.
+func writtenBy(writes []kubeapi.NodeWrite, agent string) []string {
 	var out []string
-	for _, n := range nodes {
-		for _, e := range n.ManagedFields {
-			if e.Manager != manager {
-				continue
-			}
-			fields := ""
-			if e.FieldsV1 != nil {
-				fields = e.FieldsV1.GetRawString()
-			}
-			out = append(out, fmt.Sprintf("%s: %s %s", n.Name, e.Operation, fields))
+	for _, w := range writes {
+		if !strings.HasPrefix(w.UserAgent, agent) {
+			continue
 		}
+		what := w.Node
+		if w.Subresource != "" {
+			what += "/" + w.Subresource
+		}
+		out = append(out, fmt.Sprintf("%s %s (%d)", w.Verb, what, w.Code))
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -159,8 +160,13 @@ func (s *Server) start(bins, address string) error {
 		return err
 	}
 	certs := filepath.Join(s.dir, "certs")
+	if err := os.WriteFile(filepath.Join(s.dir, "audit-policy.yaml"), []byte(auditPolicy), 0o644); err != nil {
+		return err
+	}
 	s.bins = bins
 	s.apiArgs = []string{
+		"--audit-policy-file", filepath.Join(s.dir, "audit-policy.yaml"),
+		"--audit-log-path", filepath.Join(s.dir, auditLog), "--audit-log-format", "json", "--audit-log-mode", "blocking",
 		"--etcd-servers", etcdURL,
 		"--bind-address", address, "--advertise-address", address, "--secure-port", strconv.Itoa(apiPort),
 		"--cert-dir", certs,
@@ -431,4 +437,60 @@ func waitHTTP(c *http.Client, url string, proc *exec.Cmd, timeout time.Duration)
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("%s did not answer in %s: %v", url, timeout, last)
+}
+
+// auditPolicy has the API server record every write to a Node (its
+// metadata: verb, user, user agent), and nothing else.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    resources: [{group: "", resources: [nodes, nodes/status]}]
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+`
+
+// auditLog is the API server's audit log, in its directory.
+const auditLog = "audit.log"
+
+// NodeWrite is a write to a Node the API server audited.
+type NodeWrite struct {
+	Verb, Node, Subresource, UserAgent string
+	// Code is the response's status code.
+	Code int
+}
+
+// NodeWrites are the writes to Nodes the API server audited, in order:
+// each request once, as it completed.
+func (s *Server) NodeWrites() ([]NodeWrite, error) {
+	b, err := os.ReadFile(filepath.Join(s.dir, auditLog))
+	if err != nil {
+		return nil, err
+	}
+	var out []NodeWrite
+	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		var e struct {
+			Stage     string `json:"stage"`
+			Verb      string `json:"verb"`
+			UserAgent string `json:"userAgent"`
+			ObjectRef struct {
+				Resource, Name, Subresource string
+			} `json:"objectRef"`
+			ResponseStatus struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+		if e.Stage != "ResponseComplete" || e.ObjectRef.Resource != "nodes" {
+			continue
+		}
+		out = append(out, NodeWrite{Verb: e.Verb, Node: e.ObjectRef.Name, Subresource: e.ObjectRef.Subresource, UserAgent: e.UserAgent, Code: e.ResponseStatus.Code})
+	}
+	return out, nil
 }

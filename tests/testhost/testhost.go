@@ -258,14 +258,23 @@ func Root() string {
 // BuildFleetRole builds the fleet-role binary into dir as make build does
 // (static, stripped) and returns its path.
 func BuildFleetRole(dir string) (string, error) {
-	return Build(dir, "fleet-role", "./cmd/fleet-role")
+	return build(dir, "fleet-role", "./cmd/fleet-role", "-X main.version="+Version)
 }
+
+// Version is the version BuildFleetRole links into fleet-role, as make
+// build links packaging/version.sh's: a pre-release of a build, with the
+// "~" and "+" an image's tag may not hold.
+const Version = "0.0.0~test+1"
 
 // Build builds a package of the module, static and stripped, into
 // dir/name and returns its path.
 func Build(dir, name, pkg string) (string, error) {
+	return build(dir, name, pkg, "")
+}
+
+func build(dir, name, pkg, ldflags string) (string, error) {
 	bin := filepath.Join(dir, name)
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w "+ldflags, "-o", bin, pkg)
 	build.Dir = Root()
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
