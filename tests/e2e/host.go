@@ -205,7 +205,7 @@ const doubleImages = "agent/containerd/double-images"
 // data dir on this machine.
 func (h *Host) storedImages() ([]string, error) {
 	if h.f.k3s != "" {
-		out, err := h.exec(k3sBinDir+"/k3s", "ctr", "images", "ls", "-q")
+		out, err := h.exec(k3sBinDir+"/k3s", "ctr", "--namespace", "k8s.io", "images", "ls", "-q")
 		if err != nil {
 			return nil, fmt.Errorf("k3s ctr images ls: %v: %s", err, out)
 		}
