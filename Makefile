@@ -64,7 +64,7 @@ SLOW_PKGS := /tests/(ansible|controller)$$
 test: ## run every test, the end-to-end scenarios last, printing each result and the totals
 	@mkdir -p $(BIN)
 	@status=0; pkgs=$$($(GO) list ./... | grep -v /tests/e2e); \
-	$(GO) test -count=1 -v -timeout 30m $(TESTFLAGS) $$(grep -E '$(SLOW_PKGS)' <<<"$$pkgs") $$(grep -vE '$(SLOW_PKGS)' <<<"$$pkgs") >$(TESTLOG) 2>&1 || status=$$?; \
+	$(GO) test -count=1 -v -timeout 45m $(TESTFLAGS) $$(grep -E '$(SLOW_PKGS)' <<<"$$pkgs") $$(grep -vE '$(SLOW_PKGS)' <<<"$$pkgs") >$(TESTLOG) 2>&1 || status=$$?; \
 	$(GO) test -count=1 -v -timeout 80m $(TESTFLAGS) ./tests/e2e >>$(TESTLOG) 2>&1 || status=$$?; \
 	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:|^\s+(Error|Messages):' $(TESTLOG) || true; \
 	[ $$status -eq 0 ] || { echo "== why the failed tests failed"; awk -f .ci/failures.awk $(TESTLOG) | tail -n 250; }; \
@@ -75,7 +75,7 @@ test-e2e: ## the end-to-end scenarios on a simulated fleet of containers over re
 	$(GO) test -count=1 -v -timeout 80m ./tests/e2e
 
 test-ansible: ## the Ansible roles' tests: lint, a prefix, a systemd host, the real API server, the package
-	$(GO) test -count=1 -v -timeout 30m ./tests/ansible
+	$(GO) test -count=1 -v -timeout 45m ./tests/ansible
 
 bench: ## run the planner's benchmarks, whose figures stand in docs/figures.md
 	$(GO) test -run XXX -bench . -benchtime 2s ./swapplan
