@@ -3,6 +3,7 @@ package deployment
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,8 +27,9 @@ import (
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
-// makeImage builds the controller's image as make image does.
-func makeImage(t *testing.T) {
+// makeImage builds the controller's image as make image does, and names
+// it: fleet-role:<make image-tag>, its only tag.
+func makeImage(t *testing.T) string {
 	t.Helper()
 	testhost.RequireDocker(t)
 	cmd := exec.Command("make", "image", "BIN="+t.TempDir())
@@ -34,15 +37,21 @@ func makeImage(t *testing.T) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Run(), out.String())
+	tag, err := exec.Command("make", "-s", "-C", testhost.Root(), "image-tag").Output()
+	require.NoError(t, err)
+	return "fleet-role:" + strings.TrimSpace(string(tag))
 }
 
 // apply applies fleet-role's packaged manifests (the chart's render,
-// packaging/kubernetes/controller.yaml).
-func apply(t *testing.T, kube *kubeapi.Server) {
+// packaging/kubernetes/controller.yaml) with the Deployment's image the
+// one given, as a user gives the chart's image.tag.
+func apply(t *testing.T, kube *kubeapi.Server, image string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "controller.yaml"))
 	require.NoError(t, err)
-	kubeapi.Apply(t, kube.Client, b)
+	const chartDefault = "image: fleet-role:latest"
+	require.Contains(t, string(b), chartDefault)
+	kubeapi.Apply(t, kube.Client, bytes.ReplaceAll(b, []byte(chartDefault), []byte("image: "+image)))
 }
 
 // status is the Deployment's status, as a line for a failure.
@@ -57,19 +66,33 @@ func status(d *appsv1.Deployment) string {
 
 func TestTheControllersDeploymentRunsBothReplicasUnderItsServiceAccountAndRollsThemOnATemplateChange(t *testing.T) {
 	testhost.RequireDocker(t)
-	makeImage(t)
+	image := makeImage(t)
 	nw := testhost.NewNetwork(t)
 	kube := kubeapi.StartOn(t, nw.Gateway)
-	apply(t, kube)
+	apply(t, kube, image)
 	u, err := url.Parse(kube.URL)
 	require.NoError(t, err)
 	port, _ := strconv.Atoi(u.Port())
 	ca, err := os.ReadFile(kube.CAFile)
 	require.NoError(t, err)
+	// Until every node holds the image, no replica starts: ErrImagePull.
+	var held atomic.Bool
+	held.Store(true)
 	r := Start(t, Options{Client: kube.Client, Namespace: api.Namespace, Name: "fleet-role-controller", Network: nw.Name,
-		APIHost: nw.Gateway, APIPort: port, CA: ca, Dir: t.TempDir(), VolumeSync: time.Second, Log: t.Logf})
+		APIHost: nw.Gateway, APIPort: port, CA: ca, Dir: t.TempDir(), VolumeSync: time.Second, Log: t.Logf,
+		NodeImages: func(_ context.Context, image string) error {
+			if held.Load() {
+				return errors.New("not in the image store of v2")
+			}
+			return nil
+		}})
 	ctx := context.Background()
 	deps := kube.Client.AppsV1().Deployments(api.Namespace)
+	require.Eventually(t, func() bool { return r.Err() != nil }, time.Minute, 100*time.Millisecond)
+	assert.ErrorContains(t, r.Err(), "ErrImagePull: "+image+": not in the image store of v2")
+	time.Sleep(2 * time.Second)
+	assert.Empty(t, r.Replicas(), "no replica while a node lacks the image")
+	held.Store(false)
 
 	// rolledOut waits for the Deployment's generation to be observed with
 	// both replicas of its template ready and available.
