@@ -200,14 +200,19 @@ func deviceOf(path string) (string, error) {
 const doubleImages = "agent/containerd/double-images"
 
 // storedImages are the references of the images k3s's containerd on the
-// host holds: on real k3s as `k3s ctr images ls -q` lists them (in
-// k3s's namespace, k8s.io), on the double from its store, in the host's
-// data dir on this machine.
+// host holds: on real k3s as `ctr images ls -q` lists them (in the CRI's
+// namespace, k8s.io), on the double from its store, in the host's data
+// dir on this machine.
 func (h *Host) storedImages() ([]string, error) {
 	if h.f.k3s != "" {
-		out, err := h.exec(k3sBinDir+"/k3s", "ctr", "--namespace", "k8s.io", "images", "ls", "-q")
+		// Note: through the ctr link k3s's installer makes, the multi-call
+		// binary's containerd client, whose defaults are k3s's socket and
+		// the CRI's namespace (`ctr --help` on v1.36.3 says so); `k3s ctr`
+		// is the installer's wrapper, not the binary's ("No help topic for
+		// 'ctr'").
+		out, err := h.exec(k3sBinDir+"/ctr", "--address", "/run/k3s/containerd/containerd.sock", "--namespace", "k8s.io", "images", "ls", "-q")
 		if err != nil {
-			return nil, fmt.Errorf("k3s ctr images ls: %v: %s", err, out)
+			return nil, fmt.Errorf("ctr images ls: %v: %s", err, out)
 		}
 		return strings.Fields(out), nil
 	}
