@@ -28,9 +28,18 @@ FUZZ_TARGETS = api:FuzzRoleFile api:FuzzWireDocuments \
 # The version from the git tags (packaging/version.sh: v0.3.0 is 0.3.0, a
 # pre-release v0.4.0-rc.1 is 0.4.0~rc.1), the commit and the build time,
 # linked into the binary (fleet-role --version) and carried by the packages.
-VERSION     ?= $(shell packaging/version.sh)
-COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)
-BUILD_DATE  ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+# Note: each is read once per make run (:=), so that the binary, the
+# packages and the image of one run carry the same version however long
+# the run takes (a commit meanwhile would change it).
+ifndef VERSION
+VERSION     := $(shell packaging/version.sh)
+endif
+ifndef COMMIT
+COMMIT      := $(shell git rev-parse HEAD 2>/dev/null)
+endif
+ifndef BUILD_DATE
+BUILD_DATE  := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+endif
 LDFLAGS     = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
 # An image tag has neither "~" nor "+".
 IMAGE_TAG   = $(subst +,-,$(subst ~,-,$(VERSION)))
