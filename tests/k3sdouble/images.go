@@ -19,7 +19,8 @@ import (
 // imageStore stands in for the image store of k3s's containerd, as far as
 // fleet-role meets it: images delivered as archives into
 // <data-dir>/agent/images. k3s imports every archive there at its start
-// (k3s: pkg/agent/containerd, PreloadImages) and, while it runs, each one
+// (k3s: pkg/agent/containerd, the preload at containerd's start) and,
+// while it runs, each one
 // added or changed (k3s: pkg/agent/containerd/watcher.go, an fsnotify
 // watch of the directory). The double records the references of each
 // archive's images in <data-dir>/agent/containerd/double-images, one per

@@ -103,8 +103,10 @@ func (k *kubeletRole) tick(ctx context.Context) {
 // it is given, or finds it registered already, its labels left as they
 // are (kubernetes: pkg/kubelet/kubelet_node_status.go,
 // registerWithAPIServer, tryRegisterWithAPIServer and initialNode, whose
-// labels are the hostname, os and arch); then k3s puts its node-labels
-// on the Node, over what it has, at every start (k3s: pkg/agent/run.go,
+// labels are the hostname, os and arch; the double does not reconcile
+// them on a Node found registered, which fleet-role never reads); then
+// k3s puts its node-labels on the Node, over what it has, at every start
+// (k3s: pkg/agent/run.go,
 // configureNode and updateMutableLabels). Nothing else makes a Node: a
 // host whose k3s never ran has none.
 func (k *kubeletRole) register(ctx context.Context) error {
