@@ -272,12 +272,9 @@ func (p *poller) stop() {
 // no Node and labels none (createObjects, k3sConfig).
 func (f *Fleet) requireRolesLabelled() {
 	f.t.Helper()
+	roles := f.roles()
 	for _, name := range f.Order {
-		n, err := f.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			f.t.Fatalf("%s's Node after the playbook: %v", name, err)
-		}
-		if got, want := n.Labels[api.LabelRole], f.Hosts[name].Role; got != want {
+		if got, want := roles[name], f.Hosts[name].Role; got != want {
 			f.t.Fatalf("after the playbook %s's %s is %q, not its group's %q", name, api.LabelRole, got, want)
 		}
 	}
