@@ -43,8 +43,11 @@ endif
 LDFLAGS     = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
 # An image tag has neither "~" nor "+".
 IMAGE_TAG   = $(subst +,-,$(subst ~,-,$(VERSION)))
+# helm, the version go.mod names (the tests render the chart with its
+# library): the Ansible role renders the chart with it.
+HELM_VERSION = $(shell $(GO) list -m -f '{{.Version}}' helm.sh/helm/v3)
 
-.PHONY: help setup build image image-tag package test test-e2e test-ansible bench fuzz mutate lint fmt demo demo-plan test-bins clean
+.PHONY: help setup build image image-tag package helm chart test test-e2e test-ansible bench fuzz mutate lint fmt demo demo-plan test-bins clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -64,6 +67,12 @@ package: build ## build the .deb and the .rpm into bin/ with nfpm
 	@for p in deb rpm; do \
 		FLEET_ROLE_VERSION=$(VERSION) $(GO) run $(NFPM) package -f $(BIN)/nfpm.yaml -p $$p -t $(BIN)/; \
 	done
+
+helm: ## build helm, the version go.mod names, into bin/helm, with which the Ansible role renders the chart
+	GOBIN=$(abspath $(BIN)) $(GO) install -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+chart: helm ## package the chart into bin/, its appVersion (the image's default tag) fleet-role's version
+	$(BIN)/helm package packaging/helm/fleet-role --app-version $(IMAGE_TAG) -d $(BIN)
 
 # Note: the two longest packages (tests/ansible, tests/controller) are
 # named first, so that go test starts them first and the others run beside

@@ -3,6 +3,7 @@ package ansible_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,9 +30,17 @@ import (
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
-var binary string
+// binary is fleet-role, helmBinary the helm the controller role renders
+// the chart with.
+var binary, helmBinary string
 
 func TestMain(m *testing.M) {
+	h, err := testhost.Helm()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	helmBinary = h
 	os.Exit(testhost.RunWithFleetRole(m, &binary))
 }
 
@@ -341,9 +349,16 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
   roles:
     - role: fleet_role_controller
 `), 0o644))
-	args := []string{"-i", inv, play, "-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
+	// A hold, whose RBAC the chart grants in kube-system, and a
+	// notification URL with a token, which the role keeps in a Secret.
+	const secretURL = "generic://hooks.example/fleet?token=s3cr3t"
+	settings := writeVars(t, map[string]any{
+		"fleet_role_controller_holds":              map[string]any{"kured": map[string]any{"namespace": "kube-system"}},
+		"fleet_role_controller_notify_secret_urls": []string{secretURL},
+	})
+	args := []string{"-i", inv, play, "-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary, "-e", "fleet_role_controller_helm=" + helmBinary,
 		"-e", "fleet_role_controller_render_dir=" + render, "-e", "fleet_role_controller_wait=false",
-		"-e", "ansible_python_interpreter=/usr/bin/python3"}
+		"-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "@" + settings}
 
 	// Check mode on a fresh cluster: a server-side dry run that keeps nothing.
 	out := playbook(t, append(args, "--check")...)
@@ -366,16 +381,30 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	assert.True(t, c.DryRun, "a dry run unless told otherwise")
 	_, err = kube.Client.CoreV1().ServiceAccounts(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	assert.NoError(t, err)
-	assert.Zero(t, changed(t, playbook(t, args...)), "a second run changes nothing")
+	assert.Equal(t, "kube-system/kured", c.Holds.KuredDaemonSet, "the hold configured")
+	_, err = kube.Client.RbacV1().RoleBindings("kube-system").Get(ctx, "fleet-role-controller-kured", metav1.GetOptions{})
+	assert.NoError(t, err, "and granted what it reads")
+	secret, err := kube.Client.CoreV1().Secrets(api.Namespace).Get(ctx, "fleet-role-notify", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, secretURL+"\n", string(secret.Data["urls"]), "the URL with a token in the Secret")
+	assert.Equal(t, "fleet-role-notify", dep.Spec.Template.Spec.Volumes[1].Secret.SecretName, "which the controller mounts")
+	assert.Equal(t, "/etc/fleet-role-notify/urls", c.Notify.URLsFile)
+	assert.NotContains(t, cm.Data["controller.toml"], "s3cr3t", "and not in the ConfigMap")
+	out = playbook(t, args...)
+	assert.Zero(t, changed(t, out), "a second run changes nothing")
+	assert.NotContains(t, out, "s3cr3t", "the token is never logged")
 
 	// The rendered manifests decode strictly into their types, and are the
-	// chart's objects (each agent's RBAC is the agent role's) but for the
-	// configuration, which is the role's, and its checksum.
+	// chart's objects for the same settings (each agent's RBAC is the
+	// agent role's).
 	manifests, err := os.ReadFile(filepath.Join(render, "fleet-role.yaml"))
 	require.NoError(t, err)
 	objs, err := kubeapi.Decode(manifests)
 	require.NoError(t, err)
-	assertTheChartsObjects(t, objs)
+	assertTheChartsObjects(t, objs, map[string]any{
+		"holds":  map[string]any{"kured": map[string]any{"namespace": "kube-system"}},
+		"notify": map[string]any{"secretName": "fleet-role-notify"},
+	})
 
 	// Check mode on the cluster now: every object tried by the API server,
 	// a change reported, nothing kept.
@@ -402,33 +431,94 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
 	assert.False(t, c.DryRun)
 }
 
-// assertTheChartsObjects asserts that the role's objects are the chart's
-// (tests/helm renders it), the role's configuration and its checksum
-// taken for the chart's.
-func assertTheChartsObjects(t *testing.T, role []runtime.Object) {
+// assertTheChartsObjects asserts that the role's objects are those the
+// chart renders (tests/helm, through Helm's library) with values, the
+// namespace made and the image's tag the role gives (the binary's
+// version).
+func assertTheChartsObjects(t *testing.T, role []runtime.Object, values map[string]any) {
 	t.Helper()
-	// The chart with the image's tag the role gives: the binary's version.
-	b, err := helm.Render(api.Namespace, map[string]any{"namespace": map[string]any{"create": true},
-		"image": map[string]any{"tag": strings.TrimPrefix(ownImage(t), "fleet-role:")}})
+	values["namespace"] = map[string]any{"create": true}
+	values["image"] = map[string]any{"tag": strings.TrimPrefix(ownImage(t), "fleet-role:")}
+	b, err := helm.Render(api.Namespace, values)
 	require.NoError(t, err)
 	chart, err := kubeapi.Decode(b)
 	require.NoError(t, err)
-	var toml string
-	for _, o := range role {
-		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "fleet-role-controller-config" {
-			toml = cm.Data["controller.toml"]
-		}
-	}
-	require.NotEmpty(t, toml, "the role's configuration")
-	for _, o := range chart {
-		switch v := o.(type) {
-		case *corev1.ConfigMap:
-			v.Data["controller.toml"] = toml
-		case *appsv1.Deployment:
-			v.Spec.Template.Annotations[api.AnnotationConfigChecksum] = sha256Hex(toml)
-		}
-	}
 	assert.Equal(t, chart, role)
+}
+
+// writeVars writes Ansible variables into a file, for -e @file.
+func writeVars(t *testing.T, vars map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(vars)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "vars.json")
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	return path
+}
+
+func TestTheControllerRolesVariablesRenderTheObjectsTheChartsValuesDo(t *testing.T) {
+	kube := kubeapi.Start(t)
+	render := t.TempDir()
+	play := filepath.Join(t.TempDir(), "controller.yml")
+	require.NoError(t, os.WriteFile(play, []byte(`- hosts: localhost
+  connection: local
+  gather_facts: false
+  roles:
+    - role: fleet_role_controller
+`), 0o644))
+	operators := []any{map[string]any{"kind": "Group", "name": "sre", "apiGroup": "rbac.authorization.k8s.io"}}
+	viewers := []any{map[string]any{"kind": "User", "name": "victor", "apiGroup": "rbac.authorization.k8s.io"}}
+	holds := map[string]any{
+		"kured":                 map[string]any{"namespace": "kube-system", "name": "reboots"},
+		"upgradePlansNamespace": "system-upgrade",
+		"prometheus":            map[string]any{"url": "http://prometheus.monitoring:9090", "alertFiringOnly": true},
+	}
+	metrics := map[string]any{
+		"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
+		"prometheusRule": map[string]any{"enabled": true},
+		"dashboard":      map[string]any{"enabled": true},
+	}
+	const extra = "[verdicts]\nwindow = 10\n"
+	settings := writeVars(t, map[string]any{
+		"fleet_role_controller_replicas":           3,
+		"fleet_role_controller_period":             "5s",
+		"fleet_role_controller_runner_selector":    "runner=yes",
+		"fleet_role_controller_extra_config":       extra,
+		"fleet_role_controller_holds":              holds,
+		"fleet_role_controller_notify_urls":        []string{"generic://hooks.example/fleet"},
+		"fleet_role_controller_notify_secret_urls": []string{"generic://hooks.example/fleet?token=s3cr3t"},
+		"fleet_role_controller_operators":          operators,
+		"fleet_role_controller_viewers":            viewers,
+		"fleet_role_controller_metrics":            metrics,
+		"fleet_role_controller_values":             map[string]any{"priorityClassName": "", "resources": map[string]any{"limits": map[string]any{"memory": "512Mi"}}},
+	})
+	// Check mode on a fresh cluster renders everything and tries the
+	// cluster's objects (no ServiceMonitor's CRD is needed).
+	playbook(t, "-i", "localhost,", play, "--check", "-e", "fleet_role_controller_kubeconfig="+kube.Kubeconfig,
+		"-e", "fleet_role_controller_binary="+binary, "-e", "fleet_role_controller_helm="+helmBinary,
+		"-e", "fleet_role_controller_render_dir="+render, "-e", "ansible_python_interpreter=/usr/bin/python3", "-e", "@"+settings)
+
+	manifests, err := os.ReadFile(filepath.Join(render, "fleet-role.yaml"))
+	require.NoError(t, err)
+	objs, err := kubeapi.Decode(manifests)
+	require.NoError(t, err, "every object decodes strictly:\n%s", manifests)
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetObjectKind().GroupVersionKind().Kind]++
+	}
+	assert.Equal(t, 1, kinds["ServiceMonitor"], "%v", kinds)
+	assert.Equal(t, 1, kinds["PrometheusRule"], "%v", kinds)
+	// The same settings as a user gives them to helm install.
+	assertTheChartsObjects(t, objs, map[string]any{
+		"replicas":          3,
+		"config":            map[string]any{"period": "5s", "runnerSelector": "runner=yes", "extra": extra},
+		"holds":             holds,
+		"notify":            map[string]any{"urls": []any{"generic://hooks.example/fleet"}, "secretName": "fleet-role-notify"},
+		"access":            map[string]any{"operators": operators, "viewers": viewers},
+		"metrics":           metrics,
+		"priorityClassName": "",
+		"resources":         map[string]any{"limits": map[string]any{"memory": "512Mi"}},
+	})
 }
 
 // lineDiff lists the lines only in a ("- ") and only in b ("+ ").

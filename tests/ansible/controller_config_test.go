@@ -38,7 +38,7 @@ func controllerArgs(t *testing.T, kube *kubeapi.Server) []string {
   roles:
     - role: fleet_role_controller
 `), 0o644))
-	return []string{"-i", inv, play, "-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
+	return []string{"-i", inv, play, "-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary, "-e", "fleet_role_controller_helm=" + helmBinary,
 		"-e", "fleet_role_controller_wait=false", "-e", "ansible_python_interpreter=/usr/bin/python3"}
 }
 

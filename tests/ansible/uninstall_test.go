@@ -367,7 +367,7 @@ func TestUndeployRemovesWhatFleetRoleInstalledAndWroteAndLeavesK3sRunning(t *tes
 	common := []string{"-i", inv,
 		"-e", "fleet_role_agent_binary=" + binary, "-e", "fleet_role_agent_admin_kubeconfig=" + kube.Kubeconfig,
 		"-e", "fleet_role_agent_api_server=" + kube.URL, "-e", "fleet_role_agent_etcd_endpoint=http://127.0.0.1:1",
-		"-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
+		"-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary, "-e", "fleet_role_controller_helm=" + helmBinary,
 		"-e", "fleet_role_controller_wait=false"}
 	deploy := append([]string{"deploy.yml"}, common...)
 	undeploy := append([]string{"undeploy.yml"}, common...)
@@ -470,7 +470,7 @@ func TestUndeployRefusedMidSwapIsForcedOnlyWhenAskedAndSaysWhatItLeaves(t *testi
 	// No host of the fleet is reached: the controller alone, and the Nodes.
 	require.NoError(t, os.WriteFile(inv, []byte("all:\n  children:\n    fleet_servers:\n      hosts: {}\n"), 0o644))
 	common := []string{"-i", inv, "-e", "ansible_python_interpreter=/usr/bin/python3",
-		"-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary,
+		"-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary, "-e", "fleet_role_controller_helm=" + helmBinary,
 		"-e", "fleet_role_controller_wait=false"}
 	undeploy := append([]string{"undeploy.yml"}, common...)
 

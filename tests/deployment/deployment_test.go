@@ -49,7 +49,7 @@ func apply(t *testing.T, kube *kubeapi.Server, image string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "controller.yaml"))
 	require.NoError(t, err)
-	const chartDefault = "image: fleet-role:latest"
+	const chartDefault = "image: fleet-role:unset"
 	require.Contains(t, string(b), chartDefault)
 	kubeapi.Apply(t, kube.Client, bytes.ReplaceAll(b, []byte(chartDefault), []byte("image: "+image)))
 }

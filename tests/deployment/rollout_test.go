@@ -177,7 +177,7 @@ func TestTheControllersPodTemplateIsRunAsTheKubeletWouldRunIt(t *testing.T) {
 	cfg, host, nc, err := containerConfig(tpl, "fleet-role-controller-abc-12345", "net1", apiServer{host: "10.78.1.1", port: 6443},
 		podDirs{volumes: map[string]string{"config": "/v/config"}, serviceAccount: "/v/sa"}, map[string]string{"l": "1"})
 	require.NoError(t, err)
-	assert.Equal(t, "fleet-role:latest", cfg.Image)
+	assert.Equal(t, "fleet-role:unset", cfg.Image)
 	assert.Empty(t, cfg.Entrypoint, "no command: the image's entrypoint")
 	assert.Equal(t, []string{"controller", "--config", "/etc/fleet-role/controller.toml"}, []string(cfg.Cmd))
 	assert.Equal(t, "65532:65532", cfg.User)

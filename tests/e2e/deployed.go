@@ -214,7 +214,9 @@ func (f *Fleet) make() error {
 		return fmt.Errorf("make package made %d .debs, not one: %s", len(debs), out.String())
 	}
 	f.deb = debs[0]
-	return nil
+	var err error
+	f.helm, err = testhost.Helm()
+	return err
 }
 
 // objects creates what k3s's kubelets would have registered: the Nodes
@@ -339,6 +341,7 @@ func (f *Fleet) writeInventory() error {
 		"fleet_role_agent_admin_kubeconfig":  f.adminKubeconfig(),
 		"fleet_role_controller_kubeconfig":   f.adminKubeconfig(),
 		"fleet_role_controller_binary":       f.Bin,
+		"fleet_role_controller_helm":         f.helm,
 		"fleet_role_controller_period":       "1s",
 		"fleet_role_controller_probe_period": p,
 		"fleet_role_controller_cooldown":     "10s",

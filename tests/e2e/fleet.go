@@ -101,9 +101,11 @@ type Fleet struct {
 	// Controller runs the controller's Deployment.
 	Controller *deployment.Runner
 	deb        string
-	inventory  string
-	runs       int
-	logs       string
+	// helm is the helm the controller role renders the chart with.
+	helm      string
+	inventory string
+	runs      int
+	logs      string
 	// writing are the writes of the scenario under way (inSequence).
 	writing *scenarioWrites
 }

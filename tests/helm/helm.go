@@ -19,13 +19,39 @@ const ReleaseName = "fleet-role"
 // ChartDir is the chart's directory.
 func ChartDir() string { return filepath.Join(testhost.Root(), "packaging", "helm", "fleet-role") }
 
+// Tag is the image tag Render gives where the values name none: the
+// chart of the repository has no appVersion and requires one.
+const Tag = "0.0.0-test-1"
+
 // Render renders the chart into namespace with values over its own, as
-// helm template -n namespace does: the manifests in Helm's install order,
-// each after a "# Source:" line naming its template.
+// helm template -n namespace does, with image.tag Tag where values name
+// none: the manifests in Helm's install order, each after a "# Source:"
+// line naming its template.
 func Render(namespace string, values map[string]any) ([]byte, error) {
+	merged := map[string]any{"image": map[string]any{"tag": Tag}}
+	for k, v := range values {
+		merged[k] = v
+	}
+	if img, ok := values["image"].(map[string]any); ok {
+		with := map[string]any{"tag": Tag}
+		for k, v := range img {
+			with[k] = v
+		}
+		merged["image"] = with
+	}
+	return RenderChart("", namespace, merged)
+}
+
+// RenderChart renders the chart as Render does, with values as given
+// and, where appVersion is not empty, that appVersion, as make chart
+// packages it.
+func RenderChart(appVersion, namespace string, values map[string]any) ([]byte, error) {
 	ch, err := loader.Load(ChartDir())
 	if err != nil {
 		return nil, fmt.Errorf("load the chart: %w", err)
+	}
+	if appVersion != "" {
+		ch.Metadata.AppVersion = appVersion
 	}
 	opts := chartutil.ReleaseOptions{Name: ReleaseName, Namespace: namespace, Revision: 1, IsInstall: true}
 	vals, err := chartutil.ToRenderValues(ch, values, opts, chartutil.DefaultCapabilities)

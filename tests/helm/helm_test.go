@@ -32,13 +32,17 @@ import (
 var update = flag.Bool("update", false, "rewrite packaging/kubernetes/controller.yaml")
 
 // packagedValues are the values of packaging/kubernetes/controller.yaml:
-// the chart's own, the namespace made.
-var packagedValues = map[string]any{"namespace": map[string]any{"create": true}}
+// the chart's own, the namespace made, and an image tag that names no
+// image, set by kubectl set image (make manifests renders one with it).
+var packagedValues = map[string]any{"namespace": map[string]any{"create": true},
+	"image": map[string]any{"tag": "unset"}}
 
 const packagedHeader = `# fleet-role's controller, its configuration and RBAC: the chart
 # packaging/helm/fleet-role rendered in the namespace fleet-role with its
-# default values and namespace.create=true, for kubectl apply -f and for the
-# Ansible role fleet_role_controller. Not to be edited: change the chart.
+# default values, namespace.create=true and image.tag=unset, which names no
+# image: after kubectl apply -f, kubectl set image deploy/fleet-role-controller
+# controller=fleet-role:$(make -s image-tag); or make manifests renders
+# bin/fleet-role.yaml with it. Not to be edited: change the chart.
 # Generated: go test ./tests/helm -run PackagedManifests -update
 `
 
@@ -103,7 +107,7 @@ func TestTheDefaultRenderIsTheControllerAsPackaged(t *testing.T) {
 	pod := dep.Spec.Template.Spec
 	assert.Equal(t, "fleet-role-controller", pod.ServiceAccountName)
 	require.Len(t, pod.Containers, 1)
-	assert.Equal(t, "fleet-role:latest", pod.Containers[0].Image, "the appVersion's tag, no registry")
+	assert.Equal(t, "fleet-role:unset", pod.Containers[0].Image, "the tag given, no registry")
 	assert.Equal(t, corev1.PullIfNotPresent, pod.Containers[0].ImagePullPolicy)
 	assert.Equal(t, sha256Hex(cm.Data["controller.toml"]), dep.Spec.Template.Annotations[api.AnnotationConfigChecksum],
 		"the pod template carries the configuration's checksum")
@@ -122,6 +126,33 @@ func TestTheDefaultRenderIsTheControllerAsPackaged(t *testing.T) {
 	assert.Equal(t, int32(9090), pod.Containers[0].Ports[0].ContainerPort)
 
 	assert.NotContains(t, string(b), "kind: ServiceMonitor", "no ServiceMonitor unless asked")
+}
+
+func TestTheImagesTagIsTheOneGivenElseTheAppVersionMakeChartSetsAndNeverNoneOrLatest(t *testing.T) {
+	image := func(b []byte) string {
+		t.Helper()
+		objs, err := kubeapi.Decode(b)
+		require.NoError(t, err)
+		return only[*appsv1.Deployment](t, objs, api.Namespace, "fleet-role-controller").Spec.Template.Spec.Containers[0].Image
+	}
+	b, err := helm.RenderChart("1.2.3", api.Namespace, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "fleet-role:1.2.3", image(b), "the packaged chart's appVersion")
+	b, err = helm.RenderChart("1.2.3", api.Namespace, map[string]any{"image": map[string]any{"tag": "1.2.4"}})
+	require.NoError(t, err)
+	assert.Equal(t, "fleet-role:1.2.4", image(b), "image.tag over the appVersion")
+
+	ch, err := loader.Load(helm.ChartDir())
+	require.NoError(t, err)
+	assert.Empty(t, ch.Metadata.AppVersion, "the chart of the repository names no version")
+	_, err = helm.RenderChart("", api.Namespace, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "image.tag is required")
+	_, err = helm.RenderChart("", api.Namespace, map[string]any{"image": map[string]any{"tag": "latest"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "image.tag latest names no version")
+	_, err = helm.RenderChart("latest", api.Namespace, nil)
+	require.Error(t, err, "nor through the appVersion")
 }
 
 func TestAServiceMonitorScrapesTheMetricsServiceWhenAsked(t *testing.T) {

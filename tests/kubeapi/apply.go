@@ -15,17 +15,20 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // Decode reads the objects of a multi-document manifest, strictly: an
-// unknown or misspelt field is an error.
+// unknown or misspelt field is an error. An object of a kind client-go
+// does not know (a CRD's: a ServiceMonitor, say) is read as Unstructured.
 func Decode(manifest []byte) ([]runtime.Object, error) {
 	codecs := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
@@ -42,6 +45,12 @@ func Decode(manifest []byte) ([]runtime.Object, error) {
 			continue
 		}
 		obj, _, err := codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if runtime.IsNotRegisteredError(err) {
+			u := &unstructured.Unstructured{}
+			if err = yaml.Unmarshal(doc, &u.Object); err == nil {
+				obj = u
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}

@@ -45,12 +45,7 @@ func BinDir() string {
 	if d := os.Getenv("FLEET_ROLE_TEST_BINS"); d != "" {
 		return d
 	}
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache")
-	}
-	return filepath.Join(cache, "fleet-role", "k8s-bins", K8sVersion)
+	return filepath.Join(testhost.CacheDir(), "k8s-bins", K8sVersion)
 }
 
 // Server is a running etcd and kube-apiserver.

@@ -11,6 +11,20 @@ app.kubernetes.io/part-of: fleet-role
 app.kubernetes.io/name: fleet-role-controller
 {{- end }}
 
+{{/* The image's tag: image.tag, else the appVersion make chart packages
+the chart with; never none, never a "latest" (it moves under a running
+Deployment, and a node keeps whichever it pulled first). */}}
+{{- define "fleet-role.tag" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- if not $tag -}}
+{{- fail "image.tag is required (fleet-role's version, as make -s image-tag prints it), or install the chart make chart packages" -}}
+{{- end -}}
+{{- if eq $tag "latest" -}}
+{{- fail "image.tag latest names no version: give fleet-role's version (make -s image-tag)" -}}
+{{- end -}}
+{{- $tag -}}
+{{- end }}
+
 {{/* controller.toml, from .Values.config. */}}
 {{- define "fleet-role.config" -}}
 # fleet-role controller configuration (fleet-role config default controller
