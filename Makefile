@@ -47,7 +47,7 @@ IMAGE_TAG   = $(subst +,-,$(subst ~,-,$(VERSION)))
 # library): the Ansible role renders the chart with it.
 HELM_VERSION = $(shell $(GO) list -m -f '{{.Version}}' helm.sh/helm/v3)
 
-.PHONY: help setup build image image-tag package helm chart test test-e2e test-ansible bench fuzz mutate lint fmt demo demo-plan test-bins clean
+.PHONY: help setup build image image-tag package helm chart manifests test test-e2e test-ansible bench fuzz mutate lint fmt demo demo-plan test-bins clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -73,6 +73,9 @@ helm: ## build helm, the version go.mod names, into bin/helm, with which the Ans
 
 chart: helm ## package the chart into bin/, its appVersion (the image's default tag) fleet-role's version
 	$(BIN)/helm package packaging/helm/fleet-role --app-version $(IMAGE_TAG) -d $(BIN)
+
+manifests: helm ## render the chart into bin/fleet-role.yaml for kubectl apply -f, its image fleet-role:$(IMAGE_TAG)
+	$(BIN)/helm template fleet-role packaging/helm/fleet-role -n fleet-role --set namespace.create=true --set image.tag=$(IMAGE_TAG) >$(BIN)/fleet-role.yaml
 
 # Note: the two longest packages (tests/ansible, tests/controller) are
 # named first, so that go test starts them first and the others run beside

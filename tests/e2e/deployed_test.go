@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/deployment"
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // agentStatus is what systemctl status shows of a running agent: active,
@@ -133,9 +134,19 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhe
 	// groups'; etcd is written to throughout: at most the write in flight
 	// at each of the swap's disruptions fails, and every write that
 	// succeeds takes under twice the election timeout.
+	// The first is asked for as docs/controller-and-cli.md shows, from
+	// inside a controller's Pod (kubectl exec deploy/fleet-role-controller
+	// -n fleet-role -- fleet-role swap v1 s1): the binary on the image's
+	// PATH, the cluster its ServiceAccount's, whose RBAC allows what the
+	// command reads and writes.
 	c := d.Etcd()
 	w := d.StartWrites(c)
-	res := d.swap(t, "v1", "s1", 5*time.Minute)
+	prev := d.Status().Last
+	replicas := d.Controller.Replicas()
+	require.NotEmpty(t, replicas)
+	out := testhost.Docker(t, "exec", replicas[0].Container, "fleet-role", "swap", "v1", "s1")
+	t.Logf("in the Pod %s: fleet-role swap v1 s1: %s", replicas[0].Pod, out)
+	res := d.waitEnd(t, prev, 5*time.Minute)
 	count := w.Count()
 	t.Logf("v1 out, s1 in: %s: %s; writes: %s", res.Result, res.Reason, count)
 	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
@@ -178,7 +189,7 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhe
 	t.Logf("reported: %s", st.Reason)
 	assert.True(t, strings.HasPrefix(st.Reason, "dry run: would swap v2 for v3"), st.Reason)
 	d.noSwapStarts(t)
-	prev := d.Status().Last
+	prev = d.Status().Last
 	took("the decision reported")
 
 	// The playbook turns the dry run off: it changes the controller's
@@ -186,7 +197,7 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhe
 	// configuration's checksum rolls the controller, whose new replicas
 	// swap v2 out.
 	gen := d.ControllerDeployment().Generation
-	out, _ := d.Playbook("-e", "dry_run=false")
+	out, _ = d.Playbook("-e", "dry_run=false")
 	assert.Equal(t, []string{"localhost: fleet_role_controller : Apply the manifests (a server-side dry run in check mode)"},
 		changedTasks(out), "only the controller's configuration changed")
 	assert.Equal(t, map[string]string{"v1": api.RoleVoter, "v2": api.RoleVoter, "v3": api.RoleStandby, "s1": api.RoleVoter}, d.roles(),

@@ -167,6 +167,8 @@ func controllerUses() []request {
 		{verb: "watch", resource: "configmaps", namespace: ns, name: api.StatusConfigMap, why: "controller/cache.go newCache: the status ConfigMap's informer"},
 		{verb: "create", resource: "configmaps", namespace: ns, why: "controller/execute.go updateStatus: the status ConfigMap where there is none"},
 		{verb: "update", resource: "configmaps", namespace: ns, name: api.StatusConfigMap, why: "controller/execute.go updateStatus: status.json written"},
+		{verb: "get", resource: "configmaps", namespace: ns, name: api.StatusConfigMap, why: "cmd/fleet-role run in the controller's Pod (kubectl exec, docs/controller-and-cli.md): swap, pause, resume and status read the status by get (cmd/fleet-role/status.go, pause.go, controller.go)"},
+		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: ns, name: api.LeaseName, why: "cmd/fleet-role run in the controller's Pod: swap reads the regrade Lease by get (cmd/fleet-role/controller.go)"},
 		{verb: "create", resource: "events", namespace: metav1.NamespaceDefault, why: "controller/controller.go: Events on Nodes, which client-go puts in default (tools/record/event.go makeEvent)"},
 		{verb: "patch", resource: "events", namespace: metav1.NamespaceDefault, why: "controller/controller.go: the event broadcaster patches a repeated Event's count (client-go tools/record/event.go recordToSink)"},
 		{verb: "get", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "kured", why: "controller/holds.go kured: kured's lock annotation on its DaemonSet"},
@@ -234,8 +236,6 @@ func controllerMustNot() []request {
 	return []request{
 		{verb: "create", resource: "serviceaccounts/token", namespace: api.Namespace, name: "fleet-role-controller", why: "the controller's token is the kubelet's to mint, not its own"},
 		{verb: "create", resource: "serviceaccounts/token", namespace: api.Namespace, name: "fleet-role-agent-h1", why: "no token of an agent"},
-		{verb: "get", resource: "configmaps", namespace: api.Namespace, name: api.StatusConfigMap, why: "the status is watched, not read by get"},
-		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: api.Namespace, name: api.LeaseName, why: "the regrade Lease is watched, not read by get"},
 		{verb: "watch", group: "coordination.k8s.io", resource: "leases", namespace: api.Namespace, name: api.LeaderElectionLease, why: "the election Lease is read by get, never watched"},
 	}
 }
