@@ -132,6 +132,29 @@ type SwapResult struct {
 	Pending   []string   `json:"pending,omitempty"`
 }
 
+// Remediation is an automatic swap that completed, kept for the voter it
+// put in while the minimum healthy period runs from the swap's start: an
+// automatic swap of that voter within it is a retry of the same
+// remediation, as Cluster API's KubeadmControlPlane counts one
+// (controlplane/kubeadm/internal/controllers/remediation.go,
+// checkRetryLimits: the replacement's remediation data, its time that of
+// the remediation, its retry count carried over). Written by the
+// controller in Status.Remediations at the swap's end, read back by the
+// planner.
+type Remediation struct {
+	// Swap is the ID of the swap; Out the voter it replaced; In the voter
+	// it put in.
+	Swap string `json:"swap"`
+	Out  string `json:"out"`
+	In   string `json:"in"`
+	// At is the swap's start, the time of the remediation.
+	At time.Time `json:"at"`
+	// Retry counts the retries of the remediation this swap was: 0 for a
+	// first one (its outgoing voter not put in by a remediation within
+	// the minimum healthy period), else the previous one's plus one.
+	Retry int `json:"retry"`
+}
+
 // UnfinishedDemotion is a host a swap that ended asked to step down whose
 // agent has not reported the finish of its demotion: written by the
 // controller in Status.Unfinished every pass, read by `fleet-role
@@ -191,6 +214,10 @@ type Status struct {
 	// Unfinished are the hosts whose demotion a swap that ended left
 	// unfinished, by name.
 	Unfinished []UnfinishedDemotion `json:"unfinished,omitempty"`
+	// Remediations are the automatic swaps that completed whose minimum
+	// healthy period has not run out, one for each voter they put in: the
+	// remediation limits' record.
+	Remediations []Remediation `json:"remediations,omitempty"`
 	// Problems are the malformed objects and annotations, read as absent.
 	Problems  []string  `json:"problems,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`

@@ -55,6 +55,28 @@ type Controller struct {
 	Holds             Holds             `toml:"holds"`
 	Notify            Notify            `toml:"notify"`
 	Bounds            Bounds            `toml:"bounds"`
+	Remediation       Remediation       `toml:"remediation"`
+}
+
+// Remediation limits the automatic swaps of a voter put in by an
+// automatic swap, as Cluster API's KubeadmControlPlane limits its
+// remediation (remediationStrategy: maxRetry, retryPeriod,
+// minHealthyPeriod): an automatic swap of a voter that an automatic swap
+// put in less than MinHealthyPeriod before is a retry of the same
+// remediation; past MaxRetries, automatic swaps stop until that period
+// ends, and say why. A manual swap is never limited.
+type Remediation struct {
+	// MaxRetries is how many retries a remediation may take; -1 is no
+	// limit, 0 no retry at all.
+	MaxRetries int `toml:"max_retries"`
+	// RetryPeriod is the least time from the end of a remediation to the
+	// start of its retry (the cooldown applies too).
+	RetryPeriod time.Duration `toml:"retry_period"`
+	// MinHealthyPeriod: a voter put in by an automatic swap that turns
+	// unfit and is swapped within it counts as a retry; after it, its
+	// swap is a remediation of its own. It should exceed the cooldown,
+	// which spaces every automatic swap anyway.
+	MinHealthyPeriod time.Duration `toml:"min_healthy_period"`
 }
 
 // Holds are what else, when configured, holds the start of a swap
@@ -256,6 +278,7 @@ func DefaultController() Controller {
 		MaintenanceWindow: MaintenanceWindow{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "00:00", End: "00:00", TimeZone: "UTC"},
 		Holds:             Holds{KuredLockAnnotation: DefaultKuredLockAnnotation},
 		Notify:            Notify{URLs: []string{}},
+		Remediation:       Remediation{MaxRetries: 2, MinHealthyPeriod: 24 * time.Hour},
 		Bounds: Bounds{
 			Snapshot: 10 * time.Minute,
 			Runners:  time.Hour,
@@ -352,6 +375,13 @@ func (c Controller) Validate() error {
 	if _, err := labels.Parse(c.RunnerSelector); err != nil || c.RunnerSelector == "" {
 		p.add("runner_selector", "%q is not a label selector: %v", c.RunnerSelector, err)
 	}
+	if r := c.Remediation; r.MaxRetries < -1 {
+		p.add("remediation.max_retries", "must be -1 (no limit) or more, got %d", r.MaxRetries)
+	}
+	if c.Remediation.RetryPeriod < 0 {
+		p.add("remediation.retry_period", "must not be negative, got %s", c.Remediation.RetryPeriod)
+	}
+	positive(&p, "remediation.min_healthy_period", c.Remediation.MinHealthyPeriod)
 	b := c.Bounds
 	for _, d := range []struct {
 		key string
@@ -497,6 +527,17 @@ alert_firing_only = {{.Holds.AlertFiringOnly}}
 [notify]
 urls = []
 urls_file = "{{.Notify.URLsFile}}"
+
+# Limits on remediating again, as Cluster API's KubeadmControlPlane limits
+# its remediation: an automatic swap of a voter an automatic swap put in
+# less than min_healthy_period before is a retry of that remediation, and
+# waits retry_period from its end; past max_retries retries (-1: no
+# limit), automatic swaps stop until min_healthy_period has passed, and
+# fleet-role status says why. A manual swap is never limited.
+[remediation]
+max_retries = {{.Remediation.MaxRetries}}
+retry_period = "{{d .Remediation.RetryPeriod}}"
+min_healthy_period = "{{d .Remediation.MinHealthyPeriod}}"
 
 # Each step's own bound. A swap's whole wait is their sum.
 [bounds]

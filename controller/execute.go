@@ -407,6 +407,9 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 		st.Last = &api.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
 			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending}
 		st.CooldownUntil = plan.Action.CooldownUntil
+		if r := plan.Action.Remediations; r != nil {
+			st.Remediations = r
+		}
 		if req, ok := data[api.RequestKey]; ok && rec.RequestAt != nil {
 			var q api.ManualRequest
 			if json.Unmarshal([]byte(req), &q) == nil && q.At.Equal(*rec.RequestAt) {

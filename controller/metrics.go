@@ -23,6 +23,7 @@ type metrics struct {
 	dryRun      *prometheus.CounterVec
 	wouldSwap   prometheus.Gauge
 	unfinished  prometheus.Gauge
+	spent       prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -50,8 +51,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 while a dry run reports an automatic decision it would carry out."}),
 		unfinished: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_unfinished_demotions",
 			Help: "Hosts a swap that ended left with their demotion unfinished: their Node keeps the swap's step-down and member-gone until their agent reports the finish."}),
+		spent: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_remediation_retries_spent",
+			Help: "1 while an automatic swap does not start: it would retry a remediation past [remediation] max_retries."}),
 	}
-	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap, m.unfinished)
+	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap, m.unfinished, m.spent)
 	return m
 }
 
@@ -73,6 +76,11 @@ func (m *metrics) observe(plan swapplan.Plan, stepSeconds float64, verdicts map[
 		}
 	}
 	m.unfinished.Set(float64(unfinished))
+	spent := 0.0
+	if plan.RetriesSpent {
+		spent = 1
+	}
+	m.spent.Set(spent)
 	m.verdicts.Reset()
 	for node, v := range verdicts {
 		role := api.RoleStandby // the controller judges only voters and standbys

@@ -56,3 +56,16 @@ fleet_role_unfinished_demotions 2
 fleet_role_unfinished_demotions 0
 `), "fleet_role_unfinished_demotions"))
 }
+
+func TestTheRetriesSpentGaugeIsOneWhileThePlanSaysSo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+	gauge := func(v string) string {
+		return "# HELP fleet_role_remediation_retries_spent 1 while an automatic swap does not start: it would retry a remediation past [remediation] max_retries.\n" +
+			"# TYPE fleet_role_remediation_retries_spent gauge\nfleet_role_remediation_retries_spent " + v + "\n"
+	}
+	m.observe(swapplan.Plan{RetriesSpent: true}, 0, nil)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("1")), "fleet_role_remediation_retries_spent"))
+	m.observe(swapplan.Plan{}, 0, nil)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("0")), "fleet_role_remediation_retries_spent"))
+}

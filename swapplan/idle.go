@@ -138,6 +138,11 @@ func (p *planner) automatic() Plan {
 	if c := p.s.Status.CooldownUntil; c != nil && p.s.Now.Before(*c) {
 		return plan("the automatic decision to swap %s for %s waits for the cooldown until %s (%s)", out.Name, in.Name, stamp(*c), why)
 	}
+	if why, spent := p.retryLimit(out); why != "" {
+		pl := plan("the automatic decision to swap %s for %s %s (%s)", out.Name, in.Name, why, d.Reason)
+		pl.RetriesSpent = spent
+		return pl
+	}
 	if w := p.s.Config.Window; !w.Open(p.s.Now) {
 		return plan("the automatic decision to swap %s for %s waits for the maintenance window (%s): %s", out.Name, in.Name, w, why)
 	}
@@ -156,6 +161,71 @@ func (p *planner) automatic() Plan {
 	pl := p.start(out, in, api.OriginAutomatic, nil, fmt.Sprintf("swapping %s for %s: %s", out.Name, in.Name, why))
 	pl.Decision = d
 	return pl
+}
+
+// retryLimit says why an automatic swap of out, a retry of the
+// remediation that put it in, may not start now: past max_retries (spent:
+// until the minimum healthy period runs out), or within the retry period.
+// Empty when it is no retry, or one that may start. Cluster API's
+// KubeadmControlPlane (checkRetryLimits) is the model: a retry is a
+// remediation of the replacement before its minimum healthy period runs
+// out, counted from the previous remediation's time.
+func (p *planner) retryLimit(out *Node) (why string, spent bool) {
+	c := p.s.Config.Remediation
+	r := p.remediationOf(out.Name, p.s.Now)
+	if r == nil {
+		return "", false
+	}
+	if c.MaxRetries >= 0 && r.Retry >= c.MaxRetries {
+		return fmt.Sprintf("does not start: %s was put in by the automatic swap %s at %s and turned unfit within min_healthy_period (%s), "+
+			"and that remediation has spent its max_retries (%d); automatic swaps start again at %s, a manual swap at any time",
+			out.Name, r.Swap, stamp(r.At), c.MinHealthyPeriod, c.MaxRetries, stamp(r.At.Add(c.MinHealthyPeriod))), true
+	}
+	if until := r.At.Add(c.RetryPeriod); p.s.Now.Before(until) {
+		return fmt.Sprintf("waits for retry_period until %s: it would retry the remediation of swap %s, which put %s in at %s",
+			stamp(until), r.Swap, out.Name, stamp(r.At)), false
+	}
+	return "", false
+}
+
+// remediationOf is the remediation that put the voter in, if its minimum
+// healthy period runs at the time given: nil when none did.
+func (p *planner) remediationOf(voter string, at time.Time) *api.Remediation {
+	for i := range p.s.Status.Remediations {
+		r := &p.s.Status.Remediations[i]
+		if r.In == voter && at.Before(r.At.Add(p.s.Config.Remediation.MinHealthyPeriod)) {
+			return r
+		}
+	}
+	return nil
+}
+
+// remediations is the record after the swap rec ends: the automatic
+// swaps that completed whose minimum healthy period still runs, one for
+// each voter they put in; rec among them when it is one, a retry of the
+// remediation that put its outgoing voter in at the swap's start when
+// there is one. Nil when nothing changes: rec is no remediation, or an end
+// repeated finds it recorded already.
+func (p *planner) remediations(rec *api.SwapRecord) []api.Remediation {
+	if rec.Origin != api.OriginAutomatic || rec.Result != api.ResultCompleted {
+		return nil
+	}
+	for _, r := range p.s.Status.Remediations {
+		if r.Swap == rec.ID {
+			return nil
+		}
+	}
+	next := api.Remediation{Swap: rec.ID, Out: rec.Out, In: rec.In, At: rec.StartedAt}
+	if prev := p.remediationOf(rec.Out, rec.StartedAt); prev != nil {
+		next.Retry = prev.Retry + 1
+	}
+	var kept []api.Remediation
+	for _, r := range p.s.Status.Remediations {
+		if r.In != rec.Out && r.In != rec.In && p.s.Now.Before(r.At.Add(p.s.Config.Remediation.MinHealthyPeriod)) {
+			kept = append(kept, r)
+		}
+	}
+	return append(kept, next)
 }
 
 // decide takes the worst unfit voter and the best eligible standby; ties

@@ -29,6 +29,9 @@ type Action struct {
 	Clear         []string   `json:"clear,omitempty"`
 	Pending       []string   `json:"pending,omitempty"`
 	CooldownUntil *time.Time `json:"cooldownUntil,omitempty"`
+	// Remediations are the remediation limits' record after the end
+	// (api.Status.Remediations), set when the end changes it.
+	Remediations []api.Remediation `json:"remediations,omitempty"`
 	// Swap is the swap that ended whose annotations a clear-finished
 	// clears from Node (Plan.Swap is nil: none is under way); Uncordon
 	// says it lifts the cordon that swap left on Node first.
@@ -53,6 +56,9 @@ type Plan struct {
 	RenewLease bool `json:"renewLease"`
 	// Decision is the automatic decision, also when only reported.
 	Decision *api.Decision `json:"decision,omitempty"`
+	// RetriesSpent: the decision is a retry past the remediation's
+	// max_retries, and automatic swaps do not start.
+	RetriesSpent bool `json:"retriesSpent,omitempty"`
 	// Voters are the Nodes whose members vote, by name.
 	Voters []string `json:"voters"`
 	// Pending are the hosts whose demotion a swap that ended (or ends

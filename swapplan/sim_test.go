@@ -301,6 +301,9 @@ func (w *world) apply(plan swapplan.Plan) {
 		w.status.Last = &api.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
 			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending}
 		w.status.CooldownUntil = a.CooldownUntil
+		if a.Remediations != nil {
+			w.status.Remediations = a.Remediations
+		}
 		w.status.Swap = nil
 		w.lease = swapplan.Lease{}
 	}

@@ -49,6 +49,21 @@ type Config struct {
 	// Window is when an automatic swap may start.
 	Window Window
 	Bounds Bounds
+	// Remediation limits the retries of automatic swaps.
+	Remediation Remediation
+}
+
+// Remediation limits automatic swaps as Cluster API's
+// KubeadmControlPlane limits its remediation (remediationStrategy): an
+// automatic swap of a voter that an automatic swap put in less than
+// MinHealthyPeriod before (from that swap's start) is a retry of the same
+// remediation; it waits RetryPeriod from that start, and past MaxRetries
+// retries (-1: no limit) it does not start until the period runs out. A
+// manual swap is not limited.
+type Remediation struct {
+	MaxRetries       int
+	RetryPeriod      time.Duration
+	MinHealthyPeriod time.Duration
 }
 
 // Bounds are the steps' own bounds. What happens past each is in the

@@ -1000,7 +1000,8 @@ func (p *planner) end(result string, pending []string, reason string) Plan {
 		why += ": " + rec.Reason
 	}
 	return Plan{
-		Action: Action{Type: api.ActionEnd, Result: rec.Result, Clear: clear, Pending: slices.Clone(rec.Pending), CooldownUntil: cooldown},
+		Action: Action{Type: api.ActionEnd, Result: rec.Result, Clear: clear, Pending: slices.Clone(rec.Pending), CooldownUntil: cooldown,
+			Remediations: p.remediations(&rec)},
 		Step:   api.StepEnd,
 		Swap:   &rec,
 		Reason: why,

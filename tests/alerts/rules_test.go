@@ -322,6 +322,24 @@ var cases = []struct {
 		expect(t, "FleetRoleDemotionUnfinished", firing(t, series, "FleetRoleDemotionUnfinished", 15*time.Minute, 20*time.Minute, 35*time.Minute),
 			map[time.Duration][]string{15 * time.Minute: {}, 20 * time.Minute: {}, 35 * time.Minute: {}})
 	}},
+	{"ARemediationPastItsRetriesFiresAfterFiveMinutes", func(t *testing.T) {
+		// The leading replica stops at minute 5; the other says nothing.
+		series := `
+  fleet_role_remediation_retries_spent{job="fleet-role-controller", instance="a"} 0x4 1x30
+  fleet_role_remediation_retries_spent{job="fleet-role-controller", instance="b"} 0x35
+`
+		want := `{alertname="FleetRoleRemediationRetriesSpent", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRoleRemediationRetriesSpent", firing(t, series, "FleetRoleRemediationRetriesSpent", 9*time.Minute, 10*time.Minute, 30*time.Minute),
+			map[time.Duration][]string{9 * time.Minute: {}, 10 * time.Minute: {want}, 30 * time.Minute: {want}})
+	}},
+	{"ARemediationWhoseRetriesAreSpentOnlyBrieflyIsQuiet", func(t *testing.T) {
+		// The minimum healthy period runs out at minute 8.
+		series := `
+  fleet_role_remediation_retries_spent{job="fleet-role-controller", instance="a"} 0x4 1x3 0x20
+`
+		expect(t, "FleetRoleRemediationRetriesSpent", firing(t, series, "FleetRoleRemediationRetriesSpent", 7*time.Minute, 10*time.Minute, 20*time.Minute),
+			map[time.Duration][]string{7 * time.Minute: {}, 10 * time.Minute: {}, 20 * time.Minute: {}})
+	}},
 }
 
 // TestEachAlertFiresWhenItShouldAndOnlyThen runs the cases, then checks
