@@ -155,6 +155,22 @@ type Remediation struct {
 	Retry int `json:"retry"`
 }
 
+// Domains is how the voters lie across failure domains (the Nodes'
+// label Label, topology.kubernetes.io/zone by default): written by the
+// controller in Status.Domains every pass, read by `fleet-role status`.
+type Domains struct {
+	Label string `json:"label"`
+	// Voters counts the voters in each domain.
+	Voters map[string]int `json:"voters,omitempty"`
+	// Span is how many domains hold a voter; Survives how many domains
+	// may be lost together, whichever they are, with quorum kept.
+	Span     int `json:"span"`
+	Survives int `json:"survives"`
+	// Unlabelled are the voters without the label: with any, the domains
+	// are not told (Span and Survives 0) and no choice weighs them.
+	Unlabelled []string `json:"unlabelled,omitempty"`
+}
+
 // UnfinishedDemotion is a host a swap that ended asked to step down whose
 // agent has not reported the finish of its demotion: written by the
 // controller in Status.Unfinished every pass, read by `fleet-role
@@ -214,6 +230,9 @@ type Status struct {
 	// Unfinished are the hosts whose demotion a swap that ended left
 	// unfinished, by name.
 	Unfinished []UnfinishedDemotion `json:"unfinished,omitempty"`
+	// Domains is how the voters lie across failure domains, when a label
+	// names them.
+	Domains *Domains `json:"domains,omitempty"`
 	// Remediations are the automatic swaps that completed whose minimum
 	// healthy period has not run out, one for each voter they put in: the
 	// remediation limits' record.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/fleet-role/fleet-role/api"
 )
@@ -48,14 +49,19 @@ type Controller struct {
 	DrainTimeout time.Duration `toml:"drain_timeout"`
 	// ListenAddress serves /metrics, /healthz and /readyz; empty serves
 	// nothing.
-	ListenAddress     string            `toml:"listen_address"`
-	LeaderElection    LeaderElection    `toml:"leader_election"`
-	Verdicts          Verdicts          `toml:"verdicts"`
-	MaintenanceWindow MaintenanceWindow `toml:"maintenance_window"`
-	Holds             Holds             `toml:"holds"`
-	Notify            Notify            `toml:"notify"`
-	Bounds            Bounds            `toml:"bounds"`
-	Remediation       Remediation       `toml:"remediation"`
+	ListenAddress string `toml:"listen_address"`
+	// FailureDomainLabel is the Node label naming a host's failure domain
+	// (its zone, rack or room): the automatic choice keeps the voters
+	// spread across the domains, and a manual swap that would put a
+	// majority of them in one is refused unless forced. Empty: none.
+	FailureDomainLabel string            `toml:"failure_domain_label"`
+	LeaderElection     LeaderElection    `toml:"leader_election"`
+	Verdicts           Verdicts          `toml:"verdicts"`
+	MaintenanceWindow  MaintenanceWindow `toml:"maintenance_window"`
+	Holds              Holds             `toml:"holds"`
+	Notify             Notify            `toml:"notify"`
+	Bounds             Bounds            `toml:"bounds"`
+	Remediation        Remediation       `toml:"remediation"`
 }
 
 // Remediation limits the automatic swaps of a voter put in by an
@@ -268,6 +274,8 @@ func DefaultController() Controller {
 		MinPassInterval: 100 * time.Millisecond,
 		DrainTimeout:    30 * time.Second,
 		ListenAddress:   ":9090",
+		// Kubernetes's well-known label of a Node's zone.
+		FailureDomainLabel: "topology.kubernetes.io/zone",
 		LeaderElection: LeaderElection{
 			Lease:         api.LeaderElectionLease,
 			LeaseDuration: 15 * time.Second,
@@ -352,6 +360,11 @@ func (c Controller) Validate() error {
 	positive(&p, "drain_timeout", c.DrainTimeout)
 	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil && c.ListenAddress != "" {
 		p.add("listen_address", "%q is not host:port: %v", c.ListenAddress, err)
+	}
+	if l := c.FailureDomainLabel; l != "" {
+		if errs := validation.IsQualifiedName(l); len(errs) > 0 {
+			p.add("failure_domain_label", "%q is not a label key: %s", l, strings.Join(errs, "; "))
+		}
 	}
 	le := c.LeaderElection
 	if !dnsLabel.MatchString(le.Lease) {
@@ -474,6 +487,12 @@ drain_timeout = "{{d .DrainTimeout}}"
 
 # Serves /metrics (Prometheus), /healthz and /readyz.
 listen_address = "{{.ListenAddress}}"
+
+# The Node label naming a host's failure domain (zone, rack, room): the
+# automatic choice keeps the voters spread across the domains, and a
+# manual swap that would put a majority of them in one is refused unless
+# forced. Empty: none. With a voter unlabelled, domains are not weighed.
+failure_domain_label = "{{.FailureDomainLabel}}"
 
 # Replicas elect one to act, on a Lease of their own in the namespace.
 [leader_election]

@@ -432,7 +432,7 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 			st.Swap = nil
 		}
 		st.Step, st.Since, st.Bound, st.Reason, st.Decision = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision
-		st.Voters = plan.Voters
+		st.Voters, st.Domains = plan.Voters, plan.Domains
 		st.Members = map[string][]api.Member{}
 		for _, n := range snap.Nodes {
 			if slices.Contains(plan.Voters, n.Name) && n.Probe != nil {

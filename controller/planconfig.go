@@ -25,6 +25,7 @@ func PlanConfig(c config.Controller) swapplan.Config {
 			Gates: b.Gates, StepDown: b.StepDown, RemoveMember: b.RemoveMember, MemberGone: b.MemberGone, Uncordon: b.Uncordon, Rollback: b.Rollback,
 			RemoveFallback: b.RemoveFallback, RemoveByVoter: b.RemoveByVoter,
 		},
+		DomainLabel: c.FailureDomainLabel,
 		Remediation: swapplan.Remediation{
 			MaxRetries: c.Remediation.MaxRetries, RetryPeriod: c.Remediation.RetryPeriod, MinHealthyPeriod: c.Remediation.MinHealthyPeriod,
 		},

@@ -518,7 +518,7 @@ func TestARollbackLeavesTheCordonsOthersSetOnTheCandidateAndTheOutgoingVoter(t *
 func TestAManualRequestIsCheckedBeforeItIsWritten(t *testing.T) {
 	w := newWorld(t, 3, 1, 1)
 	s := w.snapshot()
-	require.NoError(t, swapplan.CheckRequest(s, "v1", "s1"))
+	require.NoError(t, swapplan.CheckRequest(s, "v1", "s1", false))
 	for _, tc := range []struct{ out, in, want string }{
 		{"s1", "v1", "s1 is not a voter"},
 		{"v1", "a1", `a1's role is "agent", not "standby"`},
@@ -526,16 +526,16 @@ func TestAManualRequestIsCheckedBeforeItIsWritten(t *testing.T) {
 		{"v1", "nope", "there is no Node nope"},
 		{"v1", "v1", "the same node"},
 	} {
-		assert.ErrorContains(t, swapplan.CheckRequest(s, tc.out, tc.in), tc.want)
+		assert.ErrorContains(t, swapplan.CheckRequest(s, tc.out, tc.in, false), tc.want)
 	}
 	w.node("s1").Unschedulable = true
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1"), "s1 is cordoned")
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1", false), "s1 is cordoned")
 	w.node("s1").Unschedulable = false
 	w.requestSwap("v1", "s1")
 	w.pass()
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1"), "is under way")
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", false), "is under way")
 	w.lease = swapplan.Lease{Holder: "regrade", RenewTime: w.now, Duration: time.Minute}
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1"), `held by "regrade"`)
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", false), `held by "regrade"`)
 }
 
 func TestThePromotionNamesTheVotersButTheOutgoingOneForTheCandidateToJoinThrough(t *testing.T) {
@@ -687,13 +687,13 @@ func TestARequestWaitingToBeCarriedOutIsNotReplacedButOneThePlannerRefusesIs(t *
 	w.pause = &api.Pause{By: "carol", Reason: "freeze", At: w.now}
 	w.request = &api.ManualRequest{Out: "v1", In: "s1", At: w.now, By: "alice"}
 	s := w.snapshot()
-	assert.ErrorContains(t, swapplan.CheckRequest(s, "v2", "s2"), "alice's request to swap v1 for s1 (at ")
-	assert.ErrorContains(t, swapplan.CheckRequest(s, "v2", "s2"), "swap --cancel withdraws it")
-	assert.NoError(t, swapplan.CheckRequest(s, "v1", "s1"), "the same request again")
+	assert.ErrorContains(t, swapplan.CheckRequest(s, "v2", "s2", false), "alice's request to swap v1 for s1 (at ")
+	assert.ErrorContains(t, swapplan.CheckRequest(s, "v2", "s2", false), "swap --cancel withdraws it")
+	assert.NoError(t, swapplan.CheckRequest(s, "v1", "s1", false), "the same request again")
 	assert.Equal(t, w.request, swapplan.PendingRequest(s))
 
 	w.request = &api.ManualRequest{Out: "v1", In: "a1", At: w.now, By: "alice"}
-	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s2"), "a request the planner refuses is replaced")
+	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s2", false), "a request the planner refuses is replaced")
 
 	w.pause = nil
 	w.request = &api.ManualRequest{Out: "v1", In: "s1", At: w.now, By: "alice"}
@@ -903,7 +903,7 @@ func TestAManualRequestIsRefusedForEachReasonAPairCannotBeSwappedAndNothingStart
 			if tc.edit != nil {
 				tc.edit(w)
 			}
-			assert.EqualError(t, swapplan.CheckRequest(w.snapshot(), tc.out, tc.in), tc.why)
+			assert.EqualError(t, swapplan.CheckRequest(w.snapshot(), tc.out, tc.in, false), tc.why)
 			w.requestSwap(tc.out, tc.in)
 			p := swapplan.Next(w.snapshot())
 			assert.Equal(t, api.ActionNone, p.Action.Type)
@@ -936,7 +936,7 @@ func TestAManualRequestIsRefusedWhileASwapIsUnderWayByTheLeaseOrByTheStatusAndNo
 		t.Run(tc.name, func(t *testing.T) {
 			s := w.snapshot()
 			s.Lease, s.Status.Swap, s.Status.Last = tc.lease, tc.swap, tc.last
-			err := swapplan.CheckRequest(s, "v1", "s1")
+			err := swapplan.CheckRequest(s, "v1", "s1", false)
 			if tc.want == "" {
 				assert.NoError(t, err)
 			} else {
@@ -950,8 +950,8 @@ func TestARequestWaitingToBeCarriedOutRefusesOneWithTheSameOutAndAnotherIn(t *te
 	w := newWorld(t, 3, 2, 0)
 	w.pause = &api.Pause{By: "carol", Reason: "freeze", At: w.now}
 	w.request = &api.ManualRequest{Out: "v1", In: "s1", At: w.now, By: "alice"}
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s2"), "alice's request to swap v1 for s1 (at ")
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1"), "alice's request to swap v1 for s1 (at ")
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s2", false), "alice's request to swap v1 for s1 (at ")
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", false), "alice's request to swap v1 for s1 (at ")
 }
 
 func TestTheAutomaticDecisionChoosesAStandbyThatIsNoVoterNeverARunnerHoweverFit(t *testing.T) {

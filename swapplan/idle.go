@@ -3,6 +3,7 @@ package swapplan
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,6 +55,9 @@ func (p *planner) manual(q *api.ManualRequest) Plan {
 	out, in := p.node(q.Out), p.node(q.In)
 	if why := p.refusal(q.Out, q.In, out, in, false); why != "" {
 		return p.wait("", "the manual request to swap %s for %s is refused: %s", q.Out, q.In, why)
+	}
+	if why := p.domainRefusal(out, in); why != "" && !q.Force {
+		return p.wait("", "the manual request to swap %s for %s is refused: %s; or swap --force", q.Out, q.In, why)
 	}
 	if why := p.startGates(out); why != "" {
 		return p.wait("", "the manual request to swap %s for %s waits: %s", q.Out, q.In, why)
@@ -228,8 +232,9 @@ func (p *planner) remediations(rec *api.SwapRecord) []api.Remediation {
 	return append(kept, next)
 }
 
-// decide takes the worst unfit voter and the best eligible standby; ties
-// break on the name.
+// decide takes the worst unfit voter and the best eligible standby: the
+// one that keeps the voters spread across failure domains best, then the
+// fittest; ties break on the name.
 func (p *planner) decide() (out, in *Node, why string) {
 	for _, v := range p.voters {
 		if v.Verdict.State == api.VerdictUnfit && (out == nil || v.Verdict.Score > out.Verdict.Score) {
@@ -244,14 +249,25 @@ func (p *planner) decide() (out, in *Node, why string) {
 		if n.Role != api.RoleStandby || n.Voter() || p.ineligible(n, true) != "" {
 			continue
 		}
-		if in == nil || n.Verdict.Score < in.Verdict.Score {
+		if in == nil {
+			in = n
+			continue
+		}
+		if c := slices.Compare(p.spreadKey(out, n), p.spreadKey(out, in)); c < 0 || c == 0 && n.Verdict.Score < in.Verdict.Score {
 			in = n
 		}
 	}
 	if in == nil {
 		return nil, nil, fmt.Sprintf("no swap: the voter %s is unfit (%s) but no standby is eligible", out.Name, out.Verdict.Reason)
 	}
-	return out, in, fmt.Sprintf("%s is unfit (%s); %s is the fittest eligible standby", out.Name, out.Verdict.Reason, in.Name)
+	why = fmt.Sprintf("%s is unfit (%s); %s is the fittest eligible standby", out.Name, out.Verdict.Reason, in.Name)
+	if _, _, ok := p.domainCounts(out, in); ok {
+		why += " that keeps the voters spread across " + p.s.Config.DomainLabel
+		if crowd := p.domainRefusal(out, in); crowd != "" {
+			why += " as best it can (" + crowd + ", as with every eligible standby)"
+		}
+	}
+	return out, in, why
 }
 
 func (p *planner) start(out, in *Node, origin string, requestAt *time.Time, why string) Plan {
@@ -276,7 +292,7 @@ func SwapID(start time.Time, out string) string {
 // refused now: OUT not a voter, IN not an eligible standby, or a swap (or
 // a regrade) under way. It is what `fleet-role swap` checks before it
 // writes the request; the planner checks the same again, and the gates.
-func CheckRequest(s Snapshot, out, in string) error {
+func CheckRequest(s Snapshot, out, in string, force bool) error {
 	p := newPlanner(s)
 	if out == in {
 		return fmt.Errorf("OUT and IN are the same node %q", out)
@@ -292,6 +308,9 @@ func CheckRequest(s Snapshot, out, in string) error {
 	}
 	if why := p.refusal(out, in, p.node(out), p.node(in), false); why != "" {
 		return errors.New(why)
+	}
+	if why := p.domainRefusal(p.node(out), p.node(in)); why != "" && !force {
+		return errors.New(why + "; swap --force to do it anyway")
 	}
 	// Another request that waits to be carried out is not replaced: of
 	// two people asking at once, the first wins. One the planner refuses

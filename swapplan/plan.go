@@ -56,6 +56,8 @@ type Plan struct {
 	RenewLease bool `json:"renewLease"`
 	// Decision is the automatic decision, also when only reported.
 	Decision *api.Decision `json:"decision,omitempty"`
+	// Domains is how the voters lie across failure domains now.
+	Domains *api.Domains `json:"domains,omitempty"`
 	// RetriesSpent: the decision is a retry past the remediation's
 	// max_retries, and automatic swaps do not start.
 	RetriesSpent bool `json:"retriesSpent,omitempty"`
@@ -74,6 +76,7 @@ func Next(s Snapshot) Plan {
 	p := newPlanner(s)
 	plan := p.next()
 	plan.Voters = p.voterNames()
+	plan.Domains = p.domains()
 	plan.Pending = p.unfinished(plan.Swap)
 	if plan.Action.Type == "" {
 		plan.Action.Type = api.ActionNone

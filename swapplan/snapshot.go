@@ -51,6 +51,9 @@ type Config struct {
 	Bounds Bounds
 	// Remediation limits the retries of automatic swaps.
 	Remediation Remediation
+	// DomainLabel is the Node label that names a host's failure domain;
+	// empty: none is weighed.
+	DomainLabel string
 }
 
 // Remediation limits automatic swaps as Cluster API's
@@ -146,6 +149,9 @@ type Node struct {
 	ProbeSeen, ReportSeen time.Time
 	Verdict               api.Verdict
 	Pods                  []Pod
+	// Domain is the host's failure domain, the value of its Node's
+	// Config.DomainLabel; empty when it has none.
+	Domain string
 }
 
 // Pod is what the planner knows of a Pod on a Node.

@@ -180,7 +180,7 @@ carried out is not replaced by another (one the controller refuses is).`,
 				if err != nil {
 					return err
 				}
-				if err := swapplan.CheckRequest(snap, out, in); err != nil {
+				if err := swapplan.CheckRequest(snap, out, in, force); err != nil {
 					return fmt.Errorf("refused: %w", err)
 				}
 				if pa := snap.Pause; pa != nil && !force {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -235,6 +236,9 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 	if c := st.CooldownUntil; c != nil && c.After(now) {
 		row("COOLDOWN", "until %s", clock(*c))
 	}
+	if d := st.Domains; d != nil {
+		row("DOMAINS", "%s", domainsLine(d))
+	}
 	for _, u := range st.Unfinished {
 		if u.NodeGone {
 			row("PENDING", "%s: swap %s ended without it and its Node was deleted, so nothing is kept for its agent: "+
@@ -318,4 +322,23 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
+}
+
+// domainsLine says how the voters lie across failure domains.
+func domainsLine(d *api.Domains) string {
+	if len(d.Unlabelled) > 0 {
+		return fmt.Sprintf("not known: the voters %s have no %s label", strings.Join(d.Unlabelled, " "), d.Label)
+	}
+	var each []string
+	for _, name := range slices.Sorted(maps.Keys(d.Voters)) {
+		each = append(each, fmt.Sprintf("%s %d", name, d.Voters[name]))
+	}
+	survives := "of no domain"
+	switch {
+	case d.Survives == 1:
+		survives = "of any one domain"
+	case d.Survives > 1:
+		survives = fmt.Sprintf("of any %d domains", d.Survives)
+	}
+	return fmt.Sprintf("the voters span %d of %s (%s); quorum survives the loss %s", d.Span, d.Label, strings.Join(each, ", "), survives)
 }

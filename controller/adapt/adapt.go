@@ -64,6 +64,9 @@ func Build(in Input, cfg swapplan.Config, runners labels.Selector, now time.Time
 		}
 		node.Pods = pods[n.Name]
 		node.Verdict = s.Status.Verdicts[n.Name]
+		if cfg.DomainLabel != "" {
+			node.Domain = n.Labels[cfg.DomainLabel]
+		}
 		s.Nodes = append(s.Nodes, node)
 	}
 	slices.SortFunc(s.Nodes, func(a, b swapplan.Node) int { return strings.Compare(a.Name, b.Name) })

@@ -1,0 +1,62 @@
+package controller_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/tests/fleetsim"
+)
+
+func TestAVoterAnAutomaticSwapPutInTurningUnfitPastMaxRetriesIsNotSwappedAutomaticallyButByHand(t *testing.T) {
+	e := newEnv(t, 3, 2, 0)
+	e.cfg.DryRun = false
+	e.cfg.Verdicts.Window = 4
+	e.cfg.Cooldown = time.Second
+	e.cfg.Remediation.MaxRetries = 0 // no retry at all
+	e.d.With(func(d *fleetsim.Driver) {
+		d.Hosts["v2"].FsyncMs = 35 // its disk turned slow
+		d.Hosts["s2"].FsyncMs = 6  // a fit standby, but not the fittest
+	})
+	e.start()
+	first := e.waitEnd(3 * time.Minute)
+	require.Equal(t, api.ResultCompleted, first.Result, first.Reason)
+	require.Equal(t, "s1", first.In)
+	st, _ := e.status()
+	assert.Equal(t, []api.Remediation{{Swap: first.ID, Out: "v2", In: "s1", At: first.StartedAt}}, st.Remediations,
+		"the remediation, in status.json, timed at its start")
+
+	// The voter it put in turns unfit: its swap would be a retry.
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["s1"].FsyncMs = 35 })
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return strings.Contains(st.Reason, "has spent its max_retries (0)")
+	}, time.Minute, 100*time.Millisecond, "the automatic swap stops; status: %s", st.Reason)
+	assert.Contains(t, st.Reason, "the automatic decision to swap s1 for s2 does not start: s1 was put in by the automatic swap "+first.ID)
+	assert.Equal(t, first.ID, st.Last.ID, "no swap started")
+	require.Eventually(t, func() bool {
+		return e.metric("fleet_role_remediation_retries_spent") == "fleet_role_remediation_retries_spent 1"
+	}, 5*time.Second, 50*time.Millisecond, "the gauge the alert reads: %q", e.metric("fleet_role_remediation_retries_spent"))
+	out, _, code := e.cli("status")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "has spent its max_retries (0)", "fleet-role status says why")
+
+	// A person may still swap it.
+	_, stderr, code := e.cli("swap", "s1", "s2")
+	require.Equal(t, 0, code, stderr)
+	var last *api.SwapResult
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		last = st.Last
+		return last != nil && last.ID != first.ID && st.Swap == nil
+	}, 3*time.Minute, 100*time.Millisecond, "the manual swap ends; status: %s", st.Reason)
+	assert.Equal(t, api.ResultCompleted, last.Result, last.Reason)
+	assert.Equal(t, api.OriginManual, last.Origin)
+	assertCompleted(t, e, "s1", "s2")
+	assert.Equal(t, []api.Remediation{{Swap: first.ID, Out: "v2", In: "s1", At: first.StartedAt}}, st.Remediations,
+		"a manual swap is no remediation")
+}
