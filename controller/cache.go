@@ -40,6 +40,8 @@ type cache struct {
 	runners labels.Selector
 	log     *slog.Logger
 	changed func()
+	// domainLabel names the Nodes' failure domains; empty: none.
+	domainLabel string
 
 	factories []informers.SharedInformerFactory
 	synced    []toolscache.InformerSynced
@@ -216,6 +218,7 @@ func (c *cache) nodeChanged(obj any) {
 		return
 	}
 	n, err := adapt.Node(node)
+	n.Domain = adapt.Domain(node, c.domainLabel)
 	now := c.now()
 	c.mu.Lock()
 	old, existed := c.nodes[n.Name]

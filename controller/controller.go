@@ -115,6 +115,7 @@ func New(o Options) (*Controller, error) {
 		registry: o.Registry, metrics: newMetrics(o.Registry), trigger: make(chan struct{}, 1),
 	}
 	c.cache = newCache(o.Client, o.Config.Namespace, runners, log, c.poke)
+	c.cache.domainLabel = o.Config.FailureDomainLabel
 	c.windows = newWindows(o.Config.Verdicts.Window)
 	c.cache.sampled, c.cache.gone = c.windows.add, c.windows.forget
 	c.cache.now = o.Now

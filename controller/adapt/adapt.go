@@ -64,9 +64,7 @@ func Build(in Input, cfg swapplan.Config, runners labels.Selector, now time.Time
 		}
 		node.Pods = pods[n.Name]
 		node.Verdict = s.Status.Verdicts[n.Name]
-		if cfg.DomainLabel != "" {
-			node.Domain = n.Labels[cfg.DomainLabel]
-		}
+		node.Domain = Domain(n, cfg.DomainLabel)
 		s.Nodes = append(s.Nodes, node)
 	}
 	slices.SortFunc(s.Nodes, func(a, b swapplan.Node) int { return strings.Compare(a.Name, b.Name) })
@@ -132,6 +130,15 @@ func Node(n *corev1.Node) (swapplan.Node, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// Domain is the Node's failure domain, the value of its label given;
+// empty when it has none, or no label is given.
+func Domain(n *corev1.Node, label string) string {
+	if label == "" {
+		return ""
+	}
+	return n.Labels[label]
 }
 
 // Pod converts a Pod; runners selects the runner pods.
