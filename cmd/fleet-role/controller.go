@@ -136,7 +136,9 @@ func newSwapCommand() *cobra.Command {
 standby, no swap under way) and writes it into the fleet-role-status
 ConfigMap as request.json; the controller carries it out, in a dry run
 too, through every gate but the cooldown and the verdicts. While the
-controller is paused (fleet-role pause) it is refused unless --force.
+controller is paused (fleet-role pause) it is refused unless --force;
+so is one that would put a majority of the voters in one failure domain
+(the Nodes' failure_domain_label).
 The requester is who the API server says the caller is.
 
 swap --cancel asks the controller to take the swap under way back from
@@ -200,7 +202,7 @@ carried out is not replaced by another (one the controller refuses is).`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "swap while the controller is paused")
+	cmd.Flags().BoolVar(&force, "force", false, "swap while the controller is paused or held, or though it crowds a failure domain")
 	cmd.Flags().BoolVar(&cancelSwap, "cancel", false, "take the swap under way back, if its outgoing voter has not stepped down")
 	clusterFlags(cmd, &configFile, &kubeconfig)
 	return cmd
