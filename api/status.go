@@ -155,6 +155,31 @@ type Remediation struct {
 	Retry int `json:"retry"`
 }
 
+// ControllerState is what governs the controller's decisions, as the
+// leading replica stood at its last status: written in Status.Controller,
+// read by `fleet-role status`, so that a quiet fleet still says why it is
+// quiet.
+type ControllerState struct {
+	// Leader is the replica that wrote the status.
+	Leader string `json:"leader"`
+	// DryRun: the automatic decisions are only reported.
+	DryRun bool `json:"dryRun"`
+	// Window is the maintenance window; nil when it is open always.
+	Window *WindowState `json:"window,omitempty"`
+	// Holds are the holds configured, each a phrase; Held those in force
+	// when they were last read (a pass that would have started a swap).
+	Holds []string `json:"holds,omitempty"`
+	Held  []string `json:"held,omitempty"`
+}
+
+// WindowState is the maintenance window at a pass: its days and times, open
+// or not, and when that next changes (nil: never).
+type WindowState struct {
+	Spec string     `json:"spec"`
+	Open bool       `json:"open"`
+	Next *time.Time `json:"next,omitempty"`
+}
+
 // Domains is how the voters lie across failure domains (the Nodes'
 // label Label, topology.kubernetes.io/zone by default): written by the
 // controller in Status.Domains every pass, read by `fleet-role status`.
@@ -230,6 +255,9 @@ type Status struct {
 	// Unfinished are the hosts whose demotion a swap that ended left
 	// unfinished, by name.
 	Unfinished []UnfinishedDemotion `json:"unfinished,omitempty"`
+	// Controller is what governs its decisions: the dry run, the window,
+	// the holds, and which replica leads.
+	Controller *ControllerState `json:"controller,omitempty"`
 	// Domains is how the voters lie across failure domains, when a label
 	// names them.
 	Domains *Domains `json:"domains,omitempty"`

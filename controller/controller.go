@@ -434,6 +434,7 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 		}
 		st.Step, st.Since, st.Bound, st.Reason, st.Decision = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision
 		st.Voters, st.Domains = plan.Voters, plan.Domains
+		st.Controller = c.state(snap)
 		st.Members = map[string][]api.Member{}
 		for _, n := range snap.Nodes {
 			if slices.Contains(plan.Voters, n.Name) && n.Probe != nil {
@@ -461,6 +462,19 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 			st.LastAction = la
 		}
 	}
+}
+
+// state is what governs the controller's decisions at this pass.
+func (c *Controller) state(snap swapplan.Snapshot) *api.ControllerState {
+	st := &api.ControllerState{Leader: c.identity, DryRun: c.plan.DryRun, Holds: describeHolds(c.cfg.Holds), Held: slices.Clone(snap.Holds)}
+	if w := c.plan.Window; !w.Always() {
+		st.Window = &api.WindowState{Spec: w.String(), Open: w.Open(snap.Now)}
+		if next, ok := w.Next(snap.Now); ok {
+			next = next.UTC()
+			st.Window.Next = &next
+		}
+	}
+	return st
 }
 
 // publish writes status.json when what it says changed. Note: the

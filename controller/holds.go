@@ -42,6 +42,21 @@ type holds struct {
 	held   *prometheus.GaugeVec
 }
 
+// describeHolds names the holds configured, as a person reads them.
+func describeHolds(cfg config.Holds) []string {
+	var out []string
+	if cfg.KuredDaemonSet != "" {
+		out = append(out, "kured's reboot lock ("+cfg.KuredDaemonSet+")")
+	}
+	if cfg.UpgradePlansNamespace != "" {
+		out = append(out, "an upgrade Plan applying (in "+cfg.UpgradePlansNamespace+")")
+	}
+	if cfg.PrometheusURL != "" {
+		out = append(out, "an alert active at "+cfg.PrometheusURL)
+	}
+	return out
+}
+
 // newHolds returns nil when no hold is configured.
 func newHolds(cfg config.Holds, client kubernetes.Interface, reg prometheus.Registerer) (*holds, error) {
 	if cfg.KuredDaemonSet == "" && cfg.UpgradePlansNamespace == "" && cfg.PrometheusURL == "" {

@@ -2,6 +2,7 @@ package swapplan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -66,4 +67,40 @@ func (w Window) String() string {
 	}
 	hm := func(d time.Duration) string { return fmt.Sprintf("%02d:%02d", int(d.Hours()), int(d.Minutes())%60) }
 	return fmt.Sprintf("%s %s-%s %s", strings.Join(days, ","), hm(w.Start), hm(w.End), loc)
+}
+
+// Next is when the window next opens, if it is closed at t, or closes,
+// if it is open; false when it never changes (open always, or never
+// open). The window changes only at its start, its end or midnight on
+// some day, so those of the next eight days are the candidates.
+func (w Window) Next(t time.Time) (time.Time, bool) {
+	if w.Always() {
+		return time.Time{}, false
+	}
+	loc := w.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	local := t.In(loc)
+	midnight := time.Date(local.Year(), local.Month(), local.Day(), 0, 0, 0, 0, loc)
+	var candidates []time.Time
+	for d := 0; d <= 8; d++ {
+		day := midnight.AddDate(0, 0, d)
+		for _, at := range []time.Duration{0, w.Start, w.End} {
+			// On the day's clock, as Open reads it (a day of a DST change
+			// included).
+			c := time.Date(day.Year(), day.Month(), day.Day(), int(at/time.Hour), int(at%time.Hour/time.Minute), 0, 0, loc)
+			if c.After(t) {
+				candidates = append(candidates, c)
+			}
+		}
+	}
+	slices.SortFunc(candidates, func(a, b time.Time) int { return a.Compare(b) })
+	open := w.Open(t)
+	for _, c := range candidates {
+		if w.Open(c) != open {
+			return c, true
+		}
+	}
+	return time.Time{}, false
 }

@@ -94,3 +94,41 @@ func TestOutsideTheWindowTheAutomaticSwapWaitsAManualOneGoesAndOneStartedInsideF
 	w.cfg.Window.Start, w.cfg.Window.End = w.cfg.Window.End, w.cfg.Window.End+time.Hour
 	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
 }
+
+func TestAMaintenanceWindowSaysWhenItNextOpensOrCloses(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	require.NoError(t, err)
+	weekdays := [7]bool{false, true, true, true, true, true, false}
+	at := func(s string) time.Time {
+		v, err := time.ParseInLocation("Mon 2006-01-02 15:04", s, berlin)
+		require.NoError(t, err)
+		return v.UTC()
+	}
+	night := swapplan.Window{Days: weekdays, Start: 22 * time.Hour, End: 4 * time.Hour, Location: berlin}
+	early := swapplan.Window{Days: weekdays, Start: 2 * time.Hour, End: 5 * time.Hour, Location: berlin}
+	for _, tc := range []struct {
+		name string
+		w    swapplan.Window
+		t    string
+		next string
+	}{
+		{"closed, opens the same day", early, "Tue 2026-12-01 01:00", "Tue 2026-12-01 02:00"},
+		{"open, closes at its end", early, "Tue 2026-12-01 03:00", "Tue 2026-12-01 05:00"},
+		{"closed after friday's, opens on monday", early, "Fri 2026-12-04 06:00", "Mon 2026-12-07 02:00"},
+		{"open past midnight, closes the next morning", night, "Fri 2026-12-04 23:00", "Sat 2026-12-05 04:00"},
+		{"closed on saturday night, opens on monday night", night, "Sat 2026-12-05 23:00", "Mon 2026-12-07 22:00"},
+		{"a whole day, closes at midnight", swapplan.Window{Days: weekdays, Start: 3 * time.Hour, End: 3 * time.Hour, Location: berlin},
+			"Fri 2026-12-04 12:00", "Sat 2026-12-05 00:00"},
+		{"across the change to summer time", swapplan.Window{Days: [7]bool{true}, Start: 2 * time.Hour, End: 5 * time.Hour, Location: berlin},
+			"Sun 2027-03-28 01:00", "Sun 2027-03-28 03:00"},
+	} {
+		next, ok := tc.w.Next(at(tc.t))
+		require.True(t, ok, tc.name)
+		assert.Equal(t, at(tc.next), next.UTC(), tc.name)
+		assert.NotEqual(t, tc.w.Open(at(tc.t)), tc.w.Open(next), "%s: it changes then", tc.name)
+	}
+	_, ok := swapplan.Window{}.Next(at("Fri 2026-12-04 12:00"))
+	assert.False(t, ok, "open always: no change")
+	_, ok = swapplan.Window{Days: weekdays, Start: time.Hour, End: time.Hour}.Next(at("Fri 2026-12-04 12:00"))
+	assert.True(t, ok, "whole weekdays close on saturday")
+}

@@ -180,6 +180,9 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 	if !st.UpdatedAt.IsZero() {
 		row("UPDATED", "%s (%s)", clock(st.UpdatedAt), ago(now, st.UpdatedAt))
 	}
+	if c := st.Controller; c != nil {
+		controllerRows(row, c, now)
+	}
 	if s := st.Swap; s != nil {
 		phase := ""
 		if s.Phase != "" {
@@ -341,4 +344,32 @@ func domainsLine(d *api.Domains) string {
 		survives = fmt.Sprintf("of any %d domains", d.Survives)
 	}
 	return fmt.Sprintf("the voters span %d of %s (%s); quorum survives the loss %s", d.Span, d.Label, strings.Join(each, ", "), survives)
+}
+
+// controllerRows say what governs the controller's decisions: who leads,
+// the dry run, the window and the holds.
+func controllerRows(row func(k, format string, args ...any), c *api.ControllerState, now time.Time) {
+	dry := "off: it carries out its own decisions"
+	if c.DryRun {
+		dry = "on: its own decisions are only reported; a manual swap is carried out"
+	}
+	row("CONTROLLER", "%s leads; dry run %s", c.Leader, dry)
+	if w := c.Window; w != nil {
+		state, change := "closed", "opens"
+		if w.Open {
+			state, change = "open", "closes"
+		}
+		next := ""
+		if w.Next != nil {
+			next = fmt.Sprintf("; %s at %s (in %s)", change, clock(*w.Next), w.Next.Sub(now).Round(time.Second))
+		}
+		row("WINDOW", "%s (%s)%s", state, w.Spec, next)
+	}
+	if len(c.Holds) > 0 {
+		held := "none in force when last read"
+		if len(c.Held) > 0 {
+			held = "in force: " + strings.Join(c.Held, "; ")
+		}
+		row("HOLDS", "%s; %s", strings.Join(c.Holds, ", "), held)
+	}
 }

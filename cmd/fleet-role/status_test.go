@@ -83,3 +83,31 @@ func TestStatusSaysOfEachUnfinishedDemotionWhatStaysOnItsNodeOrThatItsNodeIsGone
 	renderStatus(&b, api.Status{UpdatedAt: now, Pending: []string{"v2"}}, now, false)
 	assert.Contains(t, b.String(), "PENDING  v2 (named by the last swap's end: see its reason)", "a status an earlier controller wrote")
 }
+
+func TestStatusSaysWhoLeadsTheDryRunTheWindowTheHoldsAndTheDomainsOfAQuietFleet(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	opens := now.Add(14 * time.Hour)
+	st := api.Status{UpdatedAt: now, Reason: "no swap: no voter is unfit",
+		Controller: &api.ControllerState{Leader: "fleet-role-controller-7d4b9-x2x9q", DryRun: true,
+			Window: &api.WindowState{Spec: "mon,tue,wed,thu,fri 02:00-05:00 UTC", Open: false, Next: &opens},
+			Holds:  []string{"kured's reboot lock (kube-system/kured)"}},
+		Domains: &api.Domains{Label: "topology.kubernetes.io/zone", Voters: map[string]int{"a": 1, "b": 2}, Span: 2, Survives: 0},
+	}
+	var b strings.Builder
+	renderStatus(&b, st, now, false)
+	out := b.String()
+	assert.Contains(t, out, "CONTROLLER  fleet-role-controller-7d4b9-x2x9q leads; dry run on: its own decisions are only reported; a manual swap is carried out\n")
+	assert.Contains(t, out, "WINDOW      closed (mon,tue,wed,thu,fri 02:00-05:00 UTC); opens at 2026-12-05 02:00:00Z (in 14h0m0s)\n")
+	assert.Contains(t, out, "HOLDS       kured's reboot lock (kube-system/kured); none in force when last read\n")
+	assert.Contains(t, out, "DOMAINS     the voters span 2 of topology.kubernetes.io/zone (a 1, b 2); quorum survives the loss of no domain\n")
+
+	st.Controller.DryRun, st.Controller.Window.Open, st.Controller.Held = false, true, []string{"kured's reboot lock is held by v2"}
+	st.Domains = &api.Domains{Label: "topology.kubernetes.io/zone", Unlabelled: []string{"v1", "v3"}}
+	b.Reset()
+	renderStatus(&b, st, now, false)
+	out = b.String()
+	assert.Contains(t, out, "dry run off: it carries out its own decisions\n")
+	assert.Contains(t, out, "open (mon,tue,wed,thu,fri 02:00-05:00 UTC); closes at ")
+	assert.Contains(t, out, "in force: kured's reboot lock is held by v2\n")
+	assert.Contains(t, out, "DOMAINS     not known: the voters v1 v3 have no topology.kubernetes.io/zone label\n")
+}

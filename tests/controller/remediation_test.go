@@ -44,6 +44,7 @@ func TestAVoterAnAutomaticSwapPutInTurningUnfitPastMaxRetriesIsNotSwappedAutomat
 	out, _, code := e.cli("status")
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "has spent its max_retries (0)", "fleet-role status says why")
+	assert.Contains(t, out, "CONTROLLER   test-1 leads; dry run off: it carries out its own decisions\n", "and what governs the decisions")
 
 	// A person may still swap it.
 	_, stderr, code := e.cli("swap", "s1", "s2")
