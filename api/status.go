@@ -130,7 +130,23 @@ type SwapResult struct {
 	EndedAt   time.Time  `json:"endedAt"`
 	RequestAt *time.Time `json:"requestAt,omitempty"`
 	Pending   []string   `json:"pending,omitempty"`
+	// By is who asked, for a manual swap.
+	By string `json:"by,omitempty"`
+	// Steps are the steps it went through, in order, each from when it
+	// began to when the next did.
+	Steps []StepSpan `json:"steps,omitempty"`
 }
+
+// StepSpan is a step of a swap and how long it lasted.
+type StepSpan struct {
+	Step  string    `json:"step"`
+	Start time.Time `json:"start"`
+	// End is when the next step began; zero for the step the swap is at.
+	End time.Time `json:"end,omitzero"`
+}
+
+// HistoryLength is how many ended swaps Status.History keeps.
+const HistoryLength = 20
 
 // Remediation is an automatic swap that completed, kept for the voter it
 // put in while the minimum healthy period runs from the swap's start: an
@@ -255,6 +271,11 @@ type Status struct {
 	// Unfinished are the hosts whose demotion a swap that ended left
 	// unfinished, by name.
 	Unfinished []UnfinishedDemotion `json:"unfinished,omitempty"`
+	// Steps are the steps of the swap under way so far.
+	Steps []StepSpan `json:"steps,omitempty"`
+	// History are the last swaps that ended, the newest first, at most
+	// HistoryLength.
+	History []SwapResult `json:"history,omitempty"`
 	// Controller is what governs its decisions: the dry run, the window,
 	// the holds, and which replica leads.
 	Controller *ControllerState `json:"controller,omitempty"`

@@ -428,10 +428,12 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 	}
 	return func(st *api.Status, err error) {
 		st.Verdicts = verdicts
+		prev := st.Swap
 		st.Swap = plan.Swap
 		if plan.Swap != nil && plan.Swap.Phase == api.PhaseEnd && plan.Action.Type == api.ActionEnd && err == nil {
 			st.Swap = nil
 		}
+		st.Steps = stepLog(st.Steps, prev, st.Swap, plan, snap.Now)
 		st.Step, st.Since, st.Bound, st.Reason, st.Decision = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision
 		st.Voters, st.Domains = plan.Voters, plan.Domains
 		st.Controller = c.state(snap)
@@ -462,6 +464,31 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 			st.LastAction = la
 		}
 	}
+}
+
+// stepLog keeps the steps of the swap under way: a swap new to the
+// status starts a new log, a new step closes the last one at its own
+// start. None is kept with no swap under way (recordEnd moves the ended
+// swap's into its result).
+func stepLog(steps []api.StepSpan, prev, swap *api.SwapRecord, plan swapplan.Plan, now time.Time) []api.StepSpan {
+	if swap == nil || plan.Step == "" {
+		return nil
+	}
+	start := now
+	if plan.Since != nil {
+		start = *plan.Since
+	}
+	if prev == nil || prev.ID != swap.ID {
+		return []api.StepSpan{{Step: plan.Step, Start: start}}
+	}
+	if n := len(steps); n > 0 && steps[n-1].Step == plan.Step {
+		return steps
+	}
+	steps = slices.Clone(steps)
+	if n := len(steps); n > 0 {
+		steps[n-1].End = start
+	}
+	return append(steps, api.StepSpan{Step: plan.Step, Start: start})
 }
 
 // state is what governs the controller's decisions at this pass.

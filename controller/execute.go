@@ -402,10 +402,18 @@ func (e *executor) clearFinished(ctx context.Context, a swapplan.Action) error {
 func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status func(*api.Status, error)) error {
 	rec := plan.Swap
 	return e.updateStatus(ctx, func(st *api.Status, data map[string]string) {
+		// The steps it went through, the last closed at its end.
+		var steps []api.StepSpan
+		if cur := st.Swap; cur != nil && cur.ID == rec.ID {
+			steps = slices.Clone(st.Steps)
+			if n := len(steps); n > 0 && steps[n-1].End.IsZero() {
+				steps[n-1].End = *rec.EndedAt
+			}
+		}
 		status(st, nil)
-		st.Swap = nil
+		st.Swap, st.Steps = nil, nil
 		st.Last = &api.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
-			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending}
+			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending, Steps: steps}
 		st.CooldownUntil = plan.Action.CooldownUntil
 		if r := plan.Action.Remediations; r != nil {
 			st.Remediations = r
@@ -415,8 +423,16 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 			if json.Unmarshal([]byte(req), &q) == nil && q.At.Equal(*rec.RequestAt) {
 				delete(data, api.RequestKey)
 				st.Request = nil
+				st.Last.By = q.By
 			}
 		}
+		// The history, the newest first; an end made again is kept once.
+		if len(st.History) == 0 || st.History[0].ID != rec.ID {
+			st.History = append([]api.SwapResult{*st.Last}, st.History...)
+		} else {
+			st.History[0] = *st.Last
+		}
+		st.History = st.History[:min(len(st.History), api.HistoryLength)]
 		if v, ok := data[api.CancelKey]; ok {
 			var c api.Cancel
 			if json.Unmarshal([]byte(v), &c) == nil && c.Swap == rec.ID {

@@ -556,8 +556,10 @@ func TestTheEndClearsTheNodesRecordsTheResultAndReleasesTheLease(t *testing.T) {
 	recordAt := `{"v":1,"id":"20261201-095000-v1","out":"v1","in":"s1","origin":"manual","startedAt":"2026-12-01T09:50:00Z","requestAt":"2026-12-01T09:45:00Z"`
 	endedJSON := recordAt + `,"phase":"end","result":"completed","endedAt":"2026-12-01T10:00:00Z"}`
 	clear := `{"metadata":{"annotations":{"fleet-role.io/request":null,"fleet-role.io/member-gone":null,"fleet-role.io/cordoned-by":null}}}`
-	last := `"last":{"id":"20261201-095000-v1","out":"v1","in":"s1","origin":"manual","result":"completed",
-		"startedAt":"2026-12-01T09:50:00Z","endedAt":"2026-12-01T10:00:00Z","requestAt":"2026-12-01T09:45:00Z"},
+	result := `{"id":"20261201-095000-v1","out":"v1","in":"s1","origin":"manual","result":"completed",
+		"startedAt":"2026-12-01T09:50:00Z","endedAt":"2026-12-01T10:00:00Z","requestAt":"2026-12-01T09:45:00Z"}`
+	// The result is the history's first too.
+	last := `"last":` + result + `,"history":[` + result + `],
 		"cooldownUntil":"2026-12-01T11:00:00Z","updatedAt":"2026-12-01T10:00:00Z"`
 	// The release is an update of the Lease the renewal returned.
 	release := request{verb: "update", resource: "leases", ns: testNS, name: api.LeaseName,

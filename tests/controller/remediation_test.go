@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -60,4 +61,25 @@ func TestAVoterAnAutomaticSwapPutInTurningUnfitPastMaxRetriesIsNotSwappedAutomat
 	assertCompleted(t, e, "s1", "s2")
 	assert.Equal(t, []api.Remediation{{Swap: first.ID, Out: "v2", In: "s1", At: first.StartedAt}}, st.Remediations,
 		"a manual swap is no remediation")
+
+	// Both are in the history, the newest first, with their steps.
+	out, _, code = e.cli("history", "-o", "json")
+	require.Equal(t, 0, code)
+	var history []api.SwapResult
+	require.NoError(t, json.Unmarshal([]byte(out), &history))
+	require.Len(t, history, 2)
+	assert.Equal(t, []string{last.ID, first.ID}, []string{history[0].ID, history[1].ID})
+	for _, h := range history {
+		require.NotEmpty(t, h.Steps, h.ID)
+		assert.Equal(t, api.StepStart, h.Steps[0].Step, h.ID)
+		assert.Equal(t, h.EndedAt, h.Steps[len(h.Steps)-1].End, "%s: its last step closed at its end", h.ID)
+		for i := 1; i < len(h.Steps); i++ {
+			assert.Equal(t, h.Steps[i-1].End, h.Steps[i].Start, "%s: each step ends as the next begins", h.ID)
+		}
+	}
+	assert.NotEmpty(t, history[0].By, "who asked for the manual one")
+	out, _, code = e.cli("history", "-o", "wide")
+	require.Equal(t, 0, code)
+	assert.Regexp(t, last.ID+` +s1 +s2 +manual by \S+ +completed`, out)
+	assert.Contains(t, out, "promote ")
 }

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleet-role/fleet-role/api"
+)
+
+func newHistoryCommand() *cobra.Command {
+	var configFile, kubeconfig, output string
+	cmd := &cobra.Command{
+		Use:   "history [-o wide|json|yaml]",
+		Short: "List the last swaps that ended, how each ended and how long it took",
+		Long: fmt.Sprintf(`history lists the last %d swaps that ended, the newest first, as the
+controller keeps them in the fleet-role-status ConfigMap: which voter went
+out and which standby came in, why and for whom, how it ended and how long
+it took. -o wide adds each step and how long it lasted; -o json and -o
+yaml print the results themselves.`, api.HistoryLength),
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch output {
+			case "", "wide", "json", "yaml":
+			default:
+				return usageError{fmt.Errorf("-o %q: want wide, json or yaml", output)}
+			}
+			cfg, client, err := openCluster(configFile, kubeconfig)
+			if err != nil {
+				return err
+			}
+			st, err := readStatus(cmd.Context(), client, cfg.Namespace)
+			if err != nil {
+				return err
+			}
+			history := st.History
+			if history == nil {
+				history = []api.SwapResult{}
+			}
+			if output == "json" || output == "yaml" {
+				return encode(cmd.OutOrStdout(), output, history)
+			}
+			renderHistory(cmd.OutOrStdout(), history, output == "wide")
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "wide, json or yaml (default: the table)")
+	clusterFlags(cmd, &configFile, &kubeconfig)
+	return cmd
+}
+
+// renderHistory writes the swaps that ended as a table; wide adds a line
+// of each one's steps and their durations.
+func renderHistory(w io.Writer, history []api.SwapResult, wide bool) {
+	if len(history) == 0 {
+		fmt.Fprintln(w, "No swap has ended yet.")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SWAP\tOUT\tIN\tASKED\tRESULT\tSTARTED\tTOOK\tREASON")
+	for _, r := range history {
+		asked := r.Origin
+		if r.By != "" {
+			asked += " by " + r.By
+		}
+		reason := r.Reason
+		if reason == "" {
+			reason = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Out, r.In, asked, r.Result, clock(r.StartedAt),
+			r.EndedAt.Sub(r.StartedAt).Round(time.Second), reason)
+		if wide && len(r.Steps) > 0 {
+			var steps []string
+			for _, s := range r.Steps {
+				steps = append(steps, fmt.Sprintf("%s %s", s.Step, s.End.Sub(s.Start).Round(time.Second)))
+			}
+			fmt.Fprintf(tw, "\t\t\t\t\t\t\t  %s\n", strings.Join(steps, ", "))
+		}
+	}
+	tw.Flush()
+}
