@@ -30,6 +30,7 @@ import (
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/controller/adapt"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -304,6 +305,12 @@ func (c *Controller) pass(ctx context.Context) {
 	}
 	if plan.Action.Type != api.ActionNone {
 		c.acted = time.Now()
+	}
+	if cm := c.cache.statusObject(); plan.Action.Type == api.ActionEnd && err == nil && cm != nil && plan.Swap != nil {
+		// The steps of the swap that ended, from the status just written.
+		if st, _, serr := adapt.Status(cm); serr == nil && len(st.History) > 0 && st.History[0].ID == plan.Swap.ID {
+			c.metrics.ended(st.History[0])
+		}
 	}
 	a := plan.Action
 	log := c.log.With(logkey.Step, plan.Step, logkey.Action, a.Type, logkey.Node, a.Node)

@@ -24,6 +24,9 @@ type metrics struct {
 	wouldSwap   prometheus.Gauge
 	unfinished  prometheus.Gauge
 	spent       prometheus.Gauge
+	stepTook    *prometheus.HistogramVec
+	// stepsOf is the swap whose steps stepTook counted last.
+	stepsOf string
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -53,8 +56,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Hosts a swap that ended left with their demotion unfinished: their Node keeps the swap's step-down and member-gone until their agent reports the finish."}),
 		spent: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_remediation_retries_spent",
 			Help: "1 while an automatic swap does not start: it would retry a remediation past [remediation] max_retries."}),
+		stepTook: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleet_role_swap_step_duration_seconds",
+			Help:    "How long each step of the swaps that ended lasted, counted at their end, by step.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14)}, []string{"step"}),
 	}
-	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap, m.unfinished, m.spent)
+	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap, m.unfinished, m.spent,
+		m.stepTook)
 	return m
 }
 
@@ -88,5 +95,18 @@ func (m *metrics) observe(plan swapplan.Plan, stepSeconds float64, verdicts map[
 			role = api.RoleVoter
 		}
 		m.verdicts.WithLabelValues(node, role, v.State).Set(1)
+	}
+}
+
+// ended counts the steps of a swap that ended, once.
+func (m *metrics) ended(r api.SwapResult) {
+	if r.ID == m.stepsOf {
+		return
+	}
+	m.stepsOf = r.ID
+	for _, s := range r.Steps {
+		if !s.End.IsZero() {
+			m.stepTook.WithLabelValues(s.Step).Observe(s.End.Sub(s.Start).Seconds())
+		}
 	}
 }

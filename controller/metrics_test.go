@@ -3,9 +3,12 @@ package controller
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -68,4 +71,23 @@ func TestTheRetriesSpentGaugeIsOneWhileThePlanSaysSo(t *testing.T) {
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("1")), "fleet_role_remediation_retries_spent"))
 	m.observe(swapplan.Plan{}, 0, nil)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("0")), "fleet_role_remediation_retries_spent"))
+}
+
+func TestTheStepsOfASwapThatEndedAreCountedOnceEach(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	r := api.SwapResult{ID: "x", Steps: []api.StepSpan{
+		{Step: api.StepSnapshot, Start: t0, End: t0.Add(3 * time.Second)},
+		{Step: api.StepJoin, Start: t0.Add(3 * time.Second), End: t0.Add(43 * time.Second)},
+	}}
+	m.ended(r)
+	m.ended(r) // the same end seen again
+	assert.Equal(t, 2, testutil.CollectAndCount(m.stepTook), "a series for each step")
+	for step, sum := range map[string]float64{api.StepSnapshot: 3, api.StepJoin: 40} {
+		var d dto.Metric
+		require.NoError(t, m.stepTook.WithLabelValues(step).(prometheus.Metric).Write(&d))
+		assert.Equal(t, uint64(1), d.GetHistogram().GetSampleCount(), step)
+		assert.Equal(t, sum, d.GetHistogram().GetSampleSum(), step)
+	}
 }
