@@ -262,8 +262,11 @@ type Status struct {
 	Cancel *Cancel  `json:"cancel,omitempty"`
 	Voters []string `json:"voters,omitempty"`
 	// Members is the membership each voter lists, by voter.
-	Members    map[string][]Member `json:"members,omitempty"`
-	LastAction *LastAction         `json:"lastAction,omitempty"`
+	Members map[string][]Member `json:"members,omitempty"`
+	// Etcd is what each voter's member, and the candidate's while it
+	// joins, says of itself in its host's last sample, by host.
+	Etcd       map[string]EtcdStatus `json:"etcd,omitempty"`
+	LastAction *LastAction           `json:"lastAction,omitempty"`
 	// Pending names the hosts of Unfinished. Note: kept as names, as
 	// releases before Unfinished wrote it (then the last end's
 	// SwapResult.Pending), so that a status of either reads.

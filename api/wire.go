@@ -169,6 +169,23 @@ type Member struct {
 	ID string `json:"id,omitempty"`
 }
 
+// EtcdStatus is what a member says of itself: etcd's Maintenance.Status.
+type EtcdStatus struct {
+	// ID is the member's ID in hex, as etcdctl prints it.
+	ID      string `json:"id"`
+	Learner bool   `json:"learner,omitempty"`
+	// Leader is the ID of the leader it follows, in hex.
+	Leader    string `json:"leader,omitempty"`
+	RaftIndex uint64 `json:"raftIndex"`
+	RaftTerm  uint64 `json:"raftTerm"`
+	// DBSize is the size of its backend database, DBSizeInUse the part in
+	// use, in bytes.
+	DBSize      int64 `json:"dbSize"`
+	DBSizeInUse int64 `json:"dbSizeInUse"`
+	// Errors are its alarms and errors (a NOSPACE alarm, say).
+	Errors []string `json:"errors,omitempty"`
+}
+
 // Probe is an agent's latest health sample: written by the agent in
 // AnnotationProbe every probe period, read by the controller.
 type Probe struct {
@@ -186,8 +203,11 @@ type Probe struct {
 	// Members is the member list this host's etcd returned (servers only).
 	Members []Member `json:"members,omitempty"`
 	// Leader is the member name of the leader this host's etcd reports.
-	Leader     string  `json:"leader,omitempty"`
-	FsyncP99Ms float64 `json:"fsyncP99Ms"`
+	Leader string `json:"leader,omitempty"`
+	// Etcd is what this host's member says of itself (servers only; nil
+	// when it did not answer).
+	Etcd       *EtcdStatus `json:"etcd,omitempty"`
+	FsyncP99Ms float64     `json:"fsyncP99Ms"`
 	// RTTMs is the latency of a linearizable read through the local etcd.
 	RTTMs float64 `json:"rttMs,omitempty"`
 	// Error says what could not be sampled (etcd unreachable, say).

@@ -444,10 +444,19 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 		st.Step, st.Since, st.Bound, st.Reason, st.Decision = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision
 		st.Voters, st.Domains = plan.Voters, plan.Domains
 		st.Controller = c.state(snap)
-		st.Members = map[string][]api.Member{}
+		st.Members, st.Etcd = map[string][]api.Member{}, nil
 		for _, n := range snap.Nodes {
 			if slices.Contains(plan.Voters, n.Name) && n.Probe != nil {
 				st.Members[n.Name] = n.Probe.Members
+			}
+			// What each member says of itself: the voters', and the
+			// candidate's while it joins.
+			candidate := plan.Swap != nil && plan.Swap.In == n.Name
+			if (slices.Contains(plan.Voters, n.Name) || candidate) && n.Probe != nil && n.Probe.Etcd != nil {
+				if st.Etcd == nil {
+					st.Etcd = map[string]api.EtcdStatus{}
+				}
+				st.Etcd[n.Name] = *n.Probe.Etcd
 			}
 		}
 		st.Request, st.Pause = snap.Request, snap.Pause
@@ -538,6 +547,12 @@ func withoutFigures(st api.Status) api.Status {
 		v[n] = api.Verdict{State: x.State, Bad: x.Bad}
 	}
 	st.Verdicts = v
+	// The members' raft index and database size move with every sample.
+	e := make(map[string]api.EtcdStatus, len(st.Etcd))
+	for n, x := range st.Etcd {
+		e[n] = api.EtcdStatus{ID: x.ID, Learner: x.Learner, Leader: x.Leader, Errors: x.Errors}
+	}
+	st.Etcd = e
 	return st
 }
 

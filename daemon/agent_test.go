@@ -74,7 +74,7 @@ func (e *fakeEtcd) Members(context.Context) ([]etcdclient.Member, error) {
 }
 
 func (e *fakeEtcd) Status(context.Context) (etcdclient.Status, error) {
-	return etcdclient.Status{MemberID: 2, Leader: 1, DBSize: 1 << 20}, nil
+	return etcdclient.Status{MemberID: 2, Leader: 1, RaftIndex: 912, RaftTerm: 3, DBSize: 1 << 20, DBSizeInUse: 1 << 19, Errors: []string{"NOSPACE"}}, nil
 }
 
 func (e *fakeEtcd) Read(context.Context) (time.Duration, error) { return time.Millisecond, nil }

@@ -304,7 +304,11 @@ func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool)
 			}
 		}
 		if e.statusErr == nil {
-			s.Member, s.Leader = names[e.status.MemberID], names[e.status.Leader]
+			st := e.status
+			s.Member, s.Leader = names[st.MemberID], names[st.Leader]
+			s.Etcd = &api.EtcdStatus{ID: strconv.FormatUint(st.MemberID, 16), Learner: st.Learner, RaftIndex: st.RaftIndex, RaftTerm: st.RaftTerm,
+				Leader: strconv.FormatUint(st.Leader, 16),
+				DBSize: st.DBSize, DBSizeInUse: st.DBSizeInUse, Errors: st.Errors}
 		}
 		if e.readErr == nil {
 			s.RTTMs = round(ms(e.rtt))

@@ -72,6 +72,8 @@ func TestTheProbeOfAServerReadsItsEtcd(t *testing.T) {
 	assert.Equal(t, 1.0, s.RTTMs)
 	assert.Equal(t, []api.Member{{Name: "h1-0a1b2c3d", ID: "1"}, {Name: "h2-0a1b2c3d", ID: "2"}, {Name: "s1-0a1b2c3d", Learner: true, ID: "8e9e05c52164694d"}}, s.Members, "IDs in hex, as etcdctl prints them")
 	assert.Len(t, members, 3)
+	assert.Equal(t, &api.EtcdStatus{ID: "2", Leader: "1", RaftIndex: 912, RaftTerm: 3, DBSize: 1 << 20, DBSizeInUse: 1 << 19, Errors: []string{"NOSPACE"}}, s.Etcd,
+		"what the member says of itself")
 }
 
 func TestAProbeThatCannotReachEtcdSaysSoAndIsUnhealthy(t *testing.T) {

@@ -78,7 +78,7 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{suggestFlag(cmd, err)} })
 	// cobra's own `completion bash|zsh|fish|powershell`.
 	setVersion(root)
-	root.AddCommand(newAgentCommand(), newControllerCommand(), newSwapCommand(), newPauseCommand(), newResumeCommand(), newStatusCommand(), newHistoryCommand(), newPlanCommand(), newConfigCommand(), newVersionCommand())
+	root.AddCommand(newAgentCommand(), newControllerCommand(), newSwapCommand(), newPauseCommand(), newResumeCommand(), newStatusCommand(), newHistoryCommand(), newMembersCommand(), newPlanCommand(), newConfigCommand(), newVersionCommand())
 	root.InitDefaultCompletionCmd()
 	if c, _, err := root.Find([]string{"completion"}); err == nil && c != root {
 		c.Args, c.RunE = unknownCommand, noCommand // `completion tcsh` is bad usage, as `config frob` is

@@ -198,6 +198,9 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 			step += ")"
 		}
 		row("STEP", "%s", step)
+		if line := catchUp(st); line != "" {
+			row("CATCH-UP", "%s", line)
+		}
 		if x := s.Stuck; x != nil {
 			row("STUCK", "the member %s of the candidate %s cannot be removed by fleet-role: %s", x.Member, x.Node, x.Why)
 			row("TO REMOVE IT", "as root on the voter %s (etcdctl of etcd's release, k3s ships none):", x.Voter)
@@ -372,4 +375,27 @@ func controllerRows(row func(k, format string, args ...any), c *api.ControllerSt
 		}
 		row("HOLDS", "%s; %s", strings.Join(c.Holds, ", "), held)
 	}
+}
+
+// catchUp says, while the candidate joins, how far its member trails the
+// leader's raft index; "" at another step or without both samples.
+func catchUp(st api.Status) string {
+	if st.Swap == nil || st.Step != api.StepJoin {
+		return ""
+	}
+	in, ok := st.Etcd[st.Swap.In]
+	leader := leaderOf(st.Etcd)
+	l, led := st.Etcd[leader]
+	if !ok || !led {
+		return ""
+	}
+	role := "a voter"
+	if in.Learner {
+		role = "a learner"
+	}
+	behind := "caught up"
+	if l.RaftIndex > in.RaftIndex {
+		behind = fmt.Sprintf("%d behind", l.RaftIndex-in.RaftIndex)
+	}
+	return fmt.Sprintf("%s, %s, at raft index %d; the leader %s at %d: %s", st.Swap.In, role, in.RaftIndex, leader, l.RaftIndex, behind)
 }

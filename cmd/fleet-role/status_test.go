@@ -136,3 +136,36 @@ func TestHistoryListsTheSwapsThatEndedTheNewestFirstAndWideTheirSteps(t *testing
 	renderHistory(&b, nil, false)
 	assert.Equal(t, "No swap has ended yet.\n", b.String())
 }
+
+func TestMembersListsEachMemberAsItsHostSampledItAndStatusTheLearnersCatchUpDuringTheJoin(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	st := api.Status{UpdatedAt: now,
+		Swap: &api.SwapRecord{ID: "x", Out: "v1", In: "s1", Origin: api.OriginManual, StartedAt: now}, Step: api.StepJoin,
+		Members: map[string][]api.Member{"v1": {{Name: "v1-aa", ID: "a1"}, {Name: "v2-bb", ID: "b2"}, {Name: "s1-cc", ID: "c3", Learner: true}}},
+		Etcd: map[string]api.EtcdStatus{
+			"v1": {ID: "a1", Leader: "a1", RaftIndex: 9120, RaftTerm: 4, DBSize: 24 << 20, DBSizeInUse: 12 << 20},
+			"v2": {ID: "b2", Leader: "a1", RaftIndex: 9118, RaftTerm: 4, DBSize: 24 << 20, DBSizeInUse: 12 << 20, Errors: []string{"NOSPACE"}},
+			"s1": {ID: "c3", Leader: "a1", Learner: true, RaftIndex: 4000, RaftTerm: 4, DBSize: 8 << 20, DBSizeInUse: 8 << 20},
+		},
+		Verdicts: map[string]api.Verdict{"v1": {State: api.VerdictFit, Samples: 5, FsyncP99Ms: 1.25}},
+	}
+	var b strings.Builder
+	renderMembers(&b, st, false)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	require.Len(t, lines, 4)
+	assert.Regexp(t, `^HOST +ID +NAME +ROLE +LEADER +RAFT INDEX +BEHIND +DB SIZE +IN USE +FSYNC P99 +ALARMS$`, lines[0])
+	assert.Regexp(t, `^s1 +c3 +s1-cc +learner +4000 +5120 +8\.0 MiB +8\.0 MiB +- +-$`, lines[1])
+	assert.Regexp(t, `^v1 +a1 +v1-aa +voter +\* +9120 +0 +24\.0 MiB +12\.0 MiB +1\.2 ms +-$`, lines[2])
+	assert.Regexp(t, `^v2 +b2 +v2-bb +voter +9118 +2 +24\.0 MiB +12\.0 MiB +- +NOSPACE$`, lines[3])
+
+	b.Reset()
+	renderStatus(&b, st, now, false)
+	assert.Contains(t, b.String(), "CATCH-UP  s1, a learner, at raft index 4000; the leader v1 at 9120: 5120 behind\n")
+	st.Step = api.StepGates
+	b.Reset()
+	renderStatus(&b, st, now, false)
+	assert.NotContains(t, b.String(), "CATCH-UP", "only while it joins")
+	b.Reset()
+	renderMembers(&b, api.Status{}, false)
+	assert.Equal(t, "No member has been sampled yet.\n", b.String())
+}

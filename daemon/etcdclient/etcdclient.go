@@ -55,7 +55,14 @@ type Status struct {
 	MemberID  uint64
 	Leader    uint64
 	RaftIndex uint64
+	RaftTerm  uint64
 	DBSize    int64
+	// DBSizeInUse is the part of DBSize in use; the rest is freed pages a
+	// defragmentation gives back.
+	DBSizeInUse int64
+	Learner     bool
+	// Errors are the member's alarms and errors, as etcd reports them.
+	Errors []string
 }
 
 // Snapshot is a snapshot saved and verified.
@@ -218,7 +225,8 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("etcd status: %w", err)
 	}
-	return Status{MemberID: resp.Header.MemberId, Leader: resp.Leader, RaftIndex: resp.RaftIndex, DBSize: resp.DbSize}, nil
+	return Status{MemberID: resp.Header.MemberId, Leader: resp.Leader, RaftIndex: resp.RaftIndex, RaftTerm: resp.RaftTerm,
+		DBSize: resp.DbSize, DBSizeInUse: resp.DbSizeInUse, Learner: resp.IsLearner, Errors: resp.Errors}, nil
 }
 
 // Read times a linearizable read through the local member: the latency

@@ -65,6 +65,12 @@ func TestMembersStatusAndAReadOfARealCluster(t *testing.T) {
 	assert.Equal(t, uint64(ms[1].E.Server.MemberID()), st.MemberID)
 	assert.NotZero(t, st.Leader)
 	assert.Positive(t, st.DBSize)
+	assert.Positive(t, st.DBSizeInUse)
+	assert.LessOrEqual(t, st.DBSizeInUse, st.DBSize)
+	assert.Positive(t, st.RaftIndex)
+	assert.Positive(t, st.RaftTerm)
+	assert.False(t, st.Learner)
+	assert.Empty(t, st.Errors)
 	d, err := c.Read(ctx)
 	require.NoError(t, err)
 	assert.Less(t, d, time.Second)
@@ -92,6 +98,12 @@ func TestALearnerIsAddedPromotedOnceCaughtUpAndAMemberRemoved(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, learners)
+	// The learner says so of itself, and follows a leader (what status's
+	// catch-up and fleet-role members read).
+	require.Eventually(t, func() bool {
+		st, err := wrap(t, n).Status(ctx)
+		return err == nil && st.Learner && st.Leader != 0 && st.RaftIndex > 0
+	}, 30*time.Second, 100*time.Millisecond, "the learner's own status")
 	// ... and promotes it once it caught up: etcd refuses before that.
 	require.Eventually(t, func() bool {
 		_, err := admin.MemberPromote(ctx, id)
