@@ -13,16 +13,32 @@ import (
 )
 
 func newHistoryCommand() *cobra.Command {
-	var configFile, kubeconfig, output string
-	cmd := &cobra.Command{
-		Use:   "history [-o wide|json|yaml]",
-		Short: "List the last swaps that ended, how each ended and how long it took",
-		Long: fmt.Sprintf(`history lists the last %d swaps that ended, the newest first, as the
+	return newStatusViewCommand("history [-o wide|json|yaml]",
+		"List the last swaps that ended, how each ended and how long it took",
+		fmt.Sprintf(`history lists the last %d swaps that ended, the newest first, as the
 controller keeps them in the fleet-role-status ConfigMap: which voter went
 out and which standby came in, why and for whom, how it ended and how long
 it took. -o wide adds each step and how long it lasted; -o json and -o
 yaml print the results themselves.`, api.HistoryLength),
-		Args: usageArgs(cobra.NoArgs),
+		func(st api.Status) any {
+			if st.History == nil {
+				return []api.SwapResult{}
+			}
+			return st.History
+		},
+		func(w io.Writer, st api.Status, wide bool) { renderHistory(w, st.History, wide) })
+}
+
+// newStatusViewCommand is a command that reads the status the controller
+// publishes and shows a part of it: as a table (-o wide: a wider one), or
+// the part itself as JSON or YAML.
+func newStatusViewCommand(use, short, long string, part func(api.Status) any, table func(w io.Writer, st api.Status, wide bool)) *cobra.Command {
+	var configFile, kubeconfig, output string
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch output {
 			case "", "wide", "json", "yaml":
@@ -37,14 +53,10 @@ yaml print the results themselves.`, api.HistoryLength),
 			if err != nil {
 				return err
 			}
-			history := st.History
-			if history == nil {
-				history = []api.SwapResult{}
-			}
 			if output == "json" || output == "yaml" {
-				return encode(cmd.OutOrStdout(), output, history)
+				return encode(cmd.OutOrStdout(), output, part(st))
 			}
-			renderHistory(cmd.OutOrStdout(), history, output == "wide")
+			table(cmd.OutOrStdout(), st, output == "wide")
 			return nil
 		},
 	}

@@ -14,45 +14,21 @@ import (
 )
 
 func newMembersCommand() *cobra.Command {
-	var configFile, kubeconfig, output string
-	cmd := &cobra.Command{
-		Use:   "members [-o wide|json|yaml]",
-		Short: "List the etcd members as the agents' last samples see them",
-		Long: `members lists each voter's etcd member, and the candidate's while it
+	return newStatusViewCommand("members [-o wide|json|yaml]",
+		"List the etcd members as the agents' last samples see them",
+		`members lists each voter's etcd member, and the candidate's while it
 joins, as its host's agent last sampled it and the controller published
 it: its ID and name, voter or learner, the leader, its raft index and how
 far it trails the leader's, its database's size and the part in use, its
 host's fsync p99, and its alarms. -o wide adds the raft term and the
 leader each follows; -o json and -o yaml print the samples themselves.`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch output {
-			case "", "wide", "json", "yaml":
-			default:
-				return usageError{fmt.Errorf("-o %q: want wide, json or yaml", output)}
+		func(st api.Status) any {
+			if st.Etcd == nil {
+				return map[string]api.EtcdStatus{}
 			}
-			cfg, client, err := openCluster(configFile, kubeconfig)
-			if err != nil {
-				return err
-			}
-			st, err := readStatus(cmd.Context(), client, cfg.Namespace)
-			if err != nil {
-				return err
-			}
-			if output == "json" || output == "yaml" {
-				etcd := st.Etcd
-				if etcd == nil {
-					etcd = map[string]api.EtcdStatus{}
-				}
-				return encode(cmd.OutOrStdout(), output, etcd)
-			}
-			renderMembers(cmd.OutOrStdout(), st, output == "wide")
-			return nil
+			return st.Etcd
 		},
-	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "wide, json or yaml (default: the table)")
-	clusterFlags(cmd, &configFile, &kubeconfig)
-	return cmd
+		renderMembers)
 }
 
 // leaderOf is the host whose member leads, as most members say; "" when

@@ -342,13 +342,7 @@ func TestTheControllerRoleAppliesTheControllerToTheRealAPIServer(t *testing.T) {
       hosts:
         runner-05: {ansible_host: 10.0.0.5}
 `), 0o644))
-	play := filepath.Join(t.TempDir(), "controller.yml")
-	require.NoError(t, os.WriteFile(play, []byte(`- hosts: localhost
-  connection: local
-  gather_facts: false
-  roles:
-    - role: fleet_role_controller
-`), 0o644))
+	play := controllerPlay(t)
 	// A hold, whose RBAC the chart grants in kube-system, and a
 	// notification URL with a token, which the role keeps in a Secret.
 	const secretURL = "generic://hooks.example/fleet?token=s3cr3t"
@@ -446,6 +440,20 @@ func assertTheChartsObjects(t *testing.T, role []runtime.Object, values map[stri
 	assert.Equal(t, chart, role)
 }
 
+// controllerPlay writes a play of the controller role alone, run on the
+// machine Ansible runs on.
+func controllerPlay(t *testing.T) string {
+	t.Helper()
+	play := filepath.Join(t.TempDir(), "controller.yml")
+	require.NoError(t, os.WriteFile(play, []byte(`- hosts: localhost
+  connection: local
+  gather_facts: false
+  roles:
+    - role: fleet_role_controller
+`), 0o644))
+	return play
+}
+
 // writeVars writes Ansible variables into a file, for -e @file.
 func writeVars(t *testing.T, vars map[string]any) string {
 	t.Helper()
@@ -459,13 +467,7 @@ func writeVars(t *testing.T, vars map[string]any) string {
 func TestTheControllerRolesVariablesRenderTheObjectsTheChartsValuesDo(t *testing.T) {
 	kube := kubeapi.Start(t)
 	render := t.TempDir()
-	play := filepath.Join(t.TempDir(), "controller.yml")
-	require.NoError(t, os.WriteFile(play, []byte(`- hosts: localhost
-  connection: local
-  gather_facts: false
-  roles:
-    - role: fleet_role_controller
-`), 0o644))
+	play := controllerPlay(t)
 	operators := []any{map[string]any{"kind": "Group", "name": "sre", "apiGroup": "rbac.authorization.k8s.io"}}
 	viewers := []any{map[string]any{"kind": "User", "name": "victor", "apiGroup": "rbac.authorization.k8s.io"}}
 	holds := map[string]any{

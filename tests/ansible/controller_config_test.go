@@ -31,13 +31,7 @@ func controllerArgs(t *testing.T, kube *kubeapi.Server) []string {
       hosts:
         runner-01: {ansible_host: 10.0.0.1}
 `), 0o644))
-	play := filepath.Join(dir, "controller.yml")
-	require.NoError(t, os.WriteFile(play, []byte(`- hosts: localhost
-  connection: local
-  gather_facts: false
-  roles:
-    - role: fleet_role_controller
-`), 0o644))
+	play := controllerPlay(t)
 	return []string{"-i", inv, play, "-e", "fleet_role_controller_kubeconfig=" + kube.Kubeconfig, "-e", "fleet_role_controller_binary=" + binary, "-e", "fleet_role_controller_helm=" + helmBinary,
 		"-e", "fleet_role_controller_wait=false", "-e", "ansible_python_interpreter=/usr/bin/python3"}
 }
