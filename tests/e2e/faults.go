@@ -3,14 +3,16 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -192,8 +194,15 @@ func (f *Fleet) KillController() {
 		if pid == "0" {
 			continue
 		}
-		if out, err := exec.Command("kill", "-KILL", pid).CombinedOutput(); err != nil {
-			f.t.Fatalf("kill %s (%s): %v: %s", r.Pod, pid, err, out)
+		n, err := strconv.Atoi(pid)
+		if err != nil {
+			f.t.Fatalf("the pid of %s: %q", r.Pod, pid)
+		}
+		// Note: a process killed a moment ago (at the step before, a few
+		// milliseconds earlier) is still the container's until the engine
+		// has seen it exit; it is dead already, as the kill wants.
+		if err := syscall.Kill(n, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			f.t.Fatalf("kill %s (%d): %v", r.Pod, n, err)
 		}
 	}
 }
