@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -155,6 +157,32 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhe
 	writesAcross(t, d, c, count, 1)
 	// What a user sees of v1, v2 and s1 now is what real k3s showed.
 	d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "s1")
+	// fleet-role members: each voter's member as its agent sampled it from
+	// its real etcd, one leader that all follow.
+	d.Wait(time.Minute, "fleet-role members lists the voters s1, v2 and v3, each following one leader", func() error {
+		out, stderr, code := d.CLI("members", "-o", "json")
+		if code != 0 {
+			return fmt.Errorf("fleet-role members: exit %d: %s", code, stderr)
+		}
+		var members map[string]api.EtcdStatus
+		if err := json.Unmarshal([]byte(out), &members); err != nil {
+			return err
+		}
+		if hosts := slices.Sorted(maps.Keys(members)); !slices.Equal(hosts, []string{"s1", "v2", "v3"}) {
+			return fmt.Errorf("members of %v", hosts)
+		}
+		leaders := map[string]bool{}
+		for host, m := range members {
+			if m.Learner || m.RaftIndex == 0 || m.DBSize <= 0 || m.DBSizeInUse <= 0 || m.Leader == "" {
+				return fmt.Errorf("%s: %+v", host, m)
+			}
+			leaders[m.Leader] = true
+		}
+		if len(leaders) != 1 {
+			return fmt.Errorf("leaders %v", leaders)
+		}
+		return nil
+	})
 	took("the swap of v1 for s1")
 	// As an operator would: v1 is asked for once its agent samples it
 	// again after its demotion (fleet-role swap refuses a host without a
