@@ -75,8 +75,8 @@ type Remediation struct {
 	// MaxRetries is how many retries a remediation may take; -1 is no
 	// limit, 0 no retry at all.
 	MaxRetries int `toml:"max_retries"`
-	// RetryPeriod is the least time from the end of a remediation to the
-	// start of its retry (the cooldown applies too).
+	// RetryPeriod is the least time from the start of a remediation to
+	// the start of its retry (the cooldown applies too).
 	RetryPeriod time.Duration `toml:"retry_period"`
 	// MinHealthyPeriod: a voter put in by an automatic swap that turns
 	// unfit and is swapped within it counts as a retry; after it, its
@@ -550,7 +550,7 @@ urls_file = "{{.Notify.URLsFile}}"
 # Limits on remediating again, as Cluster API's KubeadmControlPlane limits
 # its remediation: an automatic swap of a voter an automatic swap put in
 # less than min_healthy_period before is a retry of that remediation, and
-# waits retry_period from its end; past max_retries retries (-1: no
+# waits retry_period from its start; past max_retries retries (-1: no
 # limit), automatic swaps stop until min_healthy_period has passed, and
 # fleet-role status says why. A manual swap is never limited.
 [remediation]
