@@ -426,11 +426,21 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 				st.Last.By = q.By
 			}
 		}
-		// The history, the newest first; an end made again is kept once.
-		if len(st.History) == 0 || st.History[0].ID != rec.ID {
-			st.History = append([]api.SwapResult{*st.Last}, st.History...)
-		} else {
+		// The history, the newest first. An end made again (its Lease's
+		// release failed) finds itself there, with the steps and the
+		// requester the first end took, which are gone from the status
+		// since.
+		if len(st.History) > 0 && st.History[0].ID == rec.ID {
+			first := st.History[0]
+			if st.Last.Steps == nil {
+				st.Last.Steps = first.Steps
+			}
+			if st.Last.By == "" {
+				st.Last.By = first.By
+			}
 			st.History[0] = *st.Last
+		} else {
+			st.History = append([]api.SwapResult{*st.Last}, st.History...)
 		}
 		st.History = st.History[:min(len(st.History), api.HistoryLength)]
 		if v, ok := data[api.CancelKey]; ok {

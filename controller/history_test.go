@@ -69,4 +69,17 @@ func TestTheEndKeepsTheSwapWithItsStepsAndWhoAskedFirstInAHistoryOfTwenty(t *tes
 	require.Len(t, st.History, api.HistoryLength)
 	assert.Equal(t, *st.Last, st.History[0])
 	assert.Equal(t, "older-18", st.History[api.HistoryLength-1].ID, "the oldest goes")
+
+	// The end made again, its Lease's release having failed: the status
+	// holds neither the swap's steps nor its request any more.
+	f = newFixture(t, heldLease("42", &ended), node("v1", "18", func(*corev1.Node) {}), got)
+	require.NoError(t, f.do(plan))
+	again, err := f.client.CoreV1().ConfigMaps(testNS).Get(context.Background(), api.StatusConfigMap, metav1.GetOptions{})
+	require.NoError(t, err)
+	var st2 api.Status
+	require.NoError(t, json.Unmarshal([]byte(again.Data[api.StatusKey]), &st2))
+	require.Len(t, st2.History, api.HistoryLength, "kept once")
+	assert.Equal(t, want, st2.History[0].Steps, "with the steps the first end took")
+	assert.Equal(t, "alice", st2.History[0].By)
+	assert.Equal(t, st2.History[0], *st2.Last)
 }
