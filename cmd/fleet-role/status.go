@@ -234,7 +234,7 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 		if a.Error != "" {
 			res = "error: " + a.Error
 		}
-		row("LAST ACTION", "%s %s at %s (%s): %s", a.Type, a.Node, clock(a.At), ago(now, a.At), res)
+		row("LAST ACTION", "%s at %s (%s): %s", strings.TrimSpace(a.Type+" "+a.Node), clock(a.At), ago(now, a.At), res)
 	}
 	if l := st.Last; l != nil {
 		row("LAST SWAP", "%s: %s out, %s in, %s at %s", l.ID, l.Out, l.In, l.Result, clock(l.EndedAt))

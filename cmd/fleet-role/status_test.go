@@ -169,3 +169,13 @@ func TestMembersListsEachMemberAsItsHostSampledItAndStatusTheLearnersCatchUpDuri
 	renderMembers(&b, api.Status{}, false)
 	assert.Equal(t, "No member has been sampled yet.\n", b.String())
 }
+
+func TestTheLastActionIsNamedWithItsNodeOrAloneWhenItHasNone(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	renderStatus(&b, api.Status{UpdatedAt: now, LastAction: &api.LastAction{Type: api.ActionPromote, Node: "s1", At: now}}, now, false)
+	assert.Contains(t, b.String(), "LAST ACTION  promote s1 at 2026-12-04 12:00:00Z (0s ago): ok\n")
+	b.Reset()
+	renderStatus(&b, api.Status{UpdatedAt: now, LastAction: &api.LastAction{Type: api.ActionEnd, At: now}}, now, false)
+	assert.Contains(t, b.String(), "LAST ACTION  end at 2026-12-04 12:00:00Z (0s ago): ok\n")
+}
