@@ -103,6 +103,8 @@ func TestALearnerIsAddedPromotedOnceCaughtUpAndAMemberRemoved(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := wrap(t, n).Status(ctx)
 		return err == nil && st.Learner && st.Leader != 0 && st.RaftIndex > 0
+		// Its embedded etcd starting and taking the leader's snapshot:
+		// the 30 s the promotion below is given for the same catch-up.
 	}, 30*time.Second, 100*time.Millisecond, "the learner's own status")
 	// ... and promotes it once it caught up: etcd refuses before that.
 	require.Eventually(t, func() bool {

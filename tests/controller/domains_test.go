@@ -34,6 +34,11 @@ func TestTheVotersAreKeptSpreadAcrossZonesAndAManualSwapThatCrowdsOneGoesOnlyWhe
 	assert.Contains(t, stderr, `refused: it would put 2 of the 3 voters in `+zoneLabel+` "a", a majority: losing that domain would lose quorum; swap --force to do it anyway`)
 
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 35 }) // its disk turned slow
+	// The waits for a swap's end: a swap here takes some 25 s unhindered
+	// (its verdict over 4 samples at 2 s, then its steps, each well inside
+	// its bound); 3 minutes, as this suite's other swaps are given, is
+	// the slack a busy 2-core machine needs, under the 4m45s the bounds of
+	// testConfig add up to.
 	e.start()
 	res := e.waitEnd(3 * time.Minute)
 	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
@@ -57,6 +62,7 @@ func TestTheVotersAreKeptSpreadAcrossZonesAndAManualSwapThatCrowdsOneGoesOnlyWhe
 	}, 3*time.Minute, 100*time.Millisecond, "the forced swap ends; status: %s", st.Reason)
 	assert.Equal(t, api.ResultCompleted, last.Result, last.Reason)
 	assertCompleted(t, e, "v3", "s1")
+	// Published by the passes after the end: one a second.
 	require.Eventually(t, func() bool {
 		st, _ = e.status()
 		return st.Domains != nil && st.Domains.Voters["a"] == 2

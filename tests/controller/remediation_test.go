@@ -23,6 +23,11 @@ func TestAVoterAnAutomaticSwapPutInTurningUnfitPastMaxRetriesIsNotSwappedAutomat
 		d.Hosts["v2"].FsyncMs = 35 // its disk turned slow
 		d.Hosts["s2"].FsyncMs = 6  // a fit standby, but not the fittest
 	})
+	// The waits for a swap's end: a swap here takes some 25 s unhindered
+	// (its verdict over 4 samples at 2 s, then its steps, each well inside
+	// its bound); 3 minutes, as this suite's other swaps are given, is
+	// the slack a busy 2-core machine needs, under the 4m45s the bounds of
+	// testConfig add up to.
 	e.start()
 	first := e.waitEnd(3 * time.Minute)
 	require.Equal(t, api.ResultCompleted, first.Result, first.Reason)
@@ -33,12 +38,15 @@ func TestAVoterAnAutomaticSwapPutInTurningUnfitPastMaxRetriesIsNotSwappedAutomat
 
 	// The voter it put in turns unfit: its swap would be a retry.
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["s1"].FsyncMs = 35 })
+	// s1 unfit over 4 samples at 2 s (8 s) and the 1 s cooldown past:
+	// a minute is slack for samples a busy machine delays.
 	require.Eventually(t, func() bool {
 		st, _ = e.status()
 		return strings.Contains(st.Reason, "has spent its max_retries (0)")
 	}, time.Minute, 100*time.Millisecond, "the automatic swap stops; status: %s", st.Reason)
 	assert.Contains(t, st.Reason, "the automatic decision to swap s1 for s2 does not start: s1 was put in by the automatic swap "+first.ID)
 	assert.Equal(t, first.ID, st.Last.ID, "no swap started")
+	// Set by the pass that publishes the stop: one a second.
 	require.Eventually(t, func() bool {
 		return e.metric("fleet_role_remediation_retries_spent") == "fleet_role_remediation_retries_spent 1"
 	}, 5*time.Second, 50*time.Millisecond, "the gauge the alert reads: %q", e.metric("fleet_role_remediation_retries_spent"))

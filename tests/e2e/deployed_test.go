@@ -148,6 +148,7 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhe
 	require.NotEmpty(t, replicas)
 	out := testhost.Docker(t, "exec", replicas[0].Container, "fleet-role", "swap", "v1", "s1")
 	t.Logf("in the Pod %s: fleet-role swap v1 s1: %s", replicas[0].Pod, out)
+	// 5 minutes, as d.swap gives each swap of this scenario.
 	res := d.waitEnd(t, prev, 5*time.Minute)
 	count := w.Count()
 	t.Logf("v1 out, s1 in: %s: %s; writes: %s", res.Result, res.Reason, count)
@@ -159,6 +160,9 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhe
 	d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "s1")
 	// fleet-role members: each voter's member as its agent sampled it from
 	// its real etcd, one leader that all follow.
+	// The status after the swap names the new voters at once; each
+	// member's own figures come with its agent's next sample (2 s) and the
+	// next write: a minute is 30 probe periods of slack.
 	d.Wait(time.Minute, "fleet-role members lists the voters s1, v2 and v3, each following one leader", func() error {
 		out, stderr, code := d.CLI("members", "-o", "json")
 		if code != 0 {
