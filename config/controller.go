@@ -98,6 +98,14 @@ type Holds struct {
 	KuredDaemonSet string `toml:"kured_daemonset"`
 	// KuredLockAnnotation is kured's --lock-annotation.
 	KuredLockAnnotation string `toml:"kured_lock_annotation"`
+	// KuredLockTTL: while a swap runs, the controller holds kured's lock
+	// itself, in kured's own format, with this TTL, renewed as the swap
+	// goes on; a controller gone for good mid-swap leaves kured a lock
+	// that runs out.
+	KuredLockTTL time.Duration `toml:"kured_lock_ttl"`
+	// KuredConcurrency is kured's --concurrency: above 1, kured keeps
+	// several holders in its lock, and the controller takes every place.
+	KuredConcurrency int `toml:"kured_concurrency"`
 	// UpgradePlansNamespace is the system-upgrade-controller's namespace:
 	// while a Plan in it is applying to a Node of the fleet (a server or a
 	// standby), that Node is being upgraded. Empty: no hold.
@@ -284,7 +292,7 @@ func DefaultController() Controller {
 		},
 		Verdicts:          Verdicts{Window: 25, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond},
 		MaintenanceWindow: MaintenanceWindow{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "00:00", End: "00:00", TimeZone: "UTC"},
-		Holds:             Holds{KuredLockAnnotation: DefaultKuredLockAnnotation},
+		Holds:             Holds{KuredLockAnnotation: DefaultKuredLockAnnotation, KuredLockTTL: 30 * time.Minute, KuredConcurrency: 1},
 		Notify:            Notify{URLs: []string{}},
 		Remediation:       Remediation{MaxRetries: 2, MinHealthyPeriod: 24 * time.Hour},
 		Bounds: Bounds{
@@ -418,6 +426,10 @@ func (h Holds) validate(p *problems) {
 		if h.KuredLockAnnotation == "" {
 			p.add("holds.kured_lock_annotation", "must name kured's lock annotation")
 		}
+		positive(p, "holds.kured_lock_ttl", h.KuredLockTTL)
+		if h.KuredConcurrency < 1 {
+			p.add("holds.kured_concurrency", "must be at least 1, got %d", h.KuredConcurrency)
+		}
 	}
 	if h.UpgradePlansNamespace != "" && !dnsLabel.MatchString(h.UpgradePlansNamespace) {
 		p.add("holds.upgrade_plans_namespace", "%q is not a valid namespace name", h.UpgradePlansNamespace)
@@ -524,7 +536,10 @@ time_zone = "{{.MaintenanceWindow.TimeZone}}"
 # What else holds the start of a swap, automatic or manual (swap --force
 # passes), each off while empty; a swap under way goes on, and a hold that
 # cannot be read holds. kured_daemonset ("namespace/name", e.g.
-# "kube-system/kured"): while kured's reboot lock is held.
+# "kube-system/kured"): while kured's reboot lock is held; and while a
+# swap runs, the controller holds that lock itself, in kured's format, with
+# kured_lock_ttl (renewed as the swap goes on) and, for kured's
+# --concurrency above 1, kured_concurrency places.
 # upgrade_plans_namespace (e.g. "system-upgrade"): while a
 # system-upgrade-controller Plan there is applying to a server or a
 # standby. prometheus_url: while an alert is active there, filtered as
@@ -533,6 +548,8 @@ time_zone = "{{.MaintenanceWindow.TimeZone}}"
 [holds]
 kured_daemonset = "{{.Holds.KuredDaemonSet}}"
 kured_lock_annotation = "{{.Holds.KuredLockAnnotation}}"
+kured_lock_ttl = "{{d .Holds.KuredLockTTL}}"
+kured_concurrency = {{.Holds.KuredConcurrency}}
 upgrade_plans_namespace = "{{.Holds.UpgradePlansNamespace}}"
 prometheus_url = "{{.Holds.PrometheusURL}}"
 alert_filter_regexp = "{{.Holds.AlertFilterRegexp}}"

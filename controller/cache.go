@@ -53,6 +53,8 @@ type cache struct {
 	// condition that the Node did not change meanwhile.
 	taints   map[string]nodeTaints
 	names    []string // sorted names of nodes
+	// swapping is each labelled Node's api.LabelSwapping.
+	swapping map[string]string
 	problems map[string]string
 	beats    map[string]time.Time
 	// beatSeen is when a kubelet's renewal was seen, on the controller's
@@ -84,7 +86,7 @@ type podWatch struct {
 func newCache(client kubernetes.Interface, ns string, runners labels.Selector, log *slog.Logger, changed func()) *cache {
 	c := &cache{
 		client: client, ns: ns, runners: runners, log: log, changed: changed,
-		nodes: map[string]swapplan.Node{}, taints: map[string]nodeTaints{}, problems: map[string]string{}, beats: map[string]time.Time{}, beatSeen: map[string]time.Time{},
+		nodes: map[string]swapplan.Node{}, taints: map[string]nodeTaints{}, problems: map[string]string{}, swapping: map[string]string{}, beats: map[string]time.Time{}, beatSeen: map[string]time.Time{},
 		watched: map[string]bool{}, pods: map[string]*podWatch{}, unsettled: map[string]bool{},
 		sampled: func(swapplan.Node) {}, gone: func(string) {}, now: time.Now,
 	}
@@ -231,6 +233,11 @@ func (c *cache) nodeChanged(obj any) {
 	n.ProbeSeen, n.ReportSeen = seen(existed, old.Probe, n.Probe, old.ProbeSeen, now), seen(existed, old.Report, n.Report, old.ReportSeen, now)
 	c.nodes[n.Name] = n
 	c.taints[n.Name] = nodeTaints{resourceVersion: node.ResourceVersion, taints: node.Spec.Taints}
+	if v, ok := node.Labels[api.LabelSwapping]; ok {
+		c.swapping[n.Name] = v
+	} else {
+		delete(c.swapping, n.Name)
+	}
 	if !existed {
 		i, _ := slices.BinarySearch(c.names, n.Name)
 		c.names = slices.Insert(c.names, i, n.Name)
@@ -282,6 +289,7 @@ func (c *cache) nodeDeleted(name string) {
 	delete(c.nodes, name)
 	delete(c.taints, name)
 	delete(c.problems, name)
+	delete(c.swapping, name)
 	if i, ok := slices.BinarySearch(c.names, name); ok {
 		c.names = slices.Delete(c.names, i, i+1)
 	}
@@ -502,6 +510,20 @@ func keepNewer[T interface {
 // not compare (a fake API's) are never older.
 func older(a, b metav1.Object) bool {
 	return olderVersion(a.GetResourceVersion(), b.GetResourceVersion())
+}
+
+// swappingLabels are the Nodes labelled api.LabelSwapping, and the values.
+func (c *cache) swappingLabels() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.swapping)
+}
+
+// forgetSwapping forgets the label of a Node gone.
+func (c *cache) forgetSwapping(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.swapping, name)
 }
 
 func olderVersion(a, b string) bool {

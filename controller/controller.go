@@ -65,6 +65,8 @@ type Controller struct {
 	exec     *executor
 	// holds are read when a swap would start; nil when none is configured.
 	holds *holds
+	// marks keep other tools off a swap while it runs.
+	marks *marks
 	// notifier tells a swap's start and end; nil when no URL is configured.
 	notifier *Notifier
 	trigger  chan struct{}
@@ -125,6 +127,7 @@ func New(o Options) (*Controller, error) {
 	if c.holds, err = newHolds(o.Config.Holds, o.Client, o.Registry); err != nil {
 		return nil, err
 	}
+	c.marks = newMarks(o.Client, c.cache, o.Config.Holds, o.Now)
 	if c.notifier, err = NewNotifier(o.Config.Notify, log); err != nil {
 		return nil, err
 	}
@@ -290,7 +293,14 @@ func (c *Controller) pass(ctx context.Context) {
 	plan := swapplan.Next(snap)
 	if c.holds != nil {
 		if plan.Action.Type == api.ActionStart {
-			if snap.Holds = c.holds.check(ctx, snap); len(snap.Holds) > 0 {
+			// kured's lock is taken before the swap starts, so that no
+			// reboot begins between the read and the start.
+			if snap.Holds = c.holds.check(ctx, snap); len(snap.Holds) == 0 {
+				if why := c.marks.claim(ctx); why != "" {
+					snap.Holds = []string{why}
+				}
+			}
+			if len(snap.Holds) > 0 {
 				plan = swapplan.Next(snap)
 			}
 		} else {
@@ -305,6 +315,14 @@ func (c *Controller) pass(ctx context.Context) {
 	}
 	if plan.Action.Type != api.ActionNone {
 		c.acted = time.Now()
+	}
+	running := plan.Swap
+	if (plan.Action.Type == api.ActionStart && err != nil) || (plan.Action.Type == api.ActionEnd && err == nil) {
+		running = nil
+	}
+	if merr := c.marks.keep(ctx, running); merr != nil {
+		c.metrics.failures.WithLabelValues(actionMark, failureKind(merr)).Inc()
+		c.log.Warn("the swap's marks for other tools are repeated next pass", logkey.Err, merr)
 	}
 	if cm := c.cache.statusObject(); plan.Action.Type == api.ActionEnd && err == nil && cm != nil && plan.Swap != nil {
 		// The steps of the swap that ended, from the status just written.

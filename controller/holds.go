@@ -103,24 +103,39 @@ func (h *holds) clear() {
 	h.held.Reset()
 }
 
-// kuredLock is kured's lock annotation: one holder (kured's
-// pkg/daemonsetlock, LockAnnotationValue) or, with --concurrency above 1,
-// several (multiLockAnnotationValue).
+// kuredLock is one holder of kured's lock annotation, as kured's
+// pkg/daemonsetlock LockAnnotationValue writes it; Metadata is kept as
+// read, for a place the controller writes back.
 type kuredLock struct {
-	NodeID  string        `json:"nodeID"`
-	Created time.Time     `json:"created"`
-	TTL     time.Duration `json:"TTL"`
+	NodeID   string          `json:"nodeID"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	Created  time.Time       `json:"created"`
+	TTL      time.Duration   `json:"TTL"`
 }
 
+// expired: as kured's ttlExpired, a place whose TTL has run out is free;
+// one with no TTL is held until released (kured would judge it by its
+// --lock-ttl, which is not known here: the stricter reading).
+func (l kuredLock) expired(now time.Time) bool {
+	return l.TTL > 0 && !now.Before(l.Created.Add(l.TTL))
+}
+
+// kuredMultiLock is the annotation of kured with --concurrency above 1
+// (multiLockAnnotationValue): up to maxOwners holders.
 type kuredMultiLock struct {
 	MaxOwners *int        `json:"maxOwners"`
 	Locks     []kuredLock `json:"locks"`
 }
 
-// kured says who holds kured's reboot lock. As kured's own ttlExpired
-// (pkg/daemonsetlock), a lock whose TTL has run out is free; one with no
-// TTL is held until released (kured would judge it by its --lock-ttl,
-// which is not known here: the stricter reading).
+// kuredLockValue is the annotation read, either form.
+type kuredLockValue struct {
+	Multi     bool
+	MaxOwners int
+	Locks     []kuredLock
+}
+
+// kured says who holds kured's reboot lock, but the controller (a place
+// of its own, left by a release that failed, is released by the pass).
 func (h *holds) kured(ctx context.Context, now time.Time) []string {
 	ns, name := h.cfg.KuredDaemonSetName()
 	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
@@ -133,13 +148,13 @@ func (h *holds) kured(ctx context.Context, now time.Time) []string {
 	if !ok || value == "" {
 		return nil
 	}
-	locks, err := parseKuredLock(value)
+	lock, err := parseKuredLock(value)
 	if err != nil {
 		return []string{fmt.Sprintf("kured's lock %s on %s/%s cannot be read: %v", h.cfg.KuredLockAnnotation, ns, name, err)}
 	}
 	var holders []string
-	for _, l := range locks {
-		if l.TTL > 0 && !now.Before(l.Created.Add(l.TTL)) {
+	for _, l := range lock.Locks {
+		if l.expired(now) || l.NodeID == api.ControllerHolder {
 			continue
 		}
 		holders = append(holders, l.NodeID)
@@ -151,22 +166,26 @@ func (h *holds) kured(ctx context.Context, now time.Time) []string {
 }
 
 // parseKuredLock reads either form of the annotation.
-func parseKuredLock(value string) ([]kuredLock, error) {
+func parseKuredLock(value string) (kuredLockValue, error) {
 	var multi kuredMultiLock
 	if err := json.Unmarshal([]byte(value), &multi); err != nil {
-		return nil, err
+		return kuredLockValue{}, err
 	}
 	if multi.MaxOwners != nil || multi.Locks != nil {
-		return multi.Locks, nil
+		out := kuredLockValue{Multi: true, Locks: multi.Locks}
+		if multi.MaxOwners != nil {
+			out.MaxOwners = *multi.MaxOwners
+		}
+		return out, nil
 	}
 	var one kuredLock
 	if err := json.Unmarshal([]byte(value), &one); err != nil {
-		return nil, err
+		return kuredLockValue{}, err
 	}
 	if one.NodeID == "" {
-		return nil, fmt.Errorf("no nodeID in %q", value)
+		return kuredLockValue{}, fmt.Errorf("no nodeID in %q", value)
 	}
-	return []kuredLock{one}, nil
+	return kuredLockValue{Locks: []kuredLock{one}}, nil
 }
 
 // upgradePlans is what is read of the system-upgrade-controller's Plans

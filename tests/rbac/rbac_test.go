@@ -172,6 +172,7 @@ func controllerUses() []request {
 		{verb: "create", resource: "events", namespace: metav1.NamespaceDefault, why: "controller/controller.go: Events on Nodes, which client-go puts in default (tools/record/event.go makeEvent)"},
 		{verb: "patch", resource: "events", namespace: metav1.NamespaceDefault, why: "controller/controller.go: the event broadcaster patches a repeated Event's count (client-go tools/record/event.go recordToSink)"},
 		{verb: "get", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "kured", why: "controller/holds.go kured: kured's lock annotation on its DaemonSet"},
+		{verb: "update", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "kured", why: "controller/marks.go writeLock: kured's lock held while a swap runs, written as kured's pkg/daemonsetlock writes it (Update)"},
 		{verb: "list", group: "upgrade.cattle.io", resource: "plans", namespace: upgradeNamespace, why: "controller/holds.go upgrades: the system-upgrade-controller's Plans"},
 	}
 }
@@ -218,8 +219,8 @@ func forbiddenToAll() []request {
 		{verb: "list", group: "apps", resource: "daemonsets", why: "no list of every DaemonSet"},
 		{verb: "watch", group: "apps", resource: "daemonsets", why: "no watch of every DaemonSet"},
 		{verb: "list", group: "apps", resource: "daemonsets", namespace: kuredNamespace, why: "kured's DaemonSet is read by name"},
-		{verb: "update", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "kured", why: "kured's lock is read, never taken"},
-		{verb: "patch", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "kured", why: "kured's lock is read, never taken"},
+		{verb: "patch", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "kured", why: "kured's lock is written by update, as kured writes it"},
+		{verb: "update", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "other", why: "no DaemonSet but kured's is written"},
 		{verb: "update", group: "apps", resource: "deployments", namespace: ns, name: "fleet-role-controller", why: "no Deployment changed"},
 		{verb: "get", group: "upgrade.cattle.io", resource: "plans", namespace: upgradeNamespace, name: "server", why: "the Plans are listed, nothing else"},
 		{verb: "update", group: "upgrade.cattle.io", resource: "plans", namespace: upgradeNamespace, name: "server", why: "a Plan is read, never changed"},

@@ -44,6 +44,8 @@ listen_address = ":{{ .Values.metrics.port }}"
 {{- if .kured.namespace }}
 kured_daemonset = {{ printf "%s/%s" .kured.namespace .kured.name | quote }}
 kured_lock_annotation = {{ .kured.lockAnnotation | quote }}
+kured_lock_ttl = {{ .kured.lockTTL | quote }}
+kured_concurrency = {{ .kured.concurrency | int }}
 {{- end }}
 {{- with .upgradePlansNamespace }}
 upgrade_plans_namespace = {{ . | quote }}

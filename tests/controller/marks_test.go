@@ -1,0 +1,196 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/tests/fleetsim"
+)
+
+// kuredValue and kuredMulti are kured's lock annotation as kured's
+// pkg/daemonsetlock declares it (LockAnnotationValue,
+// multiLockAnnotationValue), read here as kured reads it.
+type kuredValue struct {
+	NodeID   string          `json:"nodeID"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	Created  time.Time       `json:"created"`
+	TTL      time.Duration   `json:"TTL"`
+}
+
+type kuredMulti struct {
+	MaxOwners int          `json:"maxOwners"`
+	Locks     []kuredValue `json:"locks"`
+}
+
+// kuredAcquires says whether a kured on node, run with --lock-ttl ttl and
+// --concurrency concurrency, would take its lock as the annotation stands
+// (present or not), by kured's own judgement in pkg/daemonsetlock:
+// DaemonSetSingleLock.Acquire (a holder whose TTL, effectiveTTL's
+// choice of the stored one or else the configured one, has not run out
+// keeps it) and DaemonSetLock.canAcquireMultiple (fewer places taken than
+// kured's --concurrency, or one run out).
+func kuredAcquires(t *testing.T, annotation string, present bool, ttl time.Duration, concurrency int, node string) bool {
+	t.Helper()
+	expired := func(v kuredValue) bool {
+		eff := v.TTL
+		if eff == 0 {
+			eff = ttl
+		}
+		return eff > 0 && time.Since(v.Created) >= eff
+	}
+	if concurrency > 1 {
+		var m kuredMulti
+		if present {
+			require.NoError(t, json.Unmarshal([]byte(annotation), &m), "kured reads the annotation: %s", annotation)
+		}
+		if len(m.Locks) < concurrency {
+			return true
+		}
+		for _, l := range m.Locks {
+			if expired(l) {
+				return true
+			}
+		}
+		return false
+	}
+	if !present {
+		return true
+	}
+	var v kuredValue
+	require.NoError(t, json.Unmarshal([]byte(annotation), &v), "kured reads the annotation: %s", annotation)
+	return expired(v) || v.NodeID == node
+}
+
+func createKured(t *testing.T, e *env, annotations map[string]string) {
+	t.Helper()
+	labels := map[string]string{"name": "kured"}
+	_, err := e.api.Client.AppsV1().DaemonSets("kube-system").Create(context.Background(), &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kured", Annotations: annotations},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "kured", Image: "kured:test"}}}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// kuredLock is the lock annotation as the API server holds it.
+func kuredLock(t *testing.T, e *env) (string, bool) {
+	t.Helper()
+	ds, err := e.api.Client.AppsV1().DaemonSets("kube-system").Get(context.Background(), "kured", metav1.GetOptions{})
+	require.NoError(t, err)
+	v, ok := ds.Annotations[config.DefaultKuredLockAnnotation]
+	return v, ok
+}
+
+// swapping names the Nodes labelled fleet-role.io/swapping, with the value.
+func swapping(t *testing.T, e *env) map[string]string {
+	t.Helper()
+	list, err := e.api.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: api.LabelSwapping})
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, n := range list.Items {
+		out[n.Name] = n.Labels[api.LabelSwapping]
+	}
+	return out
+}
+
+func kuredHoldsConfig(concurrency int) config.Holds {
+	h := config.DefaultController().Holds
+	h.KuredDaemonSet, h.KuredConcurrency = "kube-system/kured", concurrency
+	return h
+}
+
+func TestASwapHoldsKuredsLockAndLabelsItsTwoNodesUntilItEndsThroughARestartAndWhatARestartFindsLeftIsReleased(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 3, 1, 0)
+	// What a controller stopped after an end but before its release left:
+	// its place in kured's lock, and its label on a Node.
+	left := `{"nodeID":"` + api.ControllerHolder + `","metadata":{"unschedulable":false},"created":"` + time.Now().UTC().Format(time.RFC3339Nano) + `","TTL":1800000000000}`
+	createKured(t, e, map[string]string{config.DefaultKuredLockAnnotation: left})
+	_, err := e.api.Client.CoreV1().Nodes().Patch(ctx, "v3", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+api.LabelSwapping+`":"out"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	require.False(t, kuredAcquires(t, left, true, 0, 1, "v2"), "the lock left behind keeps kured from rebooting")
+
+	e.cfg.Holds = kuredHoldsConfig(1)
+	e.start()
+	require.Eventually(t, func() bool {
+		_, held := kuredLock(t, e)
+		return !held && len(swapping(t, e)) == 0
+	}, 20*time.Second, 100*time.Millisecond, "the first passes release what was left: labels %v", swapping(t, e))
+
+	_, stderr, code := e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	require.Eventually(t, func() bool { st, _ := e.status(); return st.Swap != nil }, 20*time.Second, 100*time.Millisecond)
+	value, held := kuredLock(t, e)
+	require.True(t, held, "the swap started holding kured's lock")
+	var v kuredValue
+	require.NoError(t, json.Unmarshal([]byte(value), &v), value)
+	assert.Equal(t, api.ControllerHolder, v.NodeID)
+	assert.Equal(t, 30*time.Minute, v.TTL, "kured_lock_ttl, written as kured writes its TTL")
+	assert.WithinDuration(t, time.Now(), v.Created, time.Minute)
+	assert.JSONEq(t, `{"unschedulable":false}`, string(v.Metadata))
+	for _, node := range []string{"v1", "v2", "v3", "s1"} {
+		// kured with no --lock-ttl and with a short one alike.
+		assert.False(t, kuredAcquires(t, value, true, 0, 1, node), "kured on %s takes the lock mid-swap", node)
+		assert.False(t, kuredAcquires(t, value, true, time.Second, 1, node), "kured on %s with --lock-ttl=1s takes the lock mid-swap", node)
+	}
+	assert.Equal(t, map[string]string{"v1": api.LabelSwappingOut, "s1": api.LabelSwappingIn}, swapping(t, e))
+
+	// A restart mid-swap: the next controller goes on holding both.
+	e.stop()
+	e.start()
+	res := e.waitEnd(2 * time.Minute)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	require.Eventually(t, func() bool {
+		_, held := kuredLock(t, e)
+		return !held && len(swapping(t, e)) == 0
+	}, 10*time.Second, 50*time.Millisecond, "the end releases the lock and the labels: %v", swapping(t, e))
+	assert.True(t, kuredAcquires(t, "", false, 0, 1, "v2"))
+	assert.Zero(t, e.conflicts(), "actions that met a conflict")
+}
+
+func TestARolledBackSwapHeldEveryPlaceOfKuredsMultipleLockAndGivesThemBack(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	// kured with --concurrency=2, after a reboot: its lock released, the
+	// places kept empty (DaemonSetMultiLock.Release).
+	createKured(t, e, map[string]string{config.DefaultKuredLockAnnotation: `{"maxOwners":2,"locks":[]}`})
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["s1"].NeverJoin = true })
+	e.cfg.Holds = kuredHoldsConfig(1) // the annotation tells its form
+	e.start()
+	_, stderr, code := e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	require.Eventually(t, func() bool { st, _ := e.status(); return st.Swap != nil }, 20*time.Second, 100*time.Millisecond)
+	value, held := kuredLock(t, e)
+	require.True(t, held)
+	var m kuredMulti
+	require.NoError(t, json.Unmarshal([]byte(value), &m), value)
+	assert.Equal(t, 2, m.MaxOwners)
+	require.Len(t, m.Locks, 2, "every place: %s", value)
+	for _, l := range m.Locks {
+		assert.Equal(t, api.ControllerHolder, l.NodeID)
+	}
+	assert.False(t, kuredAcquires(t, value, true, 0, 2, "v2"), "kured --concurrency=2 takes a place mid-swap")
+
+	res := e.waitEnd(2 * time.Minute)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	require.Eventually(t, func() bool {
+		value, _ = kuredLock(t, e)
+		return value != "" && json.Unmarshal([]byte(value), &m) == nil && len(m.Locks) == 0 && len(swapping(t, e)) == 0
+	}, 10*time.Second, 50*time.Millisecond, "the rollback's end gives the places back: %s", value)
+	assert.Equal(t, 2, m.MaxOwners)
+	assert.True(t, kuredAcquires(t, value, true, 0, 2, "v2"))
+}
