@@ -51,8 +51,8 @@ type cache struct {
 	// taints are each Node's taints and the resourceVersion they were read
 	// at: the clean-up writes the whole list back (it is atomic) on
 	// condition that the Node did not change meanwhile.
-	taints   map[string]nodeTaints
-	names    []string // sorted names of nodes
+	taints map[string]nodeTaints
+	names  []string // sorted names of nodes
 	// swapping is each labelled Node's api.LabelSwapping.
 	swapping map[string]string
 	problems map[string]string
