@@ -13,6 +13,11 @@ const (
 	// controller, `fleet-role swap` and `fleet-role plan`, and by the
 	// Ansible role before it uninstalls or reconfigures.
 	LeaseName = "regrade"
+	// WritesLease is the controller's own Lease, renewed every quarter
+	// second during a swap's leadership move and member removal to time
+	// what they cost the cluster's writes (WriteCost): created and
+	// written by the controller alone, read by nobody.
+	WritesLease = "fleet-role-writes"
 	// ControllerHolder is the holder identity the controller writes on the
 	// regrade Lease; the controller and the commands read it to tell a
 	// swap's hold from a regrade's.

@@ -135,6 +135,23 @@ type SwapResult struct {
 	// Steps are the steps it went through, in order, each from when it
 	// began to when the next did.
 	Steps []StepSpan `json:"steps,omitempty"`
+	// Writes is what its leadership move and member removal cost the
+	// cluster's writes, as the controller timed them; nil when it did not
+	// reach them.
+	Writes *WriteCost `json:"writes,omitempty"`
+}
+
+// WriteCost is what a swap's leadership move and member removal cost the
+// cluster's writes: the controller's own small writes (api.WritesLease),
+// made one after another through the API while those steps ran.
+type WriteCost struct {
+	// Writes made, and of them Failed (an error, or no answer within
+	// the write's timeout).
+	Writes int `json:"writes"`
+	Failed int `json:"failed"`
+	// LongestGap is the longest time from one write that succeeded (or
+	// the timing's start) to the next that succeeded.
+	LongestGap Duration `json:"longestGap"`
 }
 
 // StepSpan is a step of a swap and how long it lasted.

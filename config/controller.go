@@ -32,6 +32,11 @@ type Controller struct {
 	Period time.Duration `toml:"period"`
 	// LeaseDuration of the regrade Lease; renewed every pass.
 	LeaseDuration time.Duration `toml:"lease_duration"`
+	// WriteGapBudget is the longest gap between two of the controller's
+	// own writes a swap's leadership move and member removal may cost
+	// before fleet_role_swaps_over_write_gap_budget_total counts it (and
+	// the alert FleetRoleSwapWriteGapOverBudget fires).
+	WriteGapBudget time.Duration `toml:"write_gap_budget"`
 	// Cooldown between the end of a swap and the start of an automatic one.
 	// A manual request does not wait for it.
 	Cooldown time.Duration `toml:"cooldown"`
@@ -276,6 +281,7 @@ func DefaultController() Controller {
 		Namespace:       api.Namespace,
 		Period:          10 * time.Second,
 		LeaseDuration:   time.Minute,
+		WriteGapBudget:  5 * time.Second,
 		Cooldown:        6 * time.Hour,
 		ProbePeriod:     time.Minute,
 		RunnerSelector:  "app.kubernetes.io/component=runner",
@@ -355,6 +361,7 @@ func (c Controller) Validate() error {
 	}
 	positive(&p, "period", c.Period)
 	positive(&p, "lease_duration", c.LeaseDuration)
+	positive(&p, "write_gap_budget", c.WriteGapBudget)
 	positive(&p, "probe_period", c.ProbePeriod)
 	if c.Cooldown < 0 {
 		p.add("cooldown", "must not be negative, got %s", c.Cooldown)
@@ -480,6 +487,13 @@ lease_duration = "{{d .LeaseDuration}}"
 # Least time from the end of a swap to the start of an automatic one.
 # A manual request does not wait for it.
 cooldown = "{{d .Cooldown}}"
+
+# The longest gap between two of the controller's own writes a swap's
+# leadership move and member removal may cost before the swap is counted
+# over budget (fleet_role_swaps_over_write_gap_budget_total, and the alert
+# FleetRoleSwapWriteGapOverBudget). k3s's etcd elects a new leader within
+# its 5s election timeout.
+write_gap_budget = "{{d .WriteGapBudget}}"
 
 # The agents' probe period. A sample older than two periods is stale; a
 # voter silent for three periods holds every step.

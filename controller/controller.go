@@ -67,6 +67,8 @@ type Controller struct {
 	holds *holds
 	// marks keep other tools off a swap while it runs.
 	marks *marks
+	// writes times what a swap costs the cluster's writes.
+	writes *writeTimer
 	// notifier tells a swap's start and end; nil when no URL is configured.
 	notifier *Notifier
 	trigger  chan struct{}
@@ -115,7 +117,7 @@ func New(o Options) (*Controller, error) {
 	log := o.Log.With(logkey.Component, "controller")
 	c := &Controller{
 		cfg: o.Config, plan: PlanConfig(o.Config), client: o.Client, log: log, identity: o.Identity, now: o.Now,
-		registry: o.Registry, metrics: newMetrics(o.Registry), trigger: make(chan struct{}, 1),
+		registry: o.Registry, metrics: newMetrics(o.Registry, o.Config.WriteGapBudget), trigger: make(chan struct{}, 1),
 	}
 	c.cache = newCache(o.Client, o.Config.Namespace, runners, log, c.poke)
 	c.cache.domainLabel = o.Config.FailureDomainLabel
@@ -128,6 +130,8 @@ func New(o Options) (*Controller, error) {
 		return nil, err
 	}
 	c.marks = newMarks(o.Client, c.cache, o.Config.Holds, o.Now)
+	c.writes = newWriteTimer(o.Client, o.Config.Namespace, c.metrics.writeFailed)
+	c.exec.writeCost = c.writes.result
 	if c.notifier, err = NewNotifier(o.Config.Notify, log); err != nil {
 		return nil, err
 	}
@@ -307,6 +311,7 @@ func (c *Controller) pass(ctx context.Context) {
 			c.holds.clear()
 		}
 	}
+	c.writes.follow(ctx, plan)
 	decide := time.Since(start)
 	acting := time.Now()
 	var err error

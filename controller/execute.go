@@ -55,6 +55,8 @@ type executor struct {
 	leaseDuration time.Duration
 	drainTimeout  time.Duration
 	now           func() time.Time
+	// writeCost is what the swap cost the cluster's writes, for its end.
+	writeCost func(swap string) *api.WriteCost
 }
 
 // renew writes the plan's swap record to the regrade Lease and renews it,
@@ -414,6 +416,9 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 		st.Swap, st.Steps = nil, nil
 		st.Last = &api.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
 			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending, Steps: steps}
+		if e.writeCost != nil {
+			st.Last.Writes = e.writeCost(rec.ID)
+		}
 		st.CooldownUntil = plan.Action.CooldownUntil
 		if r := plan.Action.Remediations; r != nil {
 			st.Remediations = r
@@ -437,6 +442,9 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 			}
 			if st.Last.By == "" {
 				st.Last.By = first.By
+			}
+			if st.Last.Writes == nil {
+				st.Last.Writes = first.Writes
 			}
 			st.History[0] = *st.Last
 		} else {

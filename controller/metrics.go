@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -25,12 +26,17 @@ type metrics struct {
 	unfinished  prometheus.Gauge
 	spent       prometheus.Gauge
 	stepTook    *prometheus.HistogramVec
+	writeGap    prometheus.Gauge
+	overBudget  prometheus.Counter
+	writeFailed prometheus.Counter
+	// budget is write_gap_budget.
+	budget time.Duration
 	// stepsOf is the swap whose steps stepTook counted last.
 	stepsOf string
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+func newMetrics(reg prometheus.Registerer, budget time.Duration) *metrics {
+	m := &metrics{budget: budget,
 		step: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_swap_step",
 			Help: "1 for the step the swap under way is at; none when no swap is under way."}, []string{"step"}),
 		stepSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_swap_step_seconds",
@@ -59,9 +65,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		stepTook: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleet_role_swap_step_duration_seconds",
 			Help:    "How long each step of the swaps that ended lasted, counted at their end, by step.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14)}, []string{"step"}),
+		writeGap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_swap_write_gap_seconds",
+			Help: "The longest gap between two of the controller's own writes that succeeded during the leadership move and member removal of the last swap that ended and reached them."}),
+		overBudget: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_role_swaps_over_write_gap_budget_total",
+			Help: "Swaps that ended whose longest write gap passed write_gap_budget."}),
+		writeFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_role_swap_write_failures_total",
+			Help: "The controller's own writes that failed during swaps' leadership moves and member removals."}),
 	}
+	budgetGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_swap_write_gap_budget_seconds",
+		Help: "write_gap_budget: the longest write gap a swap may cost before fleet_role_swaps_over_write_gap_budget_total counts it."})
+	budgetGauge.Set(budget.Seconds())
 	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap, m.unfinished, m.spent,
-		m.stepTook)
+		m.stepTook, m.writeGap, m.overBudget, m.writeFailed, budgetGauge)
 	return m
 }
 
@@ -98,7 +113,7 @@ func (m *metrics) observe(plan swapplan.Plan, stepSeconds float64, verdicts map[
 	}
 }
 
-// ended counts the steps of a swap that ended, once.
+// ended counts the steps of a swap that ended, and its write gap, once.
 func (m *metrics) ended(r api.SwapResult) {
 	if r.ID == m.stepsOf {
 		return
@@ -107,6 +122,12 @@ func (m *metrics) ended(r api.SwapResult) {
 	for _, s := range r.Steps {
 		if !s.End.IsZero() {
 			m.stepTook.WithLabelValues(s.Step).Observe(s.End.Sub(s.Start).Seconds())
+		}
+	}
+	if w := r.Writes; w != nil {
+		m.writeGap.Set(time.Duration(w.LongestGap).Seconds())
+		if time.Duration(w.LongestGap) > m.budget {
+			m.overBudget.Inc()
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 func TestAVerdictSaysWhetherItsHostVotes(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
+	m := newMetrics(reg, 5*time.Second)
 	m.observe(swapplan.Plan{Voters: []string{"v1", "v2"}}, 0, map[string]api.Verdict{
 		"v1": {State: api.VerdictFit}, "v2": {State: api.VerdictUnfit}, "s1": {State: api.VerdictPartial},
 	})
@@ -43,7 +43,7 @@ fleet_role_verdict{node="v1",role="voter",state="fit"} 1
 
 func TestTheUnfinishedDemotionsCountTheHostsWhoseNodeKeepsAnInstruction(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
+	m := newMetrics(reg, 5*time.Second)
 	m.observe(swapplan.Plan{Pending: []api.UnfinishedDemotion{
 		{Node: "s1", Swap: "x"}, {Node: "v1", Swap: "x"}, {Node: "v9", Swap: "x", NodeGone: true},
 	}}, 0, nil)
@@ -62,7 +62,7 @@ fleet_role_unfinished_demotions 0
 
 func TestTheRetriesSpentGaugeIsOneWhileThePlanSaysSo(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
+	m := newMetrics(reg, 5*time.Second)
 	gauge := func(v string) string {
 		return "# HELP fleet_role_remediation_retries_spent 1 while an automatic swap does not start: it would retry a remediation past [remediation] max_retries.\n" +
 			"# TYPE fleet_role_remediation_retries_spent gauge\nfleet_role_remediation_retries_spent " + v + "\n"
@@ -75,7 +75,7 @@ func TestTheRetriesSpentGaugeIsOneWhileThePlanSaysSo(t *testing.T) {
 
 func TestTheStepsOfASwapThatEndedAreCountedOnceEach(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
+	m := newMetrics(reg, 5*time.Second)
 	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	r := api.SwapResult{ID: "x", Steps: []api.StepSpan{
 		{Step: api.StepSnapshot, Start: t0, End: t0.Add(3 * time.Second)},

@@ -17,8 +17,10 @@ func newHistoryCommand() *cobra.Command {
 		"List the last swaps that ended, how each ended and how long it took",
 		fmt.Sprintf(`history lists the last %d swaps that ended, the newest first, as the
 controller keeps them in the fleet-role-status ConfigMap: which voter went
-out and which standby came in, why and for whom, how it ended and how long
-it took. -o wide adds each step and how long it lasted; -o json and -o
+out and which standby came in, why and for whom, how it ended, how long
+it took, and what its leadership move and member removal cost the
+cluster's writes (the longest gap between the controller's own writes,
+and how many failed). -o wide adds each step and how long it lasted; -o json and -o
 yaml print the results themselves.`, api.HistoryLength),
 		func(st api.Status) any {
 			if st.History == nil {
@@ -73,7 +75,7 @@ func renderHistory(w io.Writer, history []api.SwapResult, wide bool) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SWAP\tOUT\tIN\tASKED\tRESULT\tSTARTED\tTOOK\tREASON")
+	fmt.Fprintln(tw, "SWAP\tOUT\tIN\tASKED\tRESULT\tSTARTED\tTOOK\tWRITE GAP\tREASON")
 	for _, r := range history {
 		asked := r.Origin
 		if r.By != "" {
@@ -83,15 +85,28 @@ func renderHistory(w io.Writer, history []api.SwapResult, wide bool) {
 		if reason == "" {
 			reason = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Out, r.In, asked, r.Result, clock(r.StartedAt),
-			r.EndedAt.Sub(r.StartedAt).Round(time.Second), reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Out, r.In, asked, r.Result, clock(r.StartedAt),
+			r.EndedAt.Sub(r.StartedAt).Round(time.Second), writeGap(r.Writes), reason)
 		if wide && len(r.Steps) > 0 {
 			var steps []string
 			for _, s := range r.Steps {
 				steps = append(steps, fmt.Sprintf("%s %s", s.Step, s.End.Sub(s.Start).Round(time.Second)))
 			}
-			fmt.Fprintf(tw, "\t\t\t\t\t\t\t  %s\n", strings.Join(steps, ", "))
+			fmt.Fprintf(tw, "\t\t\t\t\t\t\t\t  %s\n", strings.Join(steps, ", "))
 		}
 	}
 	tw.Flush()
+}
+
+// writeGap is a swap's longest write gap and its failed writes: "-" when
+// it did not reach the leadership move.
+func writeGap(w *api.WriteCost) string {
+	if w == nil {
+		return "-"
+	}
+	gap := time.Duration(w.LongestGap).Round(time.Millisecond).String()
+	if w.Failed > 0 {
+		gap += fmt.Sprintf(" (%d of %d failed)", w.Failed, w.Writes)
+	}
+	return gap
 }

@@ -332,6 +332,27 @@ var cases = []struct {
 		expect(t, "FleetRoleRemediationRetriesSpent", firing(t, series, "FleetRoleRemediationRetriesSpent", 9*time.Minute, 10*time.Minute, 30*time.Minute),
 			map[time.Duration][]string{9 * time.Minute: {}, 10 * time.Minute: {want}, 30 * time.Minute: {want}})
 	}},
+	{"ASwapOverItsWriteGapBudgetFiresForTheHourAfter", func(t *testing.T) {
+		// A swap over budget ends at minute 5, one within it at minute
+		// 90 (the counter does not move); the controller restarts at
+		// minute 100 (the counter starts again from 0).
+		series := `
+  fleet_role_swaps_over_write_gap_budget_total{job="fleet-role-controller", instance="a"} 0x4 1x94 0x30
+`
+		want := `{alertname="FleetRoleSwapWriteGapOverBudget", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRoleSwapWriteGapOverBudget", firing(t, series, "FleetRoleSwapWriteGapOverBudget", 4*time.Minute, 5*time.Minute, 60*time.Minute, 66*time.Minute, 95*time.Minute, 110*time.Minute),
+			map[time.Duration][]string{4 * time.Minute: {}, 5 * time.Minute: {want}, 60 * time.Minute: {want}, 66 * time.Minute: {}, 95 * time.Minute: {}, 110 * time.Minute: {}})
+	}},
+	{"SwapsWithinTheirWriteGapBudgetAreQuiet", func(t *testing.T) {
+		// Swaps end at minutes 5 and 40 within budget: the counter is
+		// there, at 0, on both replicas.
+		series := `
+  fleet_role_swaps_over_write_gap_budget_total{job="fleet-role-controller", instance="a"} 0x60
+  fleet_role_swaps_over_write_gap_budget_total{job="fleet-role-controller", instance="b"} 0x60
+`
+		expect(t, "FleetRoleSwapWriteGapOverBudget", firing(t, series, "FleetRoleSwapWriteGapOverBudget", 5*time.Minute, 40*time.Minute, 60*time.Minute),
+			map[time.Duration][]string{5 * time.Minute: {}, 40 * time.Minute: {}, 60 * time.Minute: {}})
+	}},
 	{"ARemediationWhoseRetriesAreSpentOnlyBrieflyIsQuiet", func(t *testing.T) {
 		// The minimum healthy period runs out at minute 8.
 		series := `

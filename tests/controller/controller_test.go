@@ -280,6 +280,10 @@ func TestAManualSwapThroughFleetRoleSwapRunsToCompleted(t *testing.T) {
 	res := e.waitEnd(2 * time.Minute)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
+	if assert.NotNil(t, res.Writes, "the leadership move and removal were timed") {
+		assert.Positive(t, res.Writes.Writes)
+		assert.Zero(t, res.Writes.Failed, "writes failed on a quiet API server")
+	}
 	// Each pass writes on top of the last pass's own writes, even before
 	// its watch has seen them: none is refused as a conflict.
 	assert.Zero(t, e.conflicts(), "actions that met a conflict")

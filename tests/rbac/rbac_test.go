@@ -172,6 +172,7 @@ func controllerUses() []request {
 		{verb: "create", resource: "events", namespace: metav1.NamespaceDefault, why: "controller/controller.go: Events on Nodes, which client-go puts in default (tools/record/event.go makeEvent)"},
 		{verb: "patch", resource: "events", namespace: metav1.NamespaceDefault, why: "controller/controller.go: the event broadcaster patches a repeated Event's count (client-go tools/record/event.go recordToSink)"},
 		{verb: "get", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "kured", why: "controller/holds.go kured: kured's lock annotation on its DaemonSet"},
+		{verb: "patch", group: "coordination.k8s.io", resource: "leases", namespace: ns, name: api.WritesLease, why: "controller/writes.go write: the Lease renewed to time a swap's cost to the cluster's writes"},
 		{verb: "update", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "kured", why: "controller/marks.go writeLock: kured's lock held while a swap runs, written as kured's pkg/daemonsetlock writes it (Update)"},
 		{verb: "list", group: "upgrade.cattle.io", resource: "plans", namespace: upgradeNamespace, why: "controller/holds.go upgrades: the system-upgrade-controller's Plans"},
 	}

@@ -1,0 +1,75 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// The timing through a real API server is tests/controller's part; here,
+// when it runs and what it counts.
+
+func atStep(id, step string) swapplan.Plan {
+	return swapplan.Plan{Step: step, Swap: &api.SwapRecord{ID: id}}
+}
+
+func TestTheWritesAreTimedOnlyWhileTheSwapIsAtItsLeadershipMoveOrMemberRemovalAndAFailedOneWidensTheGap(t *testing.T) {
+	ctx := context.Background()
+	client := k8sfake.NewClientset()
+	var patches atomic.Int32
+	client.PrependReactor("patch", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if patches.Add(1) == 3 {
+			return true, nil, errors.New("etcdserver: leader changed")
+		}
+		return false, nil, nil
+	})
+	failed := prometheus.NewCounter(prometheus.CounterOpts{Name: "failed"})
+	w := newWriteTimer(client, "fleet-role", failed)
+
+	w.follow(ctx, atStep("s1", api.StepDrainOut))
+	assert.Nil(t, w.result("s1"), "nothing is timed before the step-down")
+	w.follow(ctx, atStep("s1", api.StepStepDown))
+	require.Eventually(t, func() bool { return patches.Load() >= 3 }, 10*time.Second, 10*time.Millisecond)
+	w.follow(ctx, atStep("s1", api.StepRemoveMember))
+	require.Eventually(t, func() bool { return patches.Load() >= 5 }, 10*time.Second, 10*time.Millisecond)
+	w.follow(ctx, atStep("s1", api.StepMemberGone))
+	n := patches.Load()
+	time.Sleep(3 * writeEvery)
+	assert.Equal(t, n, patches.Load(), "the timing stopped at the member-gone")
+
+	got := w.result("s1")
+	require.NotNil(t, got)
+	assert.InDelta(t, int(n), got.Writes, 1, "each write made, but one the stop cut short")
+	assert.Equal(t, 1, got.Failed)
+	assert.Equal(t, 1.0, testutil.ToFloat64(failed))
+	// Two ticks between successes, less the jitter of the writes.
+	assert.Greater(t, time.Duration(got.LongestGap), writeEvery*3/2, "the write that failed left two ticks between successes")
+	l, err := client.CoordinationV1().Leases("fleet-role").Get(ctx, api.WritesLease, metav1.GetOptions{})
+	require.NoError(t, err, "the first write made the Lease")
+	assert.Equal(t, api.ControllerHolder, *l.Spec.HolderIdentity)
+
+	// A new swap starts from nothing; the last one's figures are gone.
+	w.follow(ctx, atStep("s2", api.StepCordonIn))
+	assert.Nil(t, w.result("s1"))
+	assert.Nil(t, w.result("s2"))
+	// An ended swap at a timed step (its end pending) is not timed.
+	ended := atStep("s2", api.StepStepDown)
+	ended.Swap.EndedAt = &time.Time{}
+	w.follow(ctx, ended)
+	time.Sleep(2 * writeEvery)
+	assert.Nil(t, w.result("s2"))
+}

@@ -1,0 +1,68 @@
+package controller_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/api"
+)
+
+func TestASwapsWriteGapAndFailedWritesAreInItsHistoryAndMetricsAndOneOverBudgetIsCounted(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	// The API server answers the controller's timed writes as a cluster
+	// in its leadership move does: the first after 1.5 s, the second not
+	// at all (an error), the rest at once.
+	const held = 1500 * time.Millisecond
+	var writes atomic.Int32
+	e.rest.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			if r.Method != http.MethodPatch || !strings.HasSuffix(r.URL.Path, "/leases/"+api.WritesLease) {
+				return rt.RoundTrip(r)
+			}
+			switch writes.Add(1) {
+			case 1:
+				select {
+				case <-time.After(held):
+				case <-r.Context().Done():
+					return nil, r.Context().Err()
+				}
+			case 2:
+				return nil, errors.New("etcdserver: leader changed")
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	e.cfg.WriteGapBudget = time.Second
+	e.start()
+	_, stderr, code := e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	res := e.waitEnd(2 * time.Minute)
+	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+
+	require.NotNil(t, res.Writes, "the swap's leadership move and removal were timed")
+	t.Logf("write cost: %d writes, %d failed, longest gap %s", res.Writes.Writes, res.Writes.Failed, time.Duration(res.Writes.LongestGap))
+	assert.GreaterOrEqual(t, res.Writes.Writes, 2)
+	assert.Equal(t, 1, res.Writes.Failed)
+	assert.GreaterOrEqual(t, time.Duration(res.Writes.LongestGap), held, "the gap holds the held write")
+	st, _ := e.status()
+	require.NotEmpty(t, st.History)
+	assert.Equal(t, res.Writes, st.History[0].Writes)
+
+	assert.Equal(t, "fleet_role_swaps_over_write_gap_budget_total 1", e.metric("fleet_role_swaps_over_write_gap_budget_total"))
+	assert.Equal(t, "fleet_role_swap_write_failures_total 1", e.metric("fleet_role_swap_write_failures_total"))
+	assert.Equal(t, "fleet_role_swap_write_gap_budget_seconds 1", e.metric("fleet_role_swap_write_gap_budget_seconds"))
+	assert.NotEmpty(t, e.metric("fleet_role_swap_write_gap_seconds"))
+
+	out, _, code := e.cli("history")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "WRITE GAP")
+	assert.Regexp(t, `\d+(\.\d+)?s \(1 of \d+ failed\)`, out)
+	t.Logf("fleet-role history:\n%s", out)
+}
