@@ -138,7 +138,8 @@ func TestKuredsLockAndAnUpgradeApplyingToAServerHoldTheStartAndTheSwapIsToldToAW
 	hook := newWebhook(t)
 	e.cfg.DryRun = false
 	e.cfg.Verdicts.Window = 4
-	e.cfg.Holds = config.Holds{KuredDaemonSet: "kube-system/kured", KuredLockAnnotation: config.DefaultKuredLockAnnotation, UpgradePlansNamespace: "system-upgrade"}
+	e.cfg.Holds = kuredHoldsConfig(1)
+	e.cfg.Holds.UpgradePlansNamespace = "system-upgrade"
 	e.cfg.Notify.URLs = []string{"generic://" + strings.TrimPrefix(hook.srv.URL, "http://") + "/hooks/fleet?disabletls=yes"}
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 35 })
 	e.start()

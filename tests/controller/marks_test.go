@@ -130,7 +130,7 @@ func TestASwapHoldsKuredsLockAndLabelsItsTwoNodesUntilItEndsThroughARestartAndWh
 	require.Eventually(t, func() bool {
 		_, held := kuredLock(t, e)
 		return !held && len(swapping(t, e)) == 0
-	}, 20*time.Second, 100*time.Millisecond, "the first passes release what was left: labels %v", swapping(t, e))
+	}, 20*time.Second, 100*time.Millisecond, "the first passes release the lock and the label that were left")
 
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
@@ -158,7 +158,7 @@ func TestASwapHoldsKuredsLockAndLabelsItsTwoNodesUntilItEndsThroughARestartAndWh
 	require.Eventually(t, func() bool {
 		_, held := kuredLock(t, e)
 		return !held && len(swapping(t, e)) == 0
-	}, 10*time.Second, 50*time.Millisecond, "the end releases the lock and the labels: %v", swapping(t, e))
+	}, 10*time.Second, 50*time.Millisecond, "the end releases the lock and the labels")
 	assert.True(t, kuredAcquires(t, "", false, 0, 1, "v2"))
 	assert.Zero(t, e.conflicts(), "actions that met a conflict")
 }

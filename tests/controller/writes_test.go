@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/tests/fleetsim"
 )
 
 func TestASwapsWriteGapAndFailedWritesAreInItsHistoryAndMetricsAndOneOverBudgetIsCounted(t *testing.T) {
@@ -40,9 +41,16 @@ func TestASwapsWriteGapAndFailedWritesAreInItsHistoryAndMetricsAndOneOverBudgetI
 		})
 	})
 	e.cfg.WriteGapBudget = time.Second
+	// The leadership move lasts a while: v1's agent reads its step-down
+	// 3 s after the step began (time for the held write, the failed one
+	// and more), as an agent busy with its host would.
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v1"].IgnoreStepDown = true })
 	e.start()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
+	require.Eventually(t, func() bool { st, _ := e.status(); return st.Step == api.StepStepDown }, time.Minute, 50*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v1"].IgnoreStepDown, d.Hosts["v1"].Handled = false, time.Time{} })
 	res := e.waitEnd(2 * time.Minute)
 	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -294,14 +295,14 @@ func TestTheHoldsAndNotificationsAreConfiguredAndGrantedOnlyWhenAsked(t *testing
 	c, err := config.ParseController([]byte(cm.Data["controller.toml"]))
 	require.NoError(t, err, cm.Data["controller.toml"])
 	assert.Equal(t, config.Holds{
-		KuredDaemonSet: "kube-system/kured", KuredLockAnnotation: config.DefaultKuredLockAnnotation,
+		KuredDaemonSet: "kube-system/kured", KuredLockAnnotation: config.DefaultKuredLockAnnotation, KuredLockTTL: 30 * time.Minute, KuredConcurrency: 1,
 		UpgradePlansNamespace: "system-upgrade", PrometheusURL: "http://prometheus.monitoring:9090",
 		AlertFilterRegexp: "^Etcd", AlertFilterMatchOnly: true,
 	}, c.Holds)
 	assert.Equal(t, []string{"generic://hooks.example.org/fleet"}, c.Notify.URLs)
 
 	kured := only[*rbacv1.Role](t, objs, "kube-system", "fleet-role-controller-kured")
-	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"kured"}, Verbs: []string{"get"}}}, kured.Rules)
+	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"kured"}, Verbs: []string{"get", "update"}}}, kured.Rules)
 	only[*rbacv1.RoleBinding](t, objs, "kube-system", "fleet-role-controller-kured")
 	plans := only[*rbacv1.Role](t, objs, "system-upgrade", "fleet-role-controller-upgrades")
 	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{"upgrade.cattle.io"}, Resources: []string{"plans"}, Verbs: []string{"list"}}}, plans.Rules)
