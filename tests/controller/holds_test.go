@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,17 +93,7 @@ func TestKuredsLockAndAnUpgradeApplyingToAServerHoldTheStartAndTheSwapIsToldToAW
 	// writes it so); the Plan's CRD and a Plan applying to v3 and to a
 	// Node outside the fleet.
 	locked := `{"nodeID":"v3","metadata":{"unschedulable":false},"created":"` + time.Now().UTC().Format(time.RFC3339) + `","TTL":0}`
-	labels := map[string]string{"name": "kured"}
-	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kured", Annotations: map[string]string{config.DefaultKuredLockAnnotation: locked}},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "kured", Image: "kured:test"}}}},
-		},
-	}
-	_, err = e.api.Client.AppsV1().DaemonSets("kube-system").Create(ctx, ds, metav1.CreateOptions{})
-	require.NoError(t, err)
+	createKured(t, e, map[string]string{config.DefaultKuredLockAnnotation: locked})
 	_, err = e.api.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "system-upgrade"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = dyn.Resource(crdGVR).Create(ctx, &unstructured.Unstructured{Object: planCRD}, metav1.CreateOptions{})
