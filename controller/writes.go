@@ -61,6 +61,9 @@ func (w *writeTimer) follow(ctx context.Context, plan swapplan.Plan) {
 		w.stopLocked()
 		w.swap, w.cost = plan.Swap.ID, api.WriteCost{}
 	}
+	if w.timing && w.ended() {
+		w.timing = false // its context ended with the term it began in
+	}
 	switch {
 	case at && !w.timing:
 		ctx, cancel := context.WithCancel(ctx)
@@ -84,6 +87,16 @@ func (w *writeTimer) stopLocked() {
 	w.mu.Unlock()
 	<-done
 	w.mu.Lock()
+}
+
+// ended says the timing's goroutine has returned; w.mu is held.
+func (w *writeTimer) ended() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // result is what the timing found of the swap; nil when it timed nothing.

@@ -73,3 +73,23 @@ func TestTheWritesAreTimedOnlyWhileTheSwapIsAtItsLeadershipMoveOrMemberRemovalAn
 	time.Sleep(2 * writeEvery)
 	assert.Nil(t, w.result("s2"))
 }
+
+func TestATimingWhoseContextEndedWithItsTermIsStartedAgain(t *testing.T) {
+	client := k8sfake.NewClientset()
+	var patches atomic.Int32
+	client.PrependReactor("patch", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches.Add(1)
+		return false, nil, nil
+	})
+	w := newWriteTimer(client, "fleet-role", prometheus.NewCounter(prometheus.CounterOpts{Name: "failed"}))
+	term, lost := context.WithCancel(context.Background())
+	w.follow(term, atStep("s1", api.StepStepDown))
+	require.Eventually(t, func() bool { return patches.Load() >= 1 }, 10*time.Second, 10*time.Millisecond)
+	lost()
+	time.Sleep(2 * writeEvery)
+	n := patches.Load()
+	w.follow(context.Background(), atStep("s1", api.StepStepDown))
+	require.Eventually(t, func() bool { return patches.Load() > n }, 10*time.Second, 10*time.Millisecond, "timed again in the next term")
+	w.follow(context.Background(), atStep("s1", api.StepMemberGone))
+	assert.Positive(t, w.result("s1").Writes)
+}
