@@ -229,6 +229,20 @@ type Domains struct {
 	Unlabelled []string `json:"unlabelled,omitempty"`
 }
 
+// DeadVoter is a voter dead by every sign the controller has: its agent
+// silent, its Node not Ready, its kubelet's last heartbeat older than
+// dead_after, and its member named unreachable by every other voter's
+// fresh sample. Written by the controller in Status.Dead every pass, read
+// by `fleet-role status`.
+type DeadVoter struct {
+	Node   string `json:"node"`
+	Member string `json:"member"`
+	// Heartbeat is the kubelet's last heartbeat the controller knows.
+	Heartbeat time.Time `json:"heartbeat"`
+	// Reason says every sign, as a person reads it.
+	Reason string `json:"reason"`
+}
+
 // UnfinishedDemotion is a host a swap that ended asked to step down whose
 // agent has not reported the finish of its demotion: written by the
 // controller in Status.Unfinished every pass, read by `fleet-role
@@ -302,6 +316,8 @@ type Status struct {
 	// Domains is how the voters lie across failure domains, when a label
 	// names them.
 	Domains *Domains `json:"domains,omitempty"`
+	// Dead are the voters dead by every sign (DeadVoter).
+	Dead []DeadVoter `json:"dead,omitempty"`
 	// Remediations are the automatic swaps that completed whose minimum
 	// healthy period has not run out, one for each voter they put in: the
 	// remediation limits' record.

@@ -202,6 +202,10 @@ type Probe struct {
 	Member string `json:"member,omitempty"`
 	// Members is the member list this host's etcd returned (servers only).
 	Members []Member `json:"members,omitempty"`
+	// Unreachable names the members this host's etcd lists, but its own
+	// and those not started, that did not answer a status request on
+	// their client URL (servers only).
+	Unreachable []string `json:"unreachable,omitempty"`
 	// Leader is the member name of the leader this host's etcd reports.
 	Leader string `json:"leader,omitempty"`
 	// Etcd is what this host's member says of itself (servers only; nil

@@ -32,6 +32,11 @@ type Controller struct {
 	Period time.Duration `toml:"period"`
 	// LeaseDuration of the regrade Lease; renewed every pass.
 	LeaseDuration time.Duration `toml:"lease_duration"`
+	// DeadAfter: a voter whose agent is silent, whose Node is not Ready,
+	// whose kubelet has not beaten for this long and whose member every
+	// other voter finds unreachable is dead (status, alert
+	// FleetRoleVoterDead).
+	DeadAfter time.Duration `toml:"dead_after"`
 	// WriteGapBudget is the longest gap between two of the controller's
 	// own writes a swap's leadership move and member removal may cost
 	// before fleet_role_swaps_over_write_gap_budget_total counts it (and
@@ -282,6 +287,7 @@ func DefaultController() Controller {
 		Period:          10 * time.Second,
 		LeaseDuration:   time.Minute,
 		WriteGapBudget:  5 * time.Second,
+		DeadAfter:       5 * time.Minute,
 		Cooldown:        6 * time.Hour,
 		ProbePeriod:     time.Minute,
 		RunnerSelector:  "app.kubernetes.io/component=runner",
@@ -362,6 +368,7 @@ func (c Controller) Validate() error {
 	positive(&p, "period", c.Period)
 	positive(&p, "lease_duration", c.LeaseDuration)
 	positive(&p, "write_gap_budget", c.WriteGapBudget)
+	positive(&p, "dead_after", c.DeadAfter)
 	positive(&p, "probe_period", c.ProbePeriod)
 	if c.Cooldown < 0 {
 		p.add("cooldown", "must not be negative, got %s", c.Cooldown)
@@ -494,6 +501,12 @@ cooldown = "{{d .Cooldown}}"
 # FleetRoleSwapWriteGapOverBudget). k3s's etcd elects a new leader within
 # its 5s election timeout.
 write_gap_budget = "{{d .WriteGapBudget}}"
+
+# A voter is dead when its agent is silent, its Node not Ready, its
+# kubelet has not beaten for this long, and every other voter finds its
+# etcd member unreachable: status names it, the alert FleetRoleVoterDead
+# fires. The node lifecycle controller marks a Node Unknown after 40s.
+dead_after = "{{d .DeadAfter}}"
 
 # The agents' probe period. A sample older than two periods is stale; a
 # voter silent for three periods holds every step.

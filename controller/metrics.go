@@ -25,6 +25,7 @@ type metrics struct {
 	wouldSwap   prometheus.Gauge
 	unfinished  prometheus.Gauge
 	spent       prometheus.Gauge
+	dead        prometheus.Gauge
 	stepTook    *prometheus.HistogramVec
 	writeGap    prometheus.Gauge
 	overBudget  prometheus.Counter
@@ -65,6 +66,8 @@ func newMetrics(reg prometheus.Registerer, budget time.Duration) *metrics {
 		stepTook: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleet_role_swap_step_duration_seconds",
 			Help:    "How long each step of the swaps that ended lasted, counted at their end, by step.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14)}, []string{"step"}),
+		dead: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_dead_voters",
+			Help: "Voters dead by every sign: agent silent, Node not Ready, no kubelet heartbeat for dead_after, member unreachable from every other voter."}),
 		writeGap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_swap_write_gap_seconds",
 			Help: "The longest gap between two of the controller's own writes that succeeded during the leadership move and member removal of the last swap that ended and reached them."}),
 		overBudget: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_role_swaps_over_write_gap_budget_total",
@@ -76,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, budget time.Duration) *metrics {
 		Help: "write_gap_budget: the longest write gap a swap may cost before fleet_role_swaps_over_write_gap_budget_total counts it."})
 	budgetGauge.Set(budget.Seconds())
 	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap, m.unfinished, m.spent,
-		m.stepTook, m.writeGap, m.overBudget, m.writeFailed, budgetGauge)
+		m.stepTook, m.dead, m.writeGap, m.overBudget, m.writeFailed, budgetGauge)
 	return m
 }
 
@@ -103,6 +106,7 @@ func (m *metrics) observe(plan swapplan.Plan, stepSeconds float64, verdicts map[
 		spent = 1
 	}
 	m.spent.Set(spent)
+	m.dead.Set(float64(len(plan.Dead)))
 	m.verdicts.Reset()
 	for node, v := range verdicts {
 		role := api.RoleStandby // the controller judges only voters and standbys

@@ -26,6 +26,7 @@ func PlanConfig(c config.Controller) swapplan.Config {
 			RemoveFallback: b.RemoveFallback, RemoveByVoter: b.RemoveByVoter,
 		},
 		DomainLabel: c.FailureDomainLabel,
+		DeadAfter:   c.DeadAfter,
 		Remediation: swapplan.Remediation{
 			MaxRetries: c.Remediation.MaxRetries, RetryPeriod: c.Remediation.RetryPeriod, MinHealthyPeriod: c.Remediation.MinHealthyPeriod,
 		},

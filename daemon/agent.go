@@ -41,6 +41,9 @@ type Etcd interface {
 	// MembersOf lists the members as the members at the endpoints (other
 	// hosts' client URLs) know them, linearizably.
 	MembersOf(ctx context.Context, endpoints []string) ([]etcdclient.Member, error)
+	// Unanswering names the members of the list, but local, that do not
+	// answer on their client URL.
+	Unanswering(ctx context.Context, members []etcdclient.Member, local uint64) ([]string, error)
 }
 
 // Options are the agent's parts. Clock, Log and Notify may be nil.

@@ -60,6 +60,10 @@ func (e *fakeEtcd) MembersOf(_ context.Context, endpoints []string) ([]etcdclien
 	return append([]etcdclient.Member(nil), e.others...), nil
 }
 
+func (e *fakeEtcd) Unanswering(context.Context, []etcdclient.Member, uint64) ([]string, error) {
+	return nil, nil
+}
+
 // setOthers sets what the other members list.
 func (e *fakeEtcd) setOthers(m []etcdclient.Member) {
 	e.mu.Lock()

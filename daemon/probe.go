@@ -298,6 +298,7 @@ func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool)
 			names[m.ID] = m.Name
 			s.Members = append(s.Members, api.Member{Name: m.Name, Learner: m.Learner, ID: strconv.FormatUint(m.ID, 16)})
 		}
+		s.Unreachable = e.unreachable
 		for _, err := range []error{e.membersErr, e.statusErr, e.readErr} {
 			if err != nil {
 				problems = append(problems, err.Error())
@@ -328,6 +329,8 @@ type etcdSample struct {
 	statusErr  error
 	rtt        time.Duration
 	readErr    error
+	// unreachable are the other members that did not answer.
+	unreachable []string
 }
 
 // etcdSample asks the local member for its member list, its status and a
@@ -340,6 +343,11 @@ func (p *prober) etcdSample(ctx context.Context) etcdSample {
 	wg.Go(func() { e.status, e.statusErr = p.etcd.Status(ctx) })
 	wg.Go(func() { e.rtt, e.readErr = p.etcd.Read(ctx) })
 	wg.Wait()
+	if e.membersErr == nil && e.statusErr == nil {
+		// Note: its own failure is not the sample's: the list and the
+		// status it needs were had.
+		e.unreachable, _ = p.etcd.Unanswering(ctx, e.members, e.status.MemberID)
+	}
 	late := func(err error) error {
 		if err != nil && ctx.Err() != nil {
 			return fmt.Errorf("%w (etcd did not answer within the probe period %s)", err, p.period)

@@ -96,11 +96,11 @@ func TestTheFsyncP99IsThe99thPercentile(t *testing.T) {
 	assert.Zero(t, p99(nil))
 }
 
-// TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindow runs
-// the probe against a real etcd cluster of three processes and pauses one
-// member, as a host that stalls: its host's probe turns unfit within one
-// window, a healthy one's stays fit.
-func TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindow(t *testing.T) {
+// TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindowAndTheOthersNameItUnreachable
+// runs the probe against a real etcd cluster of three processes and
+// pauses one member, as a host that stalls: its host's probe turns unfit
+// within one window, a healthy one's stays fit and names it unreachable.
+func TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindowAndTheOthersNameItUnreachable(t *testing.T) {
 	ms := kubeapi.StartEtcdCluster(t, 3)
 	judge := swapplan.VerdictConfig{Window: 10, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond, Period: 500 * time.Millisecond}
 	probe := func(m *kubeapi.EtcdMember) (*prober, func()) {
@@ -129,6 +129,8 @@ func TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindow(t *testing.
 	}
 	before := sample(slow, judge.Window)
 	assert.Equal(t, api.VerdictFit, swapplan.Judge(before, time.Now(), judge).State)
+	all, _ := healthy.sample(context.Background(), time.Now(), true, false)
+	assert.Empty(t, all.Unreachable, "every member answers")
 
 	require.NoError(t, ms[2].Pause())
 	defer ms[2].Resume()
@@ -143,6 +145,8 @@ func TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindow(t *testing.
 	fit := swapplan.Judge(sample(healthy, judge.Window), time.Now(), judge)
 	assert.Equal(t, api.VerdictFit, fit.State, fit.Reason)
 	assert.Positive(t, fit.RTTMs)
+	other, _ := healthy.sample(context.Background(), time.Now(), true, false)
+	assert.Equal(t, []string{before[0].Member}, other.Unreachable, "the healthy host names the paused member unreachable")
 }
 
 // hungEtcd is a local member that answers nothing: each call waits until

@@ -58,6 +58,8 @@ type Plan struct {
 	Decision *api.Decision `json:"decision,omitempty"`
 	// Domains is how the voters lie across failure domains now.
 	Domains *api.Domains `json:"domains,omitempty"`
+	// Dead are the voters dead by every sign now.
+	Dead []api.DeadVoter `json:"dead,omitempty"`
 	// RetriesSpent: the decision is a retry past the remediation's
 	// max_retries, and automatic swaps do not start.
 	RetriesSpent bool `json:"retriesSpent,omitempty"`
@@ -77,6 +79,7 @@ func Next(s Snapshot) Plan {
 	plan := p.next()
 	plan.Voters = p.voterNames()
 	plan.Domains = p.domains()
+	plan.Dead = p.deadVoters()
 	plan.Pending = p.unfinished(plan.Swap)
 	if plan.Action.Type == "" {
 		plan.Action.Type = api.ActionNone

@@ -54,6 +54,9 @@ type Config struct {
 	// DomainLabel is the Node label that names a host's failure domain;
 	// empty: none is weighed.
 	DomainLabel string
+	// DeadAfter is how long a voter's kubelet has not beaten, with every
+	// other sign of death, before the voter is called dead.
+	DeadAfter time.Duration
 }
 
 // Remediation limits automatic swaps as Cluster API's

@@ -245,6 +245,9 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 	if d := st.Domains; d != nil {
 		row("DOMAINS", "%s", domainsLine(d))
 	}
+	for _, d := range st.Dead {
+		row("DEAD", "%s: %s; etcd tolerates one failure less until it is replaced or its member removed", d.Node, d.Reason)
+	}
 	for _, u := range st.Unfinished {
 		if u.NodeGone {
 			row("PENDING", "%s: swap %s ended without it and its Node was deleted, so nothing is kept for its agent: "+

@@ -67,6 +67,16 @@ func TestStatusOutputsTheTableWideJSONAndYAML(t *testing.T) {
 	assert.ErrorAs(t, err, new(usageError))
 }
 
+func TestStatusNamesEachDeadVoterWithEverySign(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	st := api.Status{UpdatedAt: now, Dead: []api.DeadVoter{{Node: "v2", Member: "v2-4f59c04e", Heartbeat: now.Add(-6 * time.Minute),
+		Reason: "no probe sample since 2026-12-06T11:54:00Z, 3 periods of 1m0s; not Ready, its kubelet's last heartbeat at 2026-12-06T11:54:00Z (6m0s ago, dead_after 5m0s); its member v2-4f59c04e unreachable from v1, v3"}}}
+	var b strings.Builder
+	renderStatus(&b, st, now, false)
+	assert.Contains(t, b.String(), "DEAD     v2: no probe sample since 2026-12-06T11:54:00Z, 3 periods of 1m0s; not Ready, its kubelet's last heartbeat at 2026-12-06T11:54:00Z "+
+		"(6m0s ago, dead_after 5m0s); its member v2-4f59c04e unreachable from v1, v3; etcd tolerates one failure less until it is replaced or its member removed\n")
+}
+
 func TestStatusSaysOfEachUnfinishedDemotionWhatStaysOnItsNodeOrThatItsNodeIsGone(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	st := api.Status{UpdatedAt: now, Pending: []string{"s1", "v9"}, Unfinished: []api.UnfinishedDemotion{

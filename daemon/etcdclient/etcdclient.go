@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -383,6 +384,35 @@ func pick(members []Member, name string, id uint64) (*Member, error) {
 		}
 	}
 	return found, nil
+}
+
+// Unanswering names the members of the list, but the local one and those
+// not started (no name or no client URL), that do not answer a status
+// request on their client URL within the client's timeout, asked side by
+// side: the members the local one cannot reach as a client would. Sorted.
+func (c *Client) Unanswering(ctx context.Context, members []Member, local uint64) ([]string, error) {
+	cl, err := c.client()
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var out []string
+	var wg sync.WaitGroup
+	for _, m := range members {
+		if m.ID == local || m.Name == "" || len(m.ClientURLs) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			if !answers(ctx, cl, m, c.cfg.Timeout) {
+				mu.Lock()
+				out = append(out, m.Name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(out)
+	return out, nil
 }
 
 // answers says a member answers a status request on its client URL.

@@ -488,3 +488,24 @@ func TestMembersOfAsksTheOtherMembersWhenTheLocalOneIsGone(t *testing.T) {
 	assert.ErrorContains(t, err, "etcd member list")
 	assert.Less(t, time.Since(start), 3*time.Second+2*time.Second, "within the client's timeout")
 }
+
+func TestAMemberStoppedIsNamedUnansweringByTheOthersAndNoMemberElseIs(t *testing.T) {
+	ms := etcdtest.Cluster(t, "h1", "h2", "h3")
+	ctx := context.Background()
+	c := wrap(t, ms[0])
+	members, err := c.Members(ctx)
+	require.NoError(t, err)
+	local := uint64(ms[0].E.Server.MemberID())
+	none, err := c.Unanswering(ctx, members, local)
+	require.NoError(t, err)
+	assert.Empty(t, none, "every member answers")
+
+	ms[2].Stop()
+	got, err := c.Unanswering(ctx, members, local)
+	require.NoError(t, err)
+	assert.Equal(t, []string{ms[2].Name}, got)
+	// Through another member, the same one.
+	got, err = wrap(t, ms[1]).Unanswering(ctx, members, uint64(ms[1].E.Server.MemberID()))
+	require.NoError(t, err)
+	assert.Equal(t, []string{ms[2].Name}, got)
+}

@@ -343,6 +343,27 @@ var cases = []struct {
 		expect(t, "FleetRoleSwapWriteGapOverBudget", firing(t, series, "FleetRoleSwapWriteGapOverBudget", 4*time.Minute, 5*time.Minute, 60*time.Minute, 66*time.Minute, 95*time.Minute, 110*time.Minute),
 			map[time.Duration][]string{4 * time.Minute: {}, 5 * time.Minute: {want}, 60 * time.Minute: {want}, 66 * time.Minute: {}, 95 * time.Minute: {}, 110 * time.Minute: {}})
 	}},
+	{"ADeadVoterFiresAtOnceFromTheLeadingReplicaAndClearsWhenItIsBack", func(t *testing.T) {
+		// The leader a sees v2 dead from minute 5 to 20; b, standing by,
+		// counts nothing and leads nothing.
+		series := `
+  fleet_role_dead_voters{job="fleet-role-controller", instance="a"} 0x4 1x15 0x10
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x30
+  fleet_role_dead_voters{job="fleet-role-controller", instance="b"} 0x30
+  fleet_role_leader{job="fleet-role-controller", instance="b"} 0x30
+`
+		want := `{alertname="FleetRoleVoterDead", job="fleet-role-controller", severity="critical"}`
+		expect(t, "FleetRoleVoterDead", firing(t, series, "FleetRoleVoterDead", 4*time.Minute, 5*time.Minute, 20*time.Minute, 21*time.Minute),
+			map[time.Duration][]string{4 * time.Minute: {}, 5 * time.Minute: {want}, 20 * time.Minute: {want}, 21 * time.Minute: {}})
+	}},
+	{"ADeadVoterSeenOnlyByAReplicaThatDoesNotLeadIsQuiet", func(t *testing.T) {
+		series := `
+  fleet_role_dead_voters{job="fleet-role-controller", instance="b"} 1x30
+  fleet_role_leader{job="fleet-role-controller", instance="b"} 0x30
+`
+		expect(t, "FleetRoleVoterDead", firing(t, series, "FleetRoleVoterDead", 5*time.Minute, 20*time.Minute),
+			map[time.Duration][]string{5 * time.Minute: {}, 20 * time.Minute: {}})
+	}},
 	{"SwapsWithinTheirWriteGapBudgetAreQuiet", func(t *testing.T) {
 		// Swaps end at minutes 5 and 40 within budget: the counter is
 		// there, at 0, on both replicas.

@@ -426,7 +426,14 @@ func (f *Fleet) probe(now time.Time, n *swapplan.Node, h *Host) {
 		p.Member = h.Member
 		for _, m := range f.Members {
 			p.Members = append(p.Members, api.Member{Name: m.Name, Learner: m.Learner, ID: MemberID(m.Name)})
+			// As the agent's etcdclient.Unanswering: each other member
+			// asked on its client URL; one whose host is frozen, or whose
+			// server is stopped, does not answer.
+			if o := f.Hosts[m.Node]; m.Name != h.Member && m.Name != "" && (o == nil || o.Paused || !o.Server || o.Member != m.Name) {
+				p.Unreachable = append(p.Unreachable, m.Name)
+			}
 		}
+		slices.Sort(p.Unreachable)
 	}
 	n.Probe = p
 }

@@ -1,0 +1,60 @@
+package swapplan
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fleet-role/fleet-role/api"
+)
+
+// deadVoters are the voters dead by every sign the controller has (dead).
+func (p *planner) deadVoters() []api.DeadVoter {
+	var out []api.DeadVoter
+	for _, v := range p.voters {
+		if d, ok := p.dead(v); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// dead says the voter is dead by every sign, each of which alone a live
+// host can show for a while: its agent silent (three probe periods), its
+// Node not Ready, its kubelet's last heartbeat, on the host's stamp and
+// on the controller's clock alike, at least Config.DeadAfter ago (as the
+// node lifecycle controller judges a kubelet by both:
+// pkg/controller/nodelifecycle, tryUpdateNodeHealth), and its member named
+// unreachable by every other voter's fresh sample (the agents' status
+// request to it on its client URL went unanswered). A heartbeat never
+// seen, a member not known, or another voter without a fresh sample is no
+// sign: the voter is not called dead on less.
+func (p *planner) dead(v *Node) (api.DeadVoter, bool) {
+	if !p.silent(v) || v.Ready || v.MemberName == "" || p.s.Config.DeadAfter <= 0 {
+		return api.DeadVoter{}, false
+	}
+	beat := v.Heartbeat
+	if v.HeartbeatSeen.After(beat) {
+		beat = v.HeartbeatSeen
+	}
+	if beat.IsZero() || p.s.Now.Sub(beat) < p.s.Config.DeadAfter {
+		return api.DeadVoter{}, false
+	}
+	var witnesses []string
+	for _, o := range p.voters {
+		if o == v {
+			continue
+		}
+		if !p.fresh(o) || !slices.Contains(o.Probe.Unreachable, v.MemberName) {
+			return api.DeadVoter{}, false
+		}
+		witnesses = append(witnesses, o.Name)
+	}
+	if len(witnesses) == 0 {
+		return api.DeadVoter{}, false
+	}
+	return api.DeadVoter{Node: v.Name, Member: v.MemberName, Heartbeat: beat, Reason: fmt.Sprintf(
+		"%s; not Ready, its kubelet's last heartbeat at %s (%s ago, dead_after %s); its member %s unreachable from %s",
+		p.silence(v), stamp(beat), p.s.Now.Sub(beat).Round(time.Second), p.s.Config.DeadAfter, v.MemberName, strings.Join(witnesses, ", "))}, true
+}
