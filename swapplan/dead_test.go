@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -104,4 +105,19 @@ func TestAVoterThatComesBackIsNoLongerDead(t *testing.T) {
 	for plan := w.pass(); len(plan.Dead) > 0; plan = w.pass() {
 		require.Less(t, w.now.Sub(epoch), 2*time.Hour, "back within a probe period or so")
 	}
+}
+
+func TestAManualSwapOfADeadVoterCompletesWithItsDemotionPendingAndQuorumKept(t *testing.T) {
+	w := deadWorld(t)
+	for plan := w.pass(); len(plan.Dead) == 0; plan = w.pass() {
+		require.Less(t, w.now.Sub(epoch), time.Hour)
+	}
+	w.checks = append(w.checks, quorumKept(t))
+	w.request = &api.ManualRequest{Out: "v2", In: "s1", At: w.now, By: "alice"}
+	res := w.run(1000)
+	t.Logf("%s after %s: %s", res.Result, res.EndedAt.Sub(res.StartedAt), res.Reason)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, []string{"v2"}, res.Pending, "its host never reported the finish of its demotion")
+	assert.Equal(t, api.RoleStandby, w.node("v2").Role)
+	assert.Equal(t, api.RoleVoter, w.node("s1").Role)
 }
