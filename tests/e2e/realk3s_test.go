@@ -314,7 +314,7 @@ func TestOnRealK3s(t *testing.T) {
 		count, apiCount := writes.Count(), apiWrites.Count()
 		writes.Stop()
 		apiWrites.Stop()
-		t.Logf("v1 out, s1 in: %s: %s; writes to etcd: %s; to the API: %s", res.Result, res.Reason, count, apiCount)
+		t.Logf("v1 out, s1 in: %s: %s; writes to etcd: %s; to the API: %s; the controller's own timed writes: %s", res.Result, res.Reason, count, apiCount, timedWrites(res))
 		for _, n := range d.Order {
 			t.Logf("%s: its first probe sample after v1's k3s was seen stopped: taken %s after, read %s after", n,
 				seen[n].At.Sub(stopped).Round(time.Millisecond), seen[n].Read.Sub(stopped).Round(time.Millisecond))
@@ -451,8 +451,8 @@ func TestOnRealK3s(t *testing.T) {
 		count, apiCount := writes.Count(), apiWrites.Count()
 		writes.Stop()
 		apiWrites.Stop()
-		t.Logf("%s out, %s in over %d MB: %s in %s: %s; writes to etcd: %s; to the API: %s", out, in, size>>20, res.Result,
-			swapTook.Round(time.Second), res.Reason, count, apiCount)
+		t.Logf("%s out, %s in over %d MB: %s in %s: %s; writes to etcd: %s; to the API: %s; the controller's own timed writes: %s", out, in, size>>20, res.Result,
+			swapTook.Round(time.Second), res.Reason, count, apiCount, timedWrites(res))
 		d.ended(t, res, api.ResultCompleted)
 		d.threeVotersNoLearner(t)
 		writesAcross(t, d, c, count, 1)
@@ -479,4 +479,13 @@ func TestOnRealK3s(t *testing.T) {
 			assert.True(t, got[name], "%s is there, whole, after the swap", name)
 		}
 	})
+}
+
+// timedWrites is what the controller timed of its own writes through the
+// swap's leadership move and member removal (api.WriteCost), for the log.
+func timedWrites(res *api.SwapResult) string {
+	if res.Writes == nil {
+		return "none timed"
+	}
+	return fmt.Sprintf("%d, %d failed, longest gap %s", res.Writes.Writes, res.Writes.Failed, time.Duration(res.Writes.LongestGap))
 }
