@@ -40,6 +40,7 @@ func TestAVoterIsCalledDeadOnlyOnceItsKubeletHasNotBeatenForDeadAfterWithEveryOt
 	assert.Contains(t, d.Reason, "dead_after 5m0s")
 	assert.Contains(t, d.Reason, "unreachable from v1, v3")
 	t.Logf("dead: %s", d.Reason)
+	assert.Equal(t, "no swap: no voter is unfit; v2 is dead, and a dead voter is not swapped automatically: fleet-role swap v2 STANDBY replaces it", plan.Reason)
 }
 
 func TestEachSignOfDeathAloneIsNotEnough(t *testing.T) {

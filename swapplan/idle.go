@@ -242,6 +242,10 @@ func (p *planner) decide() (out, in *Node, why string) {
 		}
 	}
 	if out == nil {
+		if dead := p.deadVoters(); len(dead) > 0 {
+			return nil, nil, fmt.Sprintf("no swap: no voter is unfit; %s is dead, and a dead voter is not swapped automatically: "+
+				"fleet-role swap %s STANDBY replaces it", dead[0].Node, dead[0].Node)
+		}
 		return nil, nil, "no swap: no voter is unfit"
 	}
 	for i := range p.nodes {
