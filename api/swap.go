@@ -131,6 +131,10 @@ type SwapRecord struct {
 	StartedAt time.Time `json:"startedAt"`
 	// RequestAt is the At of the manual request that started the swap.
 	RequestAt *time.Time `json:"requestAt,omitempty"`
+	// Dead: Out was dead by every sign when the swap started (DeadVoter);
+	// its member is removed before In is promoted (docs/swap.md, A dead
+	// voter).
+	Dead bool `json:"dead,omitempty"`
 	// Phase is empty going forward, else PhaseRollback, PhaseStuck,
 	// PhaseAbandon or PhaseEnd; Reason says why it was entered.
 	Phase  string `json:"phase,omitempty"`

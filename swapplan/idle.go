@@ -236,17 +236,21 @@ func (p *planner) remediations(rec *api.SwapRecord) []api.Remediation {
 // one that keeps the voters spread across failure domains best, then the
 // fittest; ties break on the name.
 func (p *planner) decide() (out, in *Node, why string) {
+	var fault string
+	if dead := p.deadVoters(); len(dead) > 0 {
+		// A dead voter first: etcd tolerates one failure less already.
+		out, fault = p.node(dead[0].Node), "dead: "+dead[0].Reason
+	}
 	for _, v := range p.voters {
-		if v.Verdict.State == api.VerdictUnfit && (out == nil || v.Verdict.Score > out.Verdict.Score) {
+		if fault == "" && v.Verdict.State == api.VerdictUnfit && (out == nil || v.Verdict.Score > out.Verdict.Score) {
 			out = v
 		}
 	}
 	if out == nil {
-		if dead := p.deadVoters(); len(dead) > 0 {
-			return nil, nil, fmt.Sprintf("no swap: no voter is unfit; %s is dead, and a dead voter is not swapped automatically: "+
-				"fleet-role swap %s STANDBY replaces it", dead[0].Node, dead[0].Node)
-		}
 		return nil, nil, "no swap: no voter is unfit"
+	}
+	if fault == "" {
+		fault = "unfit (" + out.Verdict.Reason + ")"
 	}
 	for i := range p.nodes {
 		n := &p.nodes[i]
@@ -262,9 +266,9 @@ func (p *planner) decide() (out, in *Node, why string) {
 		}
 	}
 	if in == nil {
-		return nil, nil, fmt.Sprintf("no swap: the voter %s is unfit (%s) but no standby is eligible", out.Name, out.Verdict.Reason)
+		return nil, nil, fmt.Sprintf("no swap: the voter %s is %s but no standby is eligible", out.Name, fault)
 	}
-	why = fmt.Sprintf("%s is unfit (%s); %s is the fittest eligible standby", out.Name, out.Verdict.Reason, in.Name)
+	why = fmt.Sprintf("%s is %s; %s is the fittest eligible standby", out.Name, fault, in.Name)
 	if _, _, ok := p.domainCounts(out, in); ok {
 		why += " that keeps the voters spread across " + p.s.Config.DomainLabel
 		if crowd := p.domainRefusal(out, in); crowd != "" {
@@ -276,6 +280,7 @@ func (p *planner) decide() (out, in *Node, why string) {
 
 func (p *planner) start(out, in *Node, origin string, requestAt *time.Time, why string) Plan {
 	now := p.s.Now
+	_, dead := p.dead(out)
 	rec := &api.SwapRecord{
 		ID:        SwapID(now, out.Name),
 		Out:       out.Name,
@@ -283,6 +288,7 @@ func (p *planner) start(out, in *Node, origin string, requestAt *time.Time, why 
 		Origin:    origin,
 		StartedAt: now,
 		RequestAt: requestAt,
+		Dead:      dead,
 	}
 	return Plan{Action: Action{Type: api.ActionStart}, Step: api.StepStart, Swap: rec, Reason: why}
 }

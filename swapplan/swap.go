@@ -46,6 +46,9 @@ func (p *planner) forward() Plan {
 		}
 		return p.abandon(reason) // nothing changed on a host yet
 	}
+	if p.rec.Dead {
+		return p.forwardDead(in, out)
+	}
 	switch {
 	case in.Role == api.RoleVoter && out.Role == api.RoleStandby:
 		return p.tail(in, out)
@@ -163,31 +166,46 @@ func (p *planner) settleWithoutOutgoing(in *Node) Plan {
 
 // prepareIn: snapshot, cordon-in, runners-in, drain-in, then promote.
 func (p *planner) prepareIn(in, out *Node) Plan {
-	if plan, done := p.snapshotStep(out); !done {
+	if plan, done := p.readyIn(in, out); !done {
 		return plan
 	}
+	return p.promote(in, out)
+}
+
+// promote asks IN's agent to promote it, naming the voters it may join
+// through.
+func (p *planner) promote(in, out *Node) Plan {
+	a := p.request(in, api.ActionPromote, api.RequestPromote)
+	a.Request.Voters = p.joinThrough(in, out)
+	return p.act(api.StepPromote, a, "the candidate %s is cordoned and drained: asking its agent to promote it", in.Name)
+}
+
+// readyIn: snapshot, cordon-in, runners-in, drain-in; done once IN is
+// cordoned and drained, the snapshot ready.
+func (p *planner) readyIn(in, out *Node) (Plan, bool) {
+	if plan, done := p.snapshotStep(out); !done {
+		return plan, false
+	}
 	if !in.Unschedulable {
-		return p.act(api.StepCordonIn, Action{Type: api.ActionCordonIn, Node: in.Name}, "cordoning the candidate %s", in.Name)
+		return p.act(api.StepCordonIn, Action{Type: api.ActionCordonIn, Node: in.Name}, "cordoning the candidate %s", in.Name), false
 	}
 	if runners := unfinishedRunners(in); len(runners) > 0 {
 		if p.pastBound(api.StepRunnersIn) {
 			return p.abandon(fmt.Sprintf("the runner pods on the candidate %s did not finish within the runner wait %s: %s",
-				in.Name, p.bound(api.StepRunnersIn), short(runners)))
+				in.Name, p.bound(api.StepRunnersIn), short(runners))), false
 		}
-		return p.wait(api.StepRunnersIn, "waiting for %d runner pod(s) on the candidate %s to finish: %s", len(runners), in.Name, short(runners))
+		return p.wait(api.StepRunnersIn, "waiting for %d runner pod(s) on the candidate %s to finish: %s", len(runners), in.Name, short(runners)), false
 	}
 	if pods, toEvict := evictable(in); len(pods) > 0 {
 		if p.pastBound(api.StepDrainIn) {
-			return p.abandon(fmt.Sprintf("the candidate %s was not drained within %s: %s", in.Name, p.bound(api.StepDrainIn), short(pods)))
+			return p.abandon(fmt.Sprintf("the candidate %s was not drained within %s: %s", in.Name, p.bound(api.StepDrainIn), short(pods))), false
 		}
 		if toEvict {
-			return p.act(api.StepDrainIn, Action{Type: api.ActionDrainIn, Node: in.Name}, "draining the candidate %s: %d pod(s) to evict", in.Name, len(pods))
+			return p.act(api.StepDrainIn, Action{Type: api.ActionDrainIn, Node: in.Name}, "draining the candidate %s: %d pod(s) to evict", in.Name, len(pods)), false
 		}
-		return p.wait(api.StepDrainIn, "waiting for %d evicted pod(s) on the candidate %s to go: %s", len(pods), in.Name, short(pods))
+		return p.wait(api.StepDrainIn, "waiting for %d evicted pod(s) on the candidate %s to go: %s", len(pods), in.Name, short(pods)), false
 	}
-	a := p.request(in, api.ActionPromote, api.RequestPromote)
-	a.Request.Voters = p.joinThrough(in, out)
-	return p.act(api.StepPromote, a, "the candidate %s is cordoned and drained: asking its agent to promote it", in.Name)
+	return Plan{}, true
 }
 
 // joinThrough are the voters a candidate's server may join through: the
@@ -577,6 +595,10 @@ func (p *planner) tail(in, out *Node) Plan {
 		return p.end(result, pending, reason)
 	}
 	rep := p.finished(out)
+	if rep == nil && p.rec.Dead {
+		return end(api.ResultCompleted, []string{out.Name}, fmt.Sprintf("the dead voter %s was replaced and did not come back: "+
+			"its step-down and member-gone stay on its Node, and it stays cordoned, until its agent reports the finish", out.Name))
+	}
 	if rep == nil {
 		return end(api.ResultCompleted, []string{out.Name}, fmt.Sprintf("%s did not finish its demotion within %s: "+
 			"its step-down and member-gone stay on its Node, and it stays cordoned, until its agent reports the finish", out.Name, p.bound(api.StepMemberGone)))
@@ -695,8 +717,9 @@ func (p *planner) rollingBack() Plan {
 		if in.CordonedBy == id && in.Unschedulable {
 			return p.act(api.StepRollback, Action{Type: api.ActionUncordon, Node: in.Name}, "rolling back: uncordoning the candidate %s", in.Name)
 		}
-		// A swap cancelled after the outgoing voter was cordoned.
-		if out := p.node(p.rec.Out); out != nil && out.CordonedBy == id && out.Unschedulable {
+		// A swap cancelled after the outgoing voter was cordoned; a dead
+		// voter whose member was removed stays cordoned for its agent.
+		if out := p.node(p.rec.Out); out != nil && out.CordonedBy == id && out.Unschedulable && !p.deadRemoved(out) {
 			return p.act(api.StepRollback, Action{Type: api.ActionUncordon, Node: out.Name}, "rolling back: uncordoning the outgoing voter %s", out.Name)
 		}
 		// Note: the swap waits for the candidate's agent to read the
@@ -809,10 +832,15 @@ func (p *planner) rollingBack() Plan {
 }
 
 // original are the voters before the swap: OUT (unless its Node was
-// deleted, k3s removing its member) and the others, IN left out.
+// deleted, k3s removing its member, or it is a dead voter whose member was
+// asked to go) and the others, IN left out.
 func (p *planner) original() []string {
+	out := p.node(p.rec.Out)
+	if p.deadRemoved(out) {
+		return slices.DeleteFunc(p.voterSet(nil, p.rec.In), func(n string) bool { return n == p.rec.Out })
+	}
 	var add []string
-	if p.node(p.rec.Out) != nil {
+	if out != nil {
 		add = []string{p.rec.Out}
 	}
 	return p.voterSet(add, p.rec.In)
@@ -849,7 +877,7 @@ func (p *planner) rollingBackWithoutCandidate() Plan {
 			return p.wait(api.StepRollback, "rolling back: the candidate's Node %s was deleted; waiting until every voter lists the original members and no more: %s", p.rec.In, why)
 		}
 	}
-	if out := p.node(p.rec.Out); out != nil && out.CordonedBy == id && out.Unschedulable {
+	if out := p.node(p.rec.Out); out != nil && out.CordonedBy == id && out.Unschedulable && !p.deadRemoved(out) {
 		return p.act(api.StepRollback, Action{Type: api.ActionUncordon, Node: out.Name}, "rolling back: uncordoning the outgoing voter %s", out.Name)
 	}
 	return p.end(api.ResultRolledBack, []string{p.rec.In}, p.rec.Reason+
@@ -981,6 +1009,12 @@ func (p *planner) end(result string, pending []string, reason string) Plan {
 		rec.Phase, rec.Result, rec.EndedAt, rec.Pending = api.PhaseEnd, result, &now, pending
 		if reason != "" {
 			rec.Reason = reason
+		}
+		// A dead voter asked to step down keeps what it was asked, for
+		// its agent if its host comes back, however the swap ends.
+		if out := p.node(rec.Out); rec.Dead && out != nil && out.requested(rec.ID, api.RequestStepDown) != nil &&
+			finishOf(out, rec.ID) == nil && !slices.Contains(pending, rec.Out) {
+			rec.Pending = append(slices.Clone(pending), rec.Out)
 		}
 	}
 	var cooldown *time.Time
