@@ -132,6 +132,8 @@ type SwapResult struct {
 	Pending   []string   `json:"pending,omitempty"`
 	// By is who asked, for a manual swap.
 	By string `json:"by,omitempty"`
+	// Dead: Out was dead by every sign at the start (SwapRecord.Dead).
+	Dead bool `json:"dead,omitempty"`
 	// Steps are the steps it went through, in order, each from when it
 	// began to when the next did.
 	Steps []StepSpan `json:"steps,omitempty"`

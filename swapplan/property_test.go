@@ -36,7 +36,7 @@ func TestPropertyRandomClustersAndEvents(t *testing.T) {
 		results[res]++
 	}
 	t.Logf("results over %d random swaps: %v", seeds, results)
-	for _, r := range []string{api.ResultCompleted, api.ResultRolledBack, api.ResultAbandoned} {
+	for _, r := range []string{api.ResultCompleted, api.ResultRolledBack, api.ResultAbandoned, "dead " + api.ResultCompleted} {
 		if results[r] == 0 {
 			t.Errorf("no random swap ended %s: the generator does not reach every end", r)
 		}
@@ -94,8 +94,15 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 		events = append(events, e)
 	}
 	// One host at most is frozen: two of a small cluster's voters down
-	// at once lose etcd its quorum whatever the planner does.
-	paused := false
+	// at once lose etcd its quorum whatever the planner does. One run in
+	// five, the outgoing voter's host is frozen for good from the start:
+	// the swap is a dead voter's, once it is dead by every sign.
+	paused := rng.IntN(5) == 0
+	dead := paused
+	if dead {
+		w.cfg.DeadAfter = 5 * time.Minute
+		w.Hosts[out].Paused = true
+	}
 	for range rng.IntN(5) {
 		switch rng.IntN(8) {
 		case 0:
@@ -150,6 +157,12 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 				})
 			})
 		case 5:
+			if dead {
+				// Note: a swap of another voter started before the dead
+				// one is seen silent holds at every step once it is, as
+				// it must (a voter silent), until an operator acts.
+				break
+			}
 			v, s := pick(), in
 			if len(standbys) > 1 {
 				s = standbys[rng.IntN(len(standbys))]
@@ -212,9 +225,19 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 		}
 		events = append(events, event{step: steps[rng.IntN(len(steps))], do: func(w *world) { w.deleteNode(gone) }})
 	}
-	if rng.IntN(2) == 0 {
+	switch {
+	case dead && rng.IntN(2) == 0:
+		// Asked for by hand once it is dead.
+		events = append(events, event{at: epoch.Add(10 * time.Minute), do: func(w *world) { w.requestSwap(out, in) }})
+		fallthrough
+	case dead:
+		for _, s := range standbys {
+			w.node(s).Verdict = api.Verdict{State: api.VerdictFit, Score: 5}
+		}
+		w.node(in).Verdict.Score = 1
+	case rng.IntN(2) == 0:
 		w.requestSwap(out, in)
-	} else {
+	default:
 		w.node(out).Verdict = api.Verdict{State: api.VerdictUnfit, Score: 10}
 		for _, s := range standbys {
 			w.node(s).Verdict = api.Verdict{State: api.VerdictFit, Score: 5}
@@ -300,6 +323,9 @@ func runRandomSwap(t *testing.T, seed uint64) string {
 		if swapID != "" && w.status.Last != nil && w.status.Last.ID == swapID && w.lease.Holder != api.ControllerHolder {
 			if err := w.endStateMatches(*w.status.Last, before); err != nil {
 				t.Fatalf("seed %d: swap %s ended %s (%s), but %v", seed, swapID, w.status.Last.Result, w.status.Last.Reason, err)
+			}
+			if w.status.Last.Dead {
+				return "dead " + w.status.Last.Result
 			}
 			return w.status.Last.Result
 		}
@@ -407,8 +433,10 @@ func (w *world) endStateMatches(r api.SwapResult, before map[string]hostState) e
 			return errors.New("the Lease is still held")
 		}
 	case api.ResultRolledBack:
-		// Less the Nodes deleted meanwhile, whose members k3s removed.
-		was = slices.DeleteFunc(was, func(name string) bool { return w.find(name) == nil })
+		// Less the Nodes deleted meanwhile, whose members k3s removed,
+		// and a dead voter whose member the swap removed: a removal is
+		// not taken back.
+		was = slices.DeleteFunc(was, func(name string) bool { return w.find(name) == nil || r.Dead && name == r.Out && !slices.Contains(voters, name) })
 		if !slices.Equal(voters, was) {
 			return fmt.Errorf("voters %v, before %v", voters, was)
 		}
@@ -420,6 +448,12 @@ func (w *world) endStateMatches(r api.SwapResult, before map[string]hostState) e
 		for name, st := range before {
 			if w.find(name) == nil {
 				// k3s removed the member of its deleted Node.
+				st.Member, st.Learner = "", false
+				before[name] = st
+			}
+			if r.Dead && name == r.Out && now[name].Member == "" {
+				// The dead voter's member, removed before the candidate
+				// refused: a removal is not taken back.
 				st.Member, st.Learner = "", false
 				before[name] = st
 			}
