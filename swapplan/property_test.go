@@ -436,7 +436,9 @@ func (w *world) endStateMatches(r api.SwapResult, before map[string]hostState) e
 		// Less the Nodes deleted meanwhile, whose members k3s removed,
 		// and a dead voter whose member the swap removed: a removal is
 		// not taken back.
-		was = slices.DeleteFunc(was, func(name string) bool { return w.find(name) == nil || r.Dead && name == r.Out && !slices.Contains(voters, name) })
+		was = slices.DeleteFunc(was, func(name string) bool {
+			return w.find(name) == nil || r.Dead && name == r.Out && !slices.Contains(voters, name)
+		})
 		if !slices.Equal(voters, was) {
 			return fmt.Errorf("voters %v, before %v", voters, was)
 		}
