@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -38,4 +39,39 @@ func TestAVoterFrozenPastDeadAfterIsNamedDeadInTheStatusAndTheMetricUntilItIsBac
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].Paused = false })
 	require.Eventually(t, func() bool { st, _ = e.status(); return len(st.Dead) == 0 }, time.Minute, 100*time.Millisecond, "back")
 	assert.Equal(t, "fleet_role_dead_voters 0", e.metric("fleet_role_dead_voters"))
+}
+
+func TestADeadVoterIsReplacedWithTheDryRunOffItsMemberRemovedBeforeTheCandidateIsPromoted(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	e.cfg.DeadAfter = 8 * time.Second
+	e.cfg.DryRun = false
+	e.start()
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].Paused = true })
+	res := e.waitEnd(3 * time.Minute)
+	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, "v2", res.Out)
+	assert.Equal(t, "s1", res.In)
+	assert.True(t, res.Dead)
+	assert.Equal(t, api.OriginAutomatic, res.Origin)
+	assert.Equal(t, []string{"v2"}, res.Pending, "its host never came back")
+	var steps []string
+	for _, s := range res.Steps {
+		steps = append(steps, s.Step)
+	}
+	t.Logf("steps: %v; %s", steps, res.Reason)
+	assert.Less(t, slices.Index(steps, api.StepRemoveMember), slices.Index(steps, api.StepPromote), "the dead member removed first: %v", steps)
+	assert.NotContains(t, steps, api.StepDrainOut, "nothing waits on the dead host's pods")
+	assert.Equal(t, 3, e.d.MemberCount())
+	v2 := e.node("v2")
+	assert.True(t, v2.Spec.Unschedulable, "left cordoned for its agent")
+	assert.Equal(t, api.RoleStandby, v2.Labels[api.LabelRole])
+	assert.Equal(t, api.RoleVoter, e.node("s1").Labels[api.LabelRole])
+
+	// Its host comes back: its agent finishes its demotion by what stayed
+	// on its Node, which the controller then clears.
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].Paused = false })
+	require.Eventually(t, func() bool {
+		n := e.node("v2")
+		return !n.Spec.Unschedulable && n.Annotations[api.AnnotationMemberGone] == ""
+	}, time.Minute, 100*time.Millisecond, "cleared and uncordoned once its agent finished")
 }
