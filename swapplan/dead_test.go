@@ -251,3 +251,12 @@ func TestADeadVoterSwapHoldsAtItsGatesBeforeTouchingTheDeadVoterWhileAnotherVote
 	res := w.run(300)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 }
+
+func TestADeadVoterIsSwappedWithinTheCooldownOfTheSwapBefore(t *testing.T) {
+	w := deadWorld(t)
+	until := w.now.Add(6 * time.Hour)
+	w.status.CooldownUntil = &until
+	res := deadSwapped(t, w)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.True(t, w.now.Before(until))
+}

@@ -139,7 +139,10 @@ func (p *planner) automatic() Plan {
 		pl.Decision = d
 		return pl
 	}
-	if c := p.s.Status.CooldownUntil; c != nil && p.s.Now.Before(*c) {
+	// Note: a dead voter does not wait for the cooldown, which spaces the
+	// swaps of unfit voters; etcd tolerates one failure less meanwhile.
+	if _, dead := p.dead(out); !dead && p.s.Status.CooldownUntil != nil && p.s.Now.Before(*p.s.Status.CooldownUntil) {
+		c := p.s.Status.CooldownUntil
 		return plan("the automatic decision to swap %s for %s waits for the cooldown until %s (%s)", out.Name, in.Name, stamp(*c), why)
 	}
 	if why, spent := p.retryLimit(out); why != "" {

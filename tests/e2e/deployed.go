@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -403,10 +404,14 @@ func (f *Fleet) writeInventory() error {
 // controllerConfig is the controller's configuration beyond the role's
 // keys: the harness's timings.
 func (f *Fleet) controllerConfig() string {
+	var keys strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(f.opts.Keys)) {
+		fmt.Fprintf(&keys, "%s = %s\n", k, f.opts.Keys[k])
+	}
 	return fmt.Sprintf(`min_pass_interval = "50ms"
 drain_timeout = "10s"
 lease_duration = "10s"
-
+%s
 [leader_election]
 lease_duration = "4s"
 renew_deadline = "3s"
@@ -414,7 +419,7 @@ retry_period = "500ms"
 
 [bounds]
 %s
-%s`, f.bounds(), f.opts.Controller)
+%s`, keys.String(), f.bounds(), f.opts.Controller)
 }
 
 var playRecap = regexp.MustCompile(`(?m)^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)`)

@@ -169,12 +169,29 @@ func (f *Fleet) Reconfigure(bounds map[string]string) {
 		f.opts.Bounds = map[string]string{}
 	}
 	maps.Copy(f.opts.Bounds, bounds)
+	f.reconfigure()
+}
+
+// ReconfigureKeys sets top-level keys of the controller's configuration
+// (each a TOML value) and runs the playbook so, with more arguments
+// (-e dry_run=false, say), as Reconfigure does.
+func (f *Fleet) ReconfigureKeys(keys map[string]string, args ...string) {
+	f.t.Helper()
+	if f.opts.Keys == nil {
+		f.opts.Keys = map[string]string{}
+	}
+	maps.Copy(f.opts.Keys, keys)
+	f.reconfigure(args...)
+}
+
+func (f *Fleet) reconfigure(args ...string) {
+	f.t.Helper()
 	extra, err := json.Marshal(map[string]string{"fleet_role_controller_extra_config": f.controllerConfig()})
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	gen := f.ControllerDeployment().Generation
-	if _, changed := f.Playbook("-e", string(extra)); changed == 0 {
+	if _, changed := f.Playbook(append([]string{"-e", string(extra)}, args...)...); changed == 0 {
 		f.t.Fatalf("the playbook changed nothing with the controller's configuration changed")
 	}
 	if f.ControllerDeployment().Generation == gen {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // The scenarios of faults around a swap and of k3s's own behaviour
@@ -451,6 +453,80 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 				return nil
 			})
 			require.NoError(t, f.Check(api.ResultRolledBack))
+		}},
+		scenario{"ADeadVotersHostStoppedForGoodIsReplacedWithTheDryRunOffAndBackFinishesItsDemotion", func(t *testing.T) {
+			// The voters are v2, s1 and one of v1 and s2. v2's host is
+			// stopped (its container, systemd and all) until the swap
+			// that replaces it has ended; the dry run is off and a voter
+			// is dead after 30 s without a heartbeat.
+			for n, v := range f.Status().Verdicts {
+				require.NotEqual(t, api.VerdictUnfit, v.State, "%s is unfit: the dry run off would swap it first", n)
+			}
+			// A dead voter does not wait for the cooldown of the swap
+			// before; the remediation limits are the automatic swaps'.
+			f.ReconfigureKeys(map[string]string{"dead_after": `"30s"`}, "-e", "dry_run=false")
+			require.Equal(t, api.RoleVoter, f.Node("v2").Labels[api.LabelRole])
+			prev := f.Status().Last
+			f.offline(v2)
+			testhost.Docker(t, "stop", v2.Container)
+			t.Log("v2's host stopped")
+			// Slack: the node-monitor grace, dead_after from the last
+			// heartbeat, three probe periods, and the others' samples.
+			f.Wait(NodeMonitorGracePeriod+2*time.Minute, "v2 is named dead", func() error {
+				if st := f.Status(); !slices.ContainsFunc(st.Dead, func(d api.DeadVoter) bool { return d.Node == "v2" }) {
+					return fmt.Errorf("dead: %v; %s", st.Dead, st.Reason)
+				}
+				return nil
+			})
+			t.Logf("v2 is dead: %s", f.Status().Dead[0].Reason)
+			res := f.waitEnd(t, prev, 6*time.Minute)
+			var steps []string
+			for _, s := range res.Steps {
+				steps = append(steps, s.Step)
+			}
+			t.Logf("v2 out, %s in: %s: %s; steps %v", res.In, res.Result, res.Reason, steps)
+			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+			assert.Equal(t, "v2", res.Out)
+			assert.True(t, res.Dead)
+			assert.Equal(t, api.OriginAutomatic, res.Origin)
+			assert.Equal(t, []string{"v2"}, res.Pending)
+			assert.Less(t, slices.Index(steps, api.StepRemoveMember), slices.Index(steps, api.StepPromote), "the dead member removed first: %v", steps)
+			m, err := f.Members()
+			require.NoError(t, err)
+			assert.Len(t, m.Voters, 3)
+			assert.Empty(t, m.Learners)
+			assert.Equal(t, api.RoleVoter, f.Node(res.In).Labels[api.LabelRole])
+
+			// v2's host starts again: its k3s server, enabled still,
+			// finds its member removed; its agent reads the step-down and
+			// member-gone kept on its Node, stops the server, moves the
+			// datastore aside and runs k3s's agent; the controller then
+			// clears its Node and uncordons it.
+			testhost.Docker(t, "start", v2.Container)
+			f.Wait(4*time.Minute, "v2 finished its demotion and is cleared", func() error {
+				if active, enabled := v2.Unit("k3s.service"); active == "active" || enabled != "disabled" {
+					return fmt.Errorf("k3s.service is %s and %s", active, enabled)
+				}
+				if active, enabled := v2.Unit("k3s-agent.service"); active != "active" || enabled != "enabled" {
+					return fmt.Errorf("k3s-agent.service is %s and %s", active, enabled)
+				}
+				n := f.Node("v2")
+				for _, a := range api.SwapAnnotations {
+					if _, ok := n.Annotations[a]; ok {
+						return fmt.Errorf("%s is still on v2's Node", a)
+					}
+				}
+				if n.Spec.Unschedulable {
+					return errors.New("v2 is cordoned")
+				}
+				return nil
+			})
+			assert.Empty(t, f.Status().Unfinished)
+			assert.Equal(t, api.RoleStandby, f.Node("v2").Labels[api.LabelRole])
+			m, err = f.Members()
+			require.NoError(t, err)
+			assert.Len(t, m.Voters, 3, "v2 came back no member")
+			require.NoError(t, f.Check(api.ResultCompleted))
 		}},
 	)
 }

@@ -56,6 +56,9 @@ type Options struct {
 	Controller string
 	// Bounds override the controller's per-step bounds (step = "25s").
 	Bounds map[string]string
+	// Keys are more of the controller's top-level keys, each a TOML
+	// value (dead_after = `"30s"`).
+	Keys map[string]string
 	// ElectionTimeout is the members' etcd election timeout; 0 means
 	// ElectionTimeout.
 	ElectionTimeout time.Duration
