@@ -81,6 +81,9 @@ func renderHistory(w io.Writer, history []api.SwapResult, wide bool) {
 		if r.By != "" {
 			asked += " by " + r.By
 		}
+		if r.Dead {
+			asked += ", OUT dead"
+		}
 		reason := r.Reason
 		if reason == "" {
 			reason = "-"

@@ -125,7 +125,7 @@ func TestStatusSaysWhoLeadsTheDryRunTheWindowTheHoldsAndTheDomainsOfAQuietFleet(
 func TestHistoryListsTheSwapsThatEndedTheNewestFirstTheirWriteGapsAndWideTheirSteps(t *testing.T) {
 	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	history := []api.SwapResult{
-		{ID: "20261204-130000-v2", Out: "v2", In: "s1", Origin: api.OriginAutomatic, Result: api.ResultCompleted,
+		{ID: "20261204-130000-v2", Out: "v2", In: "s1", Origin: api.OriginAutomatic, Result: api.ResultCompleted, Dead: true,
 			StartedAt: t0.Add(time.Hour), EndedAt: t0.Add(time.Hour + 83*time.Second),
 			Steps: []api.StepSpan{{Step: api.StepSnapshot, Start: t0.Add(time.Hour), End: t0.Add(time.Hour + 3*time.Second)},
 				{Step: api.StepJoin, Start: t0.Add(time.Hour + 3*time.Second), End: t0.Add(time.Hour + 83*time.Second)}},
@@ -138,7 +138,7 @@ func TestHistoryListsTheSwapsThatEndedTheNewestFirstTheirWriteGapsAndWideTheirSt
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	require.Len(t, lines, 3)
 	assert.Regexp(t, `^SWAP +OUT +IN +ASKED +RESULT +STARTED +TOOK +WRITE GAP +REASON$`, lines[0])
-	assert.Regexp(t, `^20261204-130000-v2 +v2 +s1 +automatic +completed +2026-12-04 13:00:00Z +1m23s +1.235s \(2 of 40 failed\) +-$`, lines[1])
+	assert.Regexp(t, `^20261204-130000-v2 +v2 +s1 +automatic, OUT dead +completed +2026-12-04 13:00:00Z +1m23s +1.235s \(2 of 40 failed\) +-$`, lines[1])
 	assert.Regexp(t, `^20261204-120000-v1 +v1 +s2 +manual by alice +rolled-back +2026-12-04 12:00:00Z +11m0s +- +the candidate s2 is not a voter within 10m0s$`, lines[2])
 	b.Reset()
 	renderHistory(&b, history, true)
