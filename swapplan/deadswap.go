@@ -72,25 +72,8 @@ func (p *planner) aliveSign(v *Node) string {
 // voter is cleaned up at once: its member is gone already, and its agent,
 // if it comes back, finishes its demotion by what stays on its Node.
 func (p *planner) promoteWaitDead(in, out *Node) Plan {
-	rep := in.answer(p.rec.ID, api.RequestPromote)
-	if rep == nil {
-		if p.pastBound(api.StepPromote) {
-			return p.rollback(fmt.Sprintf("the candidate %s did not answer the promotion within %s", in.Name, p.bound(api.StepPromote)))
-		}
-		return p.wait(api.StepPromote, "waiting for the candidate %s to report its promotion", in.Name)
-	}
-	switch rep.State {
-	case api.StateRefused:
-		return p.abandon(fmt.Sprintf("the candidate %s refused the promotion (%s): nothing changed on the host; "+
-			"the dead voter %s's member stays removed", in.Name, rep.Message, out.Name))
-	case api.StateFailed:
-		return p.rollback(fmt.Sprintf("the promotion failed on the candidate %s (%s)", in.Name, rep.Message))
-	}
-	if why := p.notVoting(in, p.rec.Out, rep); why != "" {
-		if p.pastBound(api.StepJoin) {
-			return p.rollback(fmt.Sprintf("the candidate %s is not a voter within %s: %s", in.Name, p.bound(api.StepJoin), why))
-		}
-		return p.wait(api.StepJoin, "waiting for the candidate to vote: %s", why)
+	if plan, votes := p.promoted(in, fmt.Sprintf("; the dead voter %s's member stays removed", out.Name)); !votes {
+		return plan
 	}
 	return p.act(api.StepCleanUp, Action{Type: api.ActionCleanUp, Node: out.Name, Role: api.RoleStandby},
 		"the candidate %s votes: cleaning up the dead voter %s's server state; its step-down and member-gone stay on its Node until its agent reports the finish",

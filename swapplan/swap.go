@@ -275,29 +275,39 @@ func (p *planner) snapshotStep(out *Node) (Plan, bool) {
 }
 
 func (p *planner) promoteWait(in, out *Node) Plan {
-	rep := in.answer(p.rec.ID, api.RequestPromote)
-	if rep == nil {
-		if p.pastBound(api.StepPromote) {
-			return p.rollback(fmt.Sprintf("the candidate %s did not answer the promotion within %s", in.Name, p.bound(api.StepPromote)))
-		}
-		return p.wait(api.StepPromote, "waiting for the candidate %s to report its promotion", in.Name)
-	}
-	switch rep.State {
-	case api.StateRefused:
-		return p.abandon(fmt.Sprintf("the candidate %s refused the promotion (%s): nothing changed on the host", in.Name, rep.Message))
-	case api.StateFailed:
-		return p.rollback(fmt.Sprintf("the promotion failed on the candidate %s (%s)", in.Name, rep.Message))
-	}
-	if why := p.notVoting(in, p.rec.Out, rep); why != "" {
-		if p.pastBound(api.StepJoin) {
-			return p.rollback(fmt.Sprintf("the candidate %s is not a voter within %s: %s", in.Name, p.bound(api.StepJoin), why))
-		}
-		return p.wait(api.StepJoin, "waiting for the candidate to vote: %s", why)
+	if plan, votes := p.promoted(in, ""); !votes {
+		return plan
 	}
 	if out == nil {
 		return p.settleWithoutOutgoing(in)
 	}
 	return p.prepareOut(in, out)
+}
+
+// promoted waits for IN's answer to its promotion and for its vote,
+// rolling back past their bounds or on a failure, abandoning on a refusal
+// (refused adds to the reason); votes once IN votes.
+func (p *planner) promoted(in *Node, refused string) (plan Plan, votes bool) {
+	rep := in.answer(p.rec.ID, api.RequestPromote)
+	if rep == nil {
+		if p.pastBound(api.StepPromote) {
+			return p.rollback(fmt.Sprintf("the candidate %s did not answer the promotion within %s", in.Name, p.bound(api.StepPromote))), false
+		}
+		return p.wait(api.StepPromote, "waiting for the candidate %s to report its promotion", in.Name), false
+	}
+	switch rep.State {
+	case api.StateRefused:
+		return p.abandon(fmt.Sprintf("the candidate %s refused the promotion (%s): nothing changed on the host%s", in.Name, rep.Message, refused)), false
+	case api.StateFailed:
+		return p.rollback(fmt.Sprintf("the promotion failed on the candidate %s (%s)", in.Name, rep.Message)), false
+	}
+	if why := p.notVoting(in, p.rec.Out, rep); why != "" {
+		if p.pastBound(api.StepJoin) {
+			return p.rollback(fmt.Sprintf("the candidate %s is not a voter within %s: %s", in.Name, p.bound(api.StepJoin), why)), false
+		}
+		return p.wait(api.StepJoin, "waiting for the candidate to vote: %s", why), false
+	}
+	return Plan{}, true
 }
 
 // notVoting says why IN does not vote yet: EtcdIsVoter True, every voter
