@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -97,6 +99,8 @@ type Client struct {
 	cfg Config
 	mu  sync.Mutex
 	c   *clientv3.Client
+	// peers are clients of the other members, by client URL (Unanswering).
+	peers map[string]*clientv3.Client
 }
 
 // New returns a client of the local member; it connects on first use.
@@ -164,6 +168,10 @@ func (c *Client) dial(endpoints []string) (*clientv3.Client, error) {
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for url, cl := range c.peers {
+		_ = cl.Close()
+		delete(c.peers, url)
+	}
 	if c.c == nil {
 		return nil
 	}
@@ -390,20 +398,29 @@ func pick(members []Member, name string, id uint64) (*Member, error) {
 // not started (no name or no client URL), that do not answer a status
 // request on their client URL within the client's timeout, asked side by
 // side: the members the local one cannot reach as a client would. Sorted.
+// Each member is asked over a connection of its own kept from one call to
+// the next (etcd's Maintenance.Status dials anew each time, a TLS
+// handshake per member per probe); those of members no longer listed are
+// closed.
 func (c *Client) Unanswering(ctx context.Context, members []Member, local uint64) ([]string, error) {
-	cl, err := c.client()
+	asked := map[string]Member{}
+	for _, m := range members {
+		if m.ID != local && m.Name != "" && len(m.ClientURLs) > 0 {
+			asked[m.ClientURLs[0]] = m
+		}
+	}
+	peers, err := c.peersFor(asked)
 	if err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex
 	var out []string
 	var wg sync.WaitGroup
-	for _, m := range members {
-		if m.ID == local || m.Name == "" || len(m.ClientURLs) == 0 {
-			continue
-		}
+	for url, m := range asked {
 		wg.Go(func() {
-			if !answers(ctx, cl, m, c.cfg.Timeout) {
+			ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+			defer cancel()
+			if _, err := pb.NewMaintenanceClient(peers[url].ActiveConnection()).Status(ctx, &pb.StatusRequest{}); err != nil {
 				mu.Lock()
 				out = append(out, m.Name)
 				mu.Unlock()
@@ -413,6 +430,33 @@ func (c *Client) Unanswering(ctx context.Context, members []Member, local uint64
 	wg.Wait()
 	slices.Sort(out)
 	return out, nil
+}
+
+// peersFor returns a client of each URL, dialled once and kept; the
+// clients of URLs no longer asked are closed.
+func (c *Client) peersFor(asked map[string]Member) (map[string]*clientv3.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.peers == nil {
+		c.peers = map[string]*clientv3.Client{}
+	}
+	for url, cl := range c.peers {
+		if _, ok := asked[url]; !ok {
+			_ = cl.Close()
+			delete(c.peers, url)
+		}
+	}
+	for url := range asked {
+		if c.peers[url] != nil {
+			continue
+		}
+		cl, err := c.dial([]string{url})
+		if err != nil {
+			return nil, err
+		}
+		c.peers[url] = cl
+	}
+	return maps.Clone(c.peers), nil
 }
 
 // answers says a member answers a status request on its client URL.
