@@ -43,6 +43,8 @@ func TestTheWritesAreTimedOnlyWhileTheSwapIsAtItsLeadershipMoveOrMemberRemovalAn
 	w.follow(ctx, atStep("s1", api.StepDrainOut))
 	assert.Nil(t, w.result("s1"), "nothing is timed before the step-down")
 	w.follow(ctx, atStep("s1", api.StepStepDown))
+	// Note: a write every quarter second against a fake clientset; the
+	// 10 s waits below are outer limits for a busy machine, not timing.
 	require.Eventually(t, func() bool { return patches.Load() >= 3 }, 10*time.Second, 10*time.Millisecond)
 	w.follow(ctx, atStep("s1", api.StepRemoveMember))
 	require.Eventually(t, func() bool { return patches.Load() >= 5 }, 10*time.Second, 10*time.Millisecond)
@@ -84,6 +86,7 @@ func TestATimingWhoseContextEndedWithItsTermIsStartedAgain(t *testing.T) {
 	w := newWriteTimer(client, "fleet-role", prometheus.NewCounter(prometheus.CounterOpts{Name: "failed"}))
 	term, lost := context.WithCancel(context.Background())
 	w.follow(term, atStep("s1", api.StepStepDown))
+	// Note: 10 s is an outer limit for writes a quarter second apart.
 	require.Eventually(t, func() bool { return patches.Load() >= 1 }, 10*time.Second, 10*time.Millisecond)
 	lost()
 	time.Sleep(2 * writeEvery)

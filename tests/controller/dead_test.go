@@ -17,6 +17,8 @@ func TestAVoterFrozenPastDeadAfterIsNamedDeadInTheStatusAndTheMetricUntilItIsBac
 	e.cfg.DeadAfter = 8 * time.Second
 	e.start()
 	var st api.Status
+	// Note: the first pass publishes within a period (1 s) of the
+	// controller's start; 30 s is an outer limit for a busy machine.
 	require.Eventually(t, func() bool { st, _ = e.status(); return len(st.Voters) == 3 }, 30*time.Second, 100*time.Millisecond)
 	assert.Empty(t, st.Dead)
 
@@ -37,6 +39,7 @@ func TestAVoterFrozenPastDeadAfterIsNamedDeadInTheStatusAndTheMetricUntilItIsBac
 	t.Logf("fleet-role status:\n%s", out)
 
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].Paused = false })
+	// Note: its next probe (2 s) makes it alive; a minute is an outer limit.
 	require.Eventually(t, func() bool { st, _ = e.status(); return len(st.Dead) == 0 }, time.Minute, 100*time.Millisecond, "back")
 	assert.Equal(t, "fleet_role_dead_voters 0", e.metric("fleet_role_dead_voters"))
 }
@@ -47,6 +50,9 @@ func TestADeadVoterIsReplacedWithTheDryRunOffItsMemberRemovedBeforeTheCandidateI
 	e.cfg.DryRun = false
 	e.start()
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].Paused = true })
+	// Note: dead_after (8 s) and the node grace, then a swap at the test
+	// bounds (each step well under 20 s; the run here took about 50 s):
+	// 3 minutes is the outer limit.
 	res := e.waitEnd(3 * time.Minute)
 	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Equal(t, "v2", res.Out)
@@ -70,6 +76,8 @@ func TestADeadVoterIsReplacedWithTheDryRunOffItsMemberRemovedBeforeTheCandidateI
 	// Its host comes back: its agent finishes its demotion by what stayed
 	// on its Node, which the controller then clears.
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].Paused = false })
+	// Note: its agent finishes within a probe period or two and the
+	// controller's next pass clears it; a minute is an outer limit.
 	require.Eventually(t, func() bool {
 		n := e.node("v2")
 		return !n.Spec.Unschedulable && n.Annotations[api.AnnotationMemberGone] == ""

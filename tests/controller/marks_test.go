@@ -127,6 +127,9 @@ func TestASwapHoldsKuredsLockAndLabelsItsTwoNodesUntilItEndsThroughARestartAndWh
 
 	e.cfg.Holds = kuredHoldsConfig(1)
 	e.start()
+	// Note: the controller's first passes come within a period (1 s) of
+	// its start; the waits of 10-20 s here are outer limits, and those of
+	// 2 minutes for a swap at the test bounds (about 12 s a swap here).
 	require.Eventually(t, func() bool {
 		_, held := kuredLock(t, e)
 		return !held && len(swapping(t, e)) == 0
@@ -171,6 +174,8 @@ func TestARolledBackSwapHeldEveryPlaceOfKuredsMultipleLockAndGivesThemBack(t *te
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["s1"].NeverJoin = true })
 	e.cfg.Holds = kuredHoldsConfig(1) // the annotation tells its form
 	e.start()
+	// Note: the rollback waits out the join bound (20 s); 2 minutes is
+	// the outer limit of the swap, 10-20 s those of a pass.
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
 	require.Eventually(t, func() bool { st, _ := e.status(); return st.Swap != nil }, 20*time.Second, 100*time.Millisecond)

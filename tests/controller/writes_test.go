@@ -48,6 +48,8 @@ func TestASwapsWriteGapAndFailedWritesAreInItsHistoryAndMetricsAndOneOverBudgetI
 	e.start()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
+	// Note: the swap reaches its step-down in about 5 s at the test
+	// bounds; a minute, and 2 for its end, are outer limits.
 	require.Eventually(t, func() bool { st, _ := e.status(); return st.Step == api.StepStepDown }, time.Minute, 50*time.Millisecond)
 	time.Sleep(3 * time.Second)
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v1"].IgnoreStepDown, d.Hosts["v1"].Handled = false, time.Time{} })

@@ -479,6 +479,9 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 				return nil
 			})
 			t.Logf("v2 is dead: %s", f.Status().Dead[0].Reason)
+			// Note: a swap at the fleet's default bounds with a real etcd
+			// learner's catch-up and 5 s elections took 1-2.5 minutes in
+			// the other scenarios; 6 minutes is the outer limit.
 			res := f.waitEnd(t, prev, 6*time.Minute)
 			var steps []string
 			for _, s := range res.Steps {
@@ -503,6 +506,9 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			// datastore aside and runs k3s's agent; the controller then
 			// clears its Node and uncordons it.
 			testhost.Docker(t, "start", v2.Container)
+			// Note: the boot (under a minute, as Reboot's wait allows 2),
+			// then a probe period or two for the agent's demotion and a
+			// pass to clear it: 4 minutes is the outer limit.
 			f.Wait(4*time.Minute, "v2 finished its demotion and is cleared", func() error {
 				if active, enabled := v2.Unit("k3s.service"); active == "active" || enabled != "disabled" {
 					return fmt.Errorf("k3s.service is %s and %s", active, enabled)
