@@ -243,16 +243,15 @@ func (p *planner) decide() (out, in *Node, why string) {
 	if dead := p.deadVoters(); len(dead) > 0 {
 		// A dead voter first: etcd tolerates one failure less already.
 		out, fault = p.node(dead[0].Node), "dead: "+dead[0].Reason
-	}
-	for _, v := range p.voters {
-		if fault == "" && v.Verdict.State == api.VerdictUnfit && (out == nil || v.Verdict.Score > out.Verdict.Score) {
-			out = v
+	} else {
+		for _, v := range p.voters {
+			if v.Verdict.State == api.VerdictUnfit && (out == nil || v.Verdict.Score > out.Verdict.Score) {
+				out = v
+			}
 		}
-	}
-	if out == nil {
-		return nil, nil, "no swap: no voter is unfit"
-	}
-	if fault == "" {
+		if out == nil {
+			return nil, nil, "no swap: no voter is unfit"
+		}
 		fault = "unfit (" + out.Verdict.Reason + ")"
 	}
 	for i := range p.nodes {
