@@ -17,11 +17,12 @@ func newHistoryCommand() *cobra.Command {
 		"List the last swaps that ended, how each ended and how long it took",
 		fmt.Sprintf(`history lists the last %d swaps that ended, the newest first, as the
 controller keeps them in the fleet-role-status ConfigMap: which voter went
-out and which standby came in, why and for whom, how it ended, how long
-it took, and what its leadership move and member removal cost the
-cluster's writes (the longest gap between the controller's own writes,
-and how many failed). -o wide adds each step and how long it lasted; -o json and -o
-yaml print the results themselves.`, api.HistoryLength),
+out and which standby came in (and whether the voter out was dead), why
+and for whom, how it ended, how long it took, and what its leadership
+move and member removal cost the cluster's writes (the longest gap
+between the controller's own writes, and how many failed). -o wide adds
+each step and how long it lasted; -o json and -o yaml print the results
+themselves.`, api.HistoryLength),
 		func(st api.Status) any {
 			if st.History == nil {
 				return []api.SwapResult{}
