@@ -158,8 +158,8 @@ func main() {
 // its Deployment.
 func containers(r *runner) fleet {
 	d := e2e.Deploy(r, e2e.Options{
-		Hosts:      e2e.DeployedHosts,
-		Controller: "\n[verdicts]\nwindow = 5\n",
+		Hosts:         e2e.DeployedHosts,
+		VerdictWindow: 5,
 		// k3s's etcd timing: 5 s election timeout, 500 ms heartbeat.
 		ElectionTimeout: e2e.K3sElectionTimeout,
 		Log:             func(format string, args ...any) { say(format, args...) },
@@ -180,8 +180,8 @@ func containers(r *runner) fleet {
 		},
 		metrics: d.Metrics,
 		slow: func() {
-			say("v2's disk throttled to 25 writes a second")
-			d.Hosts["v2"].SlowDisk(25)
+			say("v2's disk throttled to 10 writes a second")
+			d.Hosts["v2"].SlowDisk(10)
 		},
 	}
 }

@@ -112,7 +112,7 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhe
 	}
 	// The writes across the swaps by hand are counted at k3s's own etcd
 	// timing.
-	d := Deploy(t, Options{Hosts: DeployedHosts, Controller: "\n[verdicts]\nwindow = 5\n", ElectionTimeout: K3sElectionTimeout, Log: t.Logf})
+	d := Deploy(t, Options{Hosts: DeployedHosts, VerdictWindow: 5, ElectionTimeout: K3sElectionTimeout, Log: t.Logf})
 	took("deployed from nothing")
 
 	for _, n := range d.Order {
@@ -203,8 +203,8 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhe
 	// A voter turned slow: the dry run only reports the decision.
 	d.WaitFit(3 * time.Minute)
 	d.Wait(3*time.Minute, "v3 is eligible", func() error { return d.Eligible("v3") })
-	d.Hosts["v2"].SlowDisk(25)
-	t.Log("v2's disk throttled to 25 writes a second")
+	d.Hosts["v2"].SlowDisk(10)
+	t.Log("v2's disk throttled to 10 writes a second")
 	d.Wait(3*time.Minute, "the decision to swap v2 out is reported", func() error {
 		st := d.Status()
 		if st.Decision == nil || st.Decision.Out != "v2" {

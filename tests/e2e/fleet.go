@@ -52,8 +52,9 @@ type Options struct {
 	Hosts []HostSpec
 	// ProbePeriod is the agents' and the controller's probe period.
 	ProbePeriod time.Duration
-	// Controller is more of the controller's TOML (its [verdicts], say).
-	Controller string
+	// VerdictWindow is the controller's [verdicts] window; 0 means its
+	// default.
+	VerdictWindow int
 	// Bounds override the controller's per-step bounds (step = "25s").
 	Bounds map[string]string
 	// Keys are more of the controller's top-level keys, each a TOML
