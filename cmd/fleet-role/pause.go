@@ -30,10 +30,14 @@ fleet-role status shows the pause; fleet-role resume lifts it.`,
 			if reason == "" {
 				return usageError{errors.New("--reason is required: say why, for the others who read fleet-role status")}
 			}
-			return setControl(cmd, configFile, kubeconfig, func(by string) (string, string, error) {
+			return setControl(cmd, configFile, kubeconfig, func(by string, was *api.Pause) (string, string, error) {
 				p := api.Pause{By: by, Reason: reason, At: time.Now().UTC().Truncate(time.Second)}
 				b, err := json.Marshal(p)
-				return string(b), fmt.Sprintf("paused by %s: no swap starts until fleet-role resume; a swap under way goes on", by), err
+				done := fmt.Sprintf("paused by %s: no swap starts until fleet-role resume; a swap under way goes on", by)
+				if was != nil {
+					done += fmt.Sprintf(" (the pause by %s, %q, is replaced)", was.By, was.Reason)
+				}
+				return string(b), done, err
 			})
 		},
 	}
@@ -49,8 +53,11 @@ func newResumeCommand() *cobra.Command {
 		Short: "Lift the pause: swaps start again",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return setControl(cmd, configFile, kubeconfig, func(by string) (string, string, error) {
-				return "", fmt.Sprintf("resumed by %s: swaps start again", by), nil
+			return setControl(cmd, configFile, kubeconfig, func(by string, was *api.Pause) (string, string, error) {
+				if was == nil {
+					return "", "nothing was paused: swaps start as they did", nil
+				}
+				return "", fmt.Sprintf("resumed by %s: swaps start again (paused by %s: %s)", by, was.By, was.Reason), nil
 			})
 		},
 	}
@@ -60,17 +67,17 @@ func newResumeCommand() *cobra.Command {
 
 // setControl sets (or, for "", deletes) pause.json in the status
 // ConfigMap, reading and writing again while the controller changes it.
-func setControl(cmd *cobra.Command, configFile, kubeconfig string, value func(by string) (v, done string, err error)) error {
+// value is given who asks and the pause it replaces (nil where none was
+// set).
+func setControl(cmd *cobra.Command, configFile, kubeconfig string, value func(by string, was *api.Pause) (v, done string, err error)) error {
 	cfg, client, err := openCluster(configFile, kubeconfig)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 	defer cancel()
-	v, done, err := value(whoAmI(ctx, client))
-	if err != nil {
-		return err
-	}
+	by := whoAmI(ctx, client)
+	var done string
 	err = retry.OnError(retry.DefaultRetry, statusChanged, func() error {
 		cm, err := client.CoreV1().ConfigMaps(cfg.Namespace).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
 		switch {
@@ -78,6 +85,17 @@ func setControl(cmd *cobra.Command, configFile, kubeconfig string, value func(by
 			cm = nil
 		case err != nil:
 			return fmt.Errorf("read %s/%s: %w", cfg.Namespace, api.StatusConfigMap, err)
+		}
+		var was *api.Pause
+		if cm != nil && cm.Data[api.PauseKey] != "" {
+			was = new(api.Pause)
+			if err := json.Unmarshal([]byte(cm.Data[api.PauseKey]), was); err != nil {
+				was = &api.Pause{By: "an unreadable " + api.PauseKey, Reason: err.Error()}
+			}
+		}
+		var v string
+		if v, done, err = value(by, was); err != nil {
+			return err
 		}
 		return setStatusKey(ctx, client, cfg.Namespace, cm, api.PauseKey, v)
 	})
