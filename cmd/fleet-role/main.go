@@ -78,6 +78,7 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{suggestFlag(cmd, err)} })
 	// cobra's own `completion bash|zsh|fish|powershell`.
 	setVersion(root)
+	root.SetHelpCommand(helpCommand(root))
 	root.AddCommand(newAgentCommand(), newControllerCommand(), newSwapCommand(), newPauseCommand(), newResumeCommand(), newStatusCommand(), newHistoryCommand(), newMembersCommand(), newPlanCommand(), newConfigCommand(), newVersionCommand())
 	root.InitDefaultCompletionCmd()
 	if c, _, err := root.Find([]string{"completion"}); err == nil && c != root {
@@ -92,6 +93,39 @@ func noCommand(cmd *cobra.Command, _ []string) error {
 	cmd.SetOut(cmd.ErrOrStderr())
 	_ = cmd.Help()
 	return usageError{errors.New("no command given")}
+}
+
+// helpCommand is cobra's `help [command]`, but a topic that is no
+// command is bad usage with the commands it is close to, as a mistyped
+// command is, where cobra's own prints the usage and exits 0.
+func helpCommand(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "help prints the help of the command named, of fleet-role itself when none is.",
+		ValidArgsFunction: func(_ *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			found, _, _ := root.Find(args)
+			var names []cobra.Completion
+			for _, c := range found.Commands() {
+				if c.IsAvailableCommand() && strings.HasPrefix(c.Name(), toComplete) {
+					names = append(names, cobra.CompletionWithDesc(c.Name(), c.Short))
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			found, rest, err := root.Find(args)
+			switch {
+			case err != nil:
+				return usageError{err}
+			case len(rest) > 0:
+				return unknownCommand(found, rest)
+			}
+			found.InitDefaultHelpFlag()
+			found.InitDefaultVersionFlag()
+			return found.Help()
+		},
+	}
 }
 
 // suggestDistance is how far (in Levenshtein distance) a mistyped command

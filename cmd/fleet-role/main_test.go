@@ -67,6 +67,8 @@ func TestBadUsageExits2(t *testing.T) {
 		{"config", "validate"},
 		{"plan", "--nope"},
 		{"version", "extra"},
+		{"help", "nosuch"},
+		{"help", "config", "nosuch"},
 	} {
 		code, _, stderr := runCLI(t, args...)
 		assert.Equal(t, 2, code, "args %q: %s", args, stderr)
@@ -192,6 +194,8 @@ func TestAMistypedCommandOrFlagIsBadUsageWithASuggestion(t *testing.T) {
 		{[]string{"status", "--wach"}, "Did you mean this?\n\t--watch"},
 		{[]string{"plan", "--fil", "x"}, "Did you mean this?\n\t--file"},
 		{[]string{"status", "--out", "json"}, "Did you mean this?\n\t--output"},
+		{[]string{"help", "sttaus"}, "Did you mean this?\n\tstatus"},
+		{[]string{"help", "config", "valdate"}, "Did you mean this?\n\tvalidate"},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
 		assert.Equal(t, 2, code, "%q", tc.args)
@@ -200,6 +204,16 @@ func TestAMistypedCommandOrFlagIsBadUsageWithASuggestion(t *testing.T) {
 	code, _, stderr := runCLI(t, "frobnicate")
 	assert.Equal(t, 2, code)
 	assert.NotContains(t, stderr, "Did you mean", "nothing close")
+}
+
+func TestHelpOfACommandIsItsHelpOnStandardOutput(t *testing.T) {
+	for _, args := range [][]string{{"status"}, {"config", "validate"}, {}} {
+		code, help, stderr := runCLI(t, append([]string{"help"}, args...)...)
+		require.Equal(t, 0, code, "help %q: %s", args, stderr)
+		_, flag, _ := runCLI(t, append(args, "--help")...)
+		assert.Equal(t, flag, help, "help %q is what --help prints", args)
+		assert.Empty(t, stderr)
+	}
 }
 
 func TestCompletionScriptsForEachShell(t *testing.T) {
