@@ -165,12 +165,24 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 	return fmt.Errorf("%w\n\nDid you mean this?\n\t%s", err, strings.Join(close, "\n\t"))
 }
 
-// usageArgs marks an argument check's error as bad usage.
+// usageArgs marks an argument check's error as bad usage, followed by
+// the command's usage line, which names the arguments it takes where
+// cobra's error only counts them. cobra's check of no arguments calls an
+// extra one an unknown command; it is said as what it is.
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if err := check(cmd, args); err != nil {
-			return usageError{err}
+		err := check(cmd, args)
+		if err == nil {
+			return nil
 		}
-		return nil
+		path := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+		msg := path + ": " + err.Error()
+		switch {
+		case strings.HasPrefix(err.Error(), "unknown command "):
+			msg = fmt.Sprintf("%s takes no arguments: got %q", path, args)
+		case strings.HasPrefix(err.Error(), "invalid argument ") && len(cmd.ValidArgs) > 0:
+			msg = fmt.Sprintf("%s: %q is not one of %s", path, args[0], strings.Join(cmd.ValidArgs, ", "))
+		}
+		return usageError{fmt.Errorf("%s\n\nUsage: %s", msg, cmd.UseLine())}
 	}
 }

@@ -206,6 +206,23 @@ func TestAMistypedCommandOrFlagIsBadUsageWithASuggestion(t *testing.T) {
 	assert.NotContains(t, stderr, "Did you mean", "nothing close")
 }
 
+func TestAnArgumentErrorNamesWhatTheCommandTakes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"config", "default"}, "fleet-role: config default: accepts 1 arg(s), received 0\n\nUsage: fleet-role config default agent|controller [flags]\n"},
+		{[]string{"config", "default", "toaster"}, "fleet-role: config default: \"toaster\" is not one of agent, controller\n\nUsage: fleet-role config default agent|controller [flags]\n"},
+		{[]string{"resume", "extra"}, "fleet-role: resume takes no arguments: got [\"extra\"]\n\nUsage: fleet-role resume [flags]\n"},
+		{[]string{"swap", "v1"}, "fleet-role: swap: accepts 2 arg(s), received 1\n\nUsage: fleet-role swap OUT IN | swap --cancel [flags]\n"},
+	} {
+		code, stdout, stderr := runCLI(t, tc.args...)
+		assert.Equal(t, 2, code, "%q", tc.args)
+		assert.Equal(t, tc.want, stderr, "%q", tc.args)
+		assert.Empty(t, stdout, "%q", tc.args)
+	}
+}
+
 func TestHelpOfACommandIsItsHelpOnStandardOutput(t *testing.T) {
 	for _, args := range [][]string{{"status"}, {"config", "validate"}, {}} {
 		code, help, stderr := runCLI(t, append([]string{"help"}, args...)...)
