@@ -85,7 +85,7 @@ func linked(t *testing.T, v, c, d string) {
 
 func TestVersionFlagAndCommandPrintTheLinkedVersionCommitAndDate(t *testing.T) {
 	linked(t, "0.4.0~rc.1+3.gabc1234", "abc1234def", "2026-11-30T12:00:00Z")
-	for _, args := range [][]string{{"--version"}, {"-v"}, {"version"}} {
+	for _, args := range [][]string{{"--version"}, {"version"}} {
 		code, out, stderr := runCLI(t, args...)
 		assert.Equal(t, 0, code, "%q: %s", args, stderr)
 		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
@@ -204,6 +204,13 @@ func TestAMistypedCommandOrFlagIsBadUsageWithASuggestion(t *testing.T) {
 	code, _, stderr := runCLI(t, "frobnicate")
 	assert.Equal(t, 2, code)
 	assert.NotContains(t, stderr, "Did you mean", "nothing close")
+}
+
+func TestDashVIsNotTheVersionAsKubectlsIsVerbosity(t *testing.T) {
+	code, out, stderr := runCLI(t, "-v")
+	assert.Equal(t, 2, code, stderr)
+	assert.Empty(t, out)
+	assert.Contains(t, stderr, "unknown shorthand flag: 'v' in -v")
 }
 
 func TestAnArgumentErrorNamesWhatTheCommandTakes(t *testing.T) {

@@ -84,9 +84,13 @@ func (b buildInfo) String() string {
 }
 
 // setVersion gives the root command --version (and -v).
+// setVersion gives the root --version. It is made here, before cobra
+// would make it, so that it has no -v: kubectl's -v is its verbosity, and
+// fleet-role keeps the letter free for that.
 func setVersion(root *cobra.Command) {
 	root.Version = build().String()
 	root.SetVersionTemplate("{{.Version}}")
+	root.Flags().Bool("version", false, "print the version, the commit and the build date")
 }
 
 func newVersionCommand() *cobra.Command {
