@@ -100,6 +100,24 @@ func TestEachSignOfDeathAloneIsNotEnough(t *testing.T) {
 	}
 }
 
+func TestAVoterIsDeadOnceItsLastHeartbeatIsExactlyDeadAfterOld(t *testing.T) {
+	w := deadWorld(t)
+	for plan := w.pass(); len(plan.Dead) == 0; plan = w.pass() {
+		require.Less(t, w.now.Sub(epoch), time.Hour)
+	}
+	at := func(age time.Duration) swapplan.Plan {
+		s := w.snapshot()
+		for i := range s.Nodes {
+			if s.Nodes[i].Name == "v2" {
+				s.Nodes[i].Heartbeat, s.Nodes[i].HeartbeatSeen = s.Now.Add(-age), s.Now.Add(-age)
+			}
+		}
+		return swapplan.Next(s)
+	}
+	assert.Len(t, at(5*time.Minute).Dead, 1, "dead_after old: dead")
+	assert.Empty(t, at(5*time.Minute-time.Nanosecond).Dead, "younger: not yet")
+}
+
 func TestAVoterThatComesBackIsNoLongerDead(t *testing.T) {
 	w := deadWorld(t)
 	for plan := w.pass(); len(plan.Dead) == 0; plan = w.pass() {
