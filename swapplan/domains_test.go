@@ -51,7 +51,8 @@ func TestAmongStandbysThatAllCrowdADomainTheAutomaticChoiceTakesTheFittestAndSay
 	plan := w.pass()
 	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
 	assert.Equal(t, "s2", plan.Swap.In)
-	assert.Contains(t, plan.Decision.Reason, `as best it can (it would put 2 of the 3 voters in zone "c", a majority: losing that domain would lose quorum, as with every eligible standby)`)
+	assert.Contains(t, plan.Decision.Reason, "; s2 is the fittest eligible standby that keeps the voters spread across "+w.cfg.DomainLabel+
+		` as best it can (it would put 2 of the 3 voters in zone "c", a majority: losing that domain would lose quorum, as with every eligible standby)`)
 }
 
 func TestAManualSwapThatPutsAMajorityOfTheVotersInOneDomainIsRefusedUnlessForced(t *testing.T) {
