@@ -278,3 +278,17 @@ func TestADeadVoterIsSwappedWithinTheCooldownOfTheSwapBefore(t *testing.T) {
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.True(t, w.now.Before(until))
 }
+
+func TestADeadVoterSwapWhoseCandidatesNodeIsDeletedOnceTheDeadVoterIsCordonedRollsBackAndUncordonsIt(t *testing.T) {
+	w := deadWorld(t)
+	w.cfg.DryRun = false
+	w.checks = append(w.checks, quorumKept(t))
+	w.runUntil(300, acting(api.ActionCordonOut, "v2"))
+	w.deleteNode("s1")
+	res := w.run(300)
+	assert.Equal(t, api.ResultRolledBack, res.Result, "the dead voter was cordoned: not nothing changed (%s)", res.Reason)
+	assert.Contains(t, res.Reason, "the candidate's Node s1 was deleted before the outgoing voter was asked to step down")
+	assert.False(t, w.node("v2").Unschedulable, "the rollback uncordons it")
+	assert.Empty(t, w.node("v2").CordonedBy)
+	assert.Equal(t, []string{"v1", "v2", "v3"}, w.membersOf(), "nothing was asked of its member")
+}

@@ -342,3 +342,14 @@ func TestAStuckRollbackWithoutTheCandidatesNodeGoesBackToRollingBackOnceAnOperat
 	require.NotNil(t, end.Swap)
 	assert.Nil(t, end.Swap.Stuck, "the record ends with no stuck member: %s", end.Reason)
 }
+
+func TestBothNodesOfASwapDeletedBeforeThePromotionAbandonIt(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(50, acting(api.ActionCordonIn, "s1"))
+	w.deleteNode("s1")
+	w.deleteNode("v1")
+	res := w.run(50)
+	assert.Equal(t, api.ResultAbandoned, res.Result, res.Reason)
+	assert.Equal(t, "the candidate's Node s1 was deleted before it was asked to promote: nothing changed on a host", res.Reason)
+}
