@@ -119,6 +119,8 @@ func TestAMaintenanceWindowSaysWhenItNextOpensOrCloses(t *testing.T) {
 		{"closed on saturday night, opens on monday night", night, "Sat 2026-12-05 23:00", "Mon 2026-12-07 22:00"},
 		{"a whole day, closes at midnight", swapplan.Window{Days: weekdays, Start: 3 * time.Hour, End: 3 * time.Hour, Location: berlin},
 			"Fri 2026-12-04 12:00", "Sat 2026-12-05 00:00"},
+		{"times to the minute", swapplan.Window{Days: weekdays, Start: 9*time.Hour + 30*time.Minute, End: 17*time.Hour + 45*time.Minute, Location: berlin},
+			"Tue 2026-12-01 12:00", "Tue 2026-12-01 17:45"},
 		{"across the change to summer time", swapplan.Window{Days: [7]bool{true}, Start: 2 * time.Hour, End: 5 * time.Hour, Location: berlin},
 			"Sun 2027-03-28 01:00", "Sun 2027-03-28 03:00"},
 	} {
