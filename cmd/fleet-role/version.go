@@ -83,7 +83,6 @@ func (b buildInfo) String() string {
 		b.Version, b.Commit, b.Date, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
-// setVersion gives the root command --version (and -v).
 // setVersion gives the root --version. It is made here, before cobra
 // would make it, so that it has no -v: kubectl's -v is its verbosity, and
 // fleet-role keeps the letter free for that.
