@@ -166,6 +166,13 @@ func TestADeadVoterIsSwappedAutomaticallyItsMemberRemovedBeforeTheCandidateIsPro
 	assert.Equal(t, []string{api.StepStart, api.StepSnapshot, api.StepCordonIn, api.StepDrainIn, api.StepCordonOut, api.StepStepDown,
 		api.StepRemoveMember, api.StepMemberGone, api.StepPromote, api.StepJoin, api.StepCleanUp, api.StepUncordon, api.StepEnd}, steps,
 		"the dead voter's member goes first; nothing waits on its runners or its drain")
+	var removals int
+	for _, a := range w.actions() {
+		if a == api.ActionRemoveMember+" v2" {
+			removals++
+		}
+	}
+	assert.Equal(t, 1, removals, "its removal is asked once and then waited for: %v", w.actions())
 	assert.Equal(t, api.RoleStandby, w.node("v2").Role)
 	assert.Equal(t, api.RoleVoter, w.node("s1").Role)
 	assert.Equal(t, []string{"s1", "v1", "v3"}, w.voterNodes())
