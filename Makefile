@@ -159,8 +159,8 @@ demo: setup ## fleet-role on a local simulated fleet of containers over real etc
 
 demo-plan: build ## plan the example clusters of docs/examples, as an operator would
 	@for f in docs/examples/*.json; do \
-		echo "== $(BIN)/fleet-role plan -f $$f --now $(NOW) -o text"; \
-		$(BIN)/fleet-role plan -f $$f --now $(NOW) -o text; echo; \
+		echo "== $(BIN)/fleet-role plan -f $$f --at $(NOW) -o text"; \
+		$(BIN)/fleet-role plan -f $$f --at $(NOW) -o text; echo; \
 	done
 
 test-bins: ## build the real kube-apiserver and etcd for the integration tests (cached outside the repo)

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -20,17 +22,31 @@ import (
 )
 
 func newPlanCommand() *cobra.Command {
-	var file, now, configFile, output string
+	var file, at, configFile, output string
+	var now bool
 	cmd := &cobra.Command{
-		Use:   "plan -f FILE|-",
+		Use:   "plan -f FILE|- [--at TIME|--now]",
 		Short: "Print the next action of a swap for a cluster read from a file (offline)",
 		Long: `plan reads a Kubernetes List, as printed by
 
   kubectl get nodes,leases,configmaps,pods -A -o json
 
 and prints the next action the controller would take, with its reason.
-It reads nothing else and changes nothing: ask it why a swap waits.`,
-		Args: usageArgs(cobra.NoArgs),
+It reads nothing else and changes nothing: ask it why a swap waits.
+
+It plans at the time the List was read, as the List tells it: the newest
+renewal of a Lease in it (the kubelets renew theirs every 10 seconds),
+Node heartbeat, or status the controller published. So a capture read
+an hour later plans as it would have then, its samples as fresh as they
+were. --at plans at another time; --now at the current one.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				if _, err := time.Parse(time.RFC3339, args[0]); err == nil {
+					return usageError{fmt.Errorf("plan: %q is a time: give it as --at %s (--now takes no value)\n\nUsage: %s", args[0], args[0], cmd.UseLine())}
+				}
+			}
+			return usageArgs(cobra.NoArgs)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
 				return usageError{errors.New("-f FILE is required (- for standard input)")}
@@ -40,13 +56,18 @@ It reads nothing else and changes nothing: ask it why a swap waits.`,
 			default:
 				return usageError{fmt.Errorf("-o %q: want json, yaml, text or wide", output)}
 			}
-			at := time.Now()
-			if now != "" {
-				t, err := time.Parse(time.RFC3339, now)
+			var when time.Time
+			switch {
+			case at != "" && now:
+				return usageError{errors.New("--at and --now: one or the other")}
+			case now:
+				when = time.Now()
+			case at != "":
+				t, err := time.Parse(time.RFC3339, at)
 				if err != nil {
-					return usageError{fmt.Errorf("--now %q: want an RFC 3339 time such as 2026-11-30T08:00:00Z", now)}
+					return usageError{fmt.Errorf("--at %q: want an RFC 3339 time such as 2026-11-30T08:00:00Z", at)}
 				}
-				at = t
+				when = t
 			}
 			cfg := config.DefaultController()
 			if configFile != "" {
@@ -61,20 +82,22 @@ It reads nothing else and changes nothing: ask it why a swap waits.`,
 				return err
 			}
 			defer in.Close()
-			plan, err := planFile(in, cfg, at)
+			plan, when, err := planFile(in, cfg, when)
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			if output == "text" || output == "wide" {
-				return writePlanText(cmd.OutOrStdout(), plan, at, output == "wide")
+				return writePlanText(cmd.OutOrStdout(), plan, when, output == "wide")
 			}
 			return encode(cmd.OutOrStdout(), output, plan)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the List to read, - for standard input (required)")
-	cmd.Flags().StringVar(&now, "now", "", "the time to plan at, RFC 3339 (default: the current time)")
+	cmd.Flags().StringVar(&at, "at", "", "the time to plan at, RFC 3339 (default: the time the List was read, as it tells)")
+	cmd.Flags().BoolVar(&now, "now", false, "plan at the current time, not the List's")
 	cmd.Flags().StringVar(&configFile, "config", "", "the controller configuration (default: the defaults)")
 	cmd.Flags().StringVarP(&output, "output", "o", "json", "json, yaml, text, or wide: the text with what the action writes")
+	completeOutput(cmd, "json", "yaml", "text", "wide")
 	return cmd
 }
 
@@ -128,29 +151,67 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// planFile reads the List and plans; any malformed object or annotation is
-// an error, since an operator asking why must see what the controller
-// would skip.
-func planFile(r io.Reader, cfg config.Controller, now time.Time) (swapplan.Plan, error) {
+// planFile reads the List and plans at now, or at the List's own time
+// (captureTime) where now is zero, and says at which; any malformed
+// object or annotation is an error, since an operator asking why must see
+// what the controller would skip.
+func planFile(r io.Reader, cfg config.Controller, now time.Time) (swapplan.Plan, time.Time, error) {
 	in, err := adapt.ReadList(r, cfg.Namespace)
 	if err != nil {
-		return swapplan.Plan{}, err
+		return swapplan.Plan{}, now, err
 	}
 	runners, err := labels.Parse(cfg.RunnerSelector)
 	if err != nil {
-		return swapplan.Plan{}, fmt.Errorf("runner_selector: %w", err)
+		return swapplan.Plan{}, now, fmt.Errorf("runner_selector: %w", err)
+	}
+	if now.IsZero() {
+		if now = captureTime(in); now.IsZero() {
+			return swapplan.Plan{}, now, fmt.Errorf("%w: it tells no time it was read at (no Lease renewal, Node heartbeat or published status): give --at TIME or --now", adapt.ErrInput)
+		}
 	}
 	snap, err := adapt.Build(in, controller.PlanConfig(cfg), runners, now)
 	if err != nil {
-		return swapplan.Plan{}, fmt.Errorf("%w: %w", adapt.ErrInput, err)
+		return swapplan.Plan{}, now, fmt.Errorf("%w: %w", adapt.ErrInput, err)
 	}
-	return swapplan.Next(snap), nil
+	return swapplan.Next(snap), now, nil
+}
+
+// captureTime is the time a List was read, as near as it tells: the
+// newest of its Leases' renewals (a kubelet renews its own every 10 s,
+// the controller the regrade Lease every pass), its Nodes' Ready
+// heartbeats and the status's updatedAt. Zero when it holds none.
+func captureTime(in adapt.Input) time.Time {
+	var newest time.Time
+	seen := func(t time.Time) {
+		if t.After(newest) {
+			newest = t
+		}
+	}
+	for _, l := range append(slices.Clone(in.NodeLeases), in.Lease) {
+		if l != nil && l.Spec.RenewTime != nil {
+			seen(l.Spec.RenewTime.Time)
+		}
+	}
+	for _, n := range in.Nodes {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				seen(c.LastHeartbeatTime.Time)
+			}
+		}
+	}
+	if in.Status != nil {
+		// A status that does not read tells no time; Build says why.
+		st, _, _ := adapt.Status(in.Status)
+		seen(st.UpdatedAt)
+	}
+	return newest
 }
 
 // writePlanText writes the plan as a person reads it; wide adds what the
 // action writes: its request, the role of a clean-up, an end's result.
 func writePlanText(w io.Writer, p swapplan.Plan, now time.Time, wide bool) error {
 	var b strings.Builder
+	fmt.Fprintf(&b, "at:      %s\n", now.UTC().Format(time.RFC3339))
 	step := p.Step
 	if step == "" {
 		step = "(no swap under way)"

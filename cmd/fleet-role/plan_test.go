@@ -18,7 +18,7 @@ import (
 func TestPlanPrintsJSONYAMLTextAndWide(t *testing.T) {
 	file := filepath.Join("..", "..", "docs", "examples", "step-down.json")
 	plan := func(output string) string {
-		code, out, stderr := runCLI(t, "plan", "-f", file, "--now", "2026-11-30T12:00:00Z", "-o", output)
+		code, out, stderr := runCLI(t, "plan", "-f", file, "--at", "2026-11-30T12:00:00Z", "-o", output)
 		require.Equal(t, 0, code, stderr)
 		return out
 	}

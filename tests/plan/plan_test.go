@@ -36,11 +36,18 @@ func planOf(t *testing.T, c *cluster, extra ...string) swapplan.Plan {
 	return p
 }
 
+// run plans list at now.
 func run(t *testing.T, list []byte, extra ...string) (stdout, stderr []byte, code int) {
+	t.Helper()
+	return runAt(t, list, append([]string{"--at", now.Format(time.RFC3339)}, extra...)...)
+}
+
+// runAt plans list at the time extra says, the List's own where it says none.
+func runAt(t *testing.T, list []byte, extra ...string) (stdout, stderr []byte, code int) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "cluster.json")
 	require.NoError(t, os.WriteFile(path, list, 0o644))
-	args := append([]string{"plan", "-f", path, "--now", now.Format(time.RFC3339)}, extra...)
+	args := append([]string{"plan", "-f", path}, extra...)
 	cmd := exec.Command(binary, args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -126,6 +133,33 @@ func TestPlanTextOutputReadsAtAGlance(t *testing.T) {
 	}
 }
 
+func TestPlanWithoutATimePlansAtTheListsNewestLeaseRenewalAndWithNowAtTheCurrentTime(t *testing.T) {
+	c := newCluster()
+	atStepDown(c)
+	c.beats["v2"] = now // the newest renewal in the List
+	out, stderr, code := runAt(t, c.list(), "-o", "text")
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Contains(t, string(out), "at:      2026-11-30T12:00:00Z\n")
+	assert.Contains(t, string(out), "step:    step-down  since 2026-11-30T11:59:00Z (1m0s ago, bound 5m0s)")
+	at, _, _ := run(t, c.list(), "-o", "text")
+	assert.Equal(t, string(at), string(out), "the List's time is the time --at gives")
+
+	out, stderr, code = runAt(t, c.list(), "--now", "-o", "json")
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	var p swapplan.Plan
+	require.NoError(t, json.Unmarshal(out, &p))
+	assert.NotEqual(t, api.StepStepDown, p.Step, "days past the capture, the step-down is past its bound: %+v", p)
+}
+
+func TestPlanOfAListThatTellsNoTimeAsksForOneWithExitCode2(t *testing.T) {
+	list := []byte(`{"apiVersion":"v1","kind":"List","items":[]}`)
+	_, stderr, code := runAt(t, list)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, string(stderr), "it tells no time it was read at (no Lease renewal, Node heartbeat or published status): give --at TIME or --now")
+	_, stderr, code = runAt(t, list, "--now")
+	assert.Equal(t, 0, code, "stderr: %s", stderr)
+}
+
 func TestPlanRefusesBadInputWithExitCode2(t *testing.T) {
 	bad := func(edit func(c *cluster)) []byte {
 		c := newCluster()
@@ -171,9 +205,15 @@ func TestPlanRefusesBadInputWithExitCode2(t *testing.T) {
 
 func TestPlanRefusesBadUsageWithExitCode2(t *testing.T) {
 	c := newCluster()
-	_, stderr, code := run(t, c.list(), "--now", "yesterday")
+	_, stderr, code := run(t, c.list(), "--at", "yesterday")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, string(stderr), `--now "yesterday": want an RFC 3339 time`)
+	assert.Contains(t, string(stderr), `--at "yesterday": want an RFC 3339 time`)
+	_, stderr, code = runAt(t, c.list(), "--now", "2026-11-30T12:00:00Z")
+	assert.Equal(t, 2, code, "--now takes no time")
+	assert.Contains(t, string(stderr), `"2026-11-30T12:00:00Z" is a time: give it as --at 2026-11-30T12:00:00Z (--now takes no value)`)
+	_, stderr, code = runAt(t, c.list(), "--now", "--at", "2026-11-30T12:00:00Z")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, string(stderr), "--at and --now: one or the other")
 
 	cfg := filepath.Join(t.TempDir(), "bad.toml")
 	require.NoError(t, os.WriteFile(cfg, []byte("version = 1\n[bounds]\njion = \"1m\"\n"), 0o644))
