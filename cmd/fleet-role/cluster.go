@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
@@ -32,8 +34,10 @@ var errNoCluster = errors.New("no cluster to reach")
 // set, no such file, nothing in it, not readable for k3s's) is passed by;
 // one that is there but broken is an error, as it is to kubectl, so a
 // typo never reaches another cluster; an explicit --kubeconfig is the
-// only place looked at.
-func findCluster(explicit string) (*rest.Config, error) {
+// only place looked at. A context given (--context) is used in place of
+// the current one, and must be in the kubeconfig found: with none, no
+// in-cluster configuration stands in for it.
+func findCluster(explicit, context string) (*rest.Config, error) {
 	var tried []string
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = explicit
@@ -52,7 +56,7 @@ func findCluster(explicit string) (*rest.Config, error) {
 		rules.Precedence = []string{home}
 		place = home
 	}
-	rc, absent, err := fromFiles(rules)
+	rc, absent, err := fromFiles(rules, context)
 	switch {
 	case err != nil:
 		return nil, usageError{fmt.Errorf("%s: %w", place, err)}
@@ -67,7 +71,7 @@ func findCluster(explicit string) (*rest.Config, error) {
 	f, err := os.Open(k3sKubeconfig)
 	if err == nil {
 		f.Close()
-		rc, absent, err = fromFiles(k3s)
+		rc, absent, err = fromFiles(k3s, context)
 		switch {
 		case err != nil:
 			return nil, usageError{fmt.Errorf("%s: %w", k3sKubeconfig, err)}
@@ -79,6 +83,9 @@ func findCluster(explicit string) (*rest.Config, error) {
 		tried = append(tried, k3sKubeconfig+": "+whyNot(err))
 	}
 
+	if context != "" {
+		return nil, usageError{fmt.Errorf("--context %s: no kubeconfig found to hold it; tried %s", context, strings.Join(tried, "; "))}
+	}
 	rc, err = rest.InClusterConfig()
 	switch {
 	case err == nil:
@@ -91,9 +98,10 @@ func findCluster(explicit string) (*rest.Config, error) {
 	return nil, fmt.Errorf("%w; tried %s", errNoCluster, strings.Join(tried, "; "))
 }
 
-// fromFiles loads the files of rules. absent says why they hold no
-// configuration at all; err is for one that is there but broken.
-func fromFiles(rules *clientcmd.ClientConfigLoadingRules) (rc *rest.Config, absent string, err error) {
+// fromFiles loads the files of rules, in the context named ("" for the
+// current one). absent says why they hold no configuration at all; err is
+// for one that is there but broken, or without the context named.
+func fromFiles(rules *clientcmd.ClientConfigLoadingRules, context string) (rc *rest.Config, absent string, err error) {
 	for _, f := range append([]string{rules.ExplicitPath}, rules.Precedence...) {
 		if err := checkKubeconfig(f); err != nil {
 			return nil, "", err
@@ -118,7 +126,10 @@ func fromFiles(rules *clientcmd.ClientConfigLoadingRules) (rc *rest.Config, abse
 		}
 		return nil, "no such file", nil
 	}
-	rc, err = clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if _, ok := raw.Contexts[context]; context != "" && !ok {
+		return nil, "", fmt.Errorf("no context %q in it; it has %s", context, strings.Join(slices.Sorted(maps.Keys(raw.Contexts)), ", "))
+	}
+	rc, err = clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
 	if clientcmd.IsEmptyConfig(err) {
 		return nil, "", errors.New("no current context, or its cluster has no server")
 	}
@@ -161,13 +172,19 @@ func whyNot(err error) string {
 	return err.Error()
 }
 
-// kubeClient reaches the cluster findCluster finds.
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	rc, err := findCluster(kubeconfig)
-	if err != nil {
-		return nil, err
+// kubeconfigContexts are the contexts of the kubeconfig findCluster
+// would read, for completion; none where it finds none.
+func kubeconfigContexts(explicit string) []string {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = explicit
+	raw, err := rules.Load()
+	if err != nil || clientcmdapi.IsConfigEmpty(raw) {
+		raw, err = (&clientcmd.ClientConfigLoadingRules{ExplicitPath: k3sKubeconfig}).Load()
+		if err != nil {
+			return nil
+		}
 	}
-	return newKubeClient(rc)
+	return slices.Sorted(maps.Keys(raw.Contexts))
 }
 
 // newKubeClient is the one client-go client of a command.

@@ -107,7 +107,7 @@ func TestFindClusterLooksWhereKubectlLooksThenAtK3sThenInCluster(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := noCluster(t)
 			explicit := tc.setup(t, p)
-			rc, err := findCluster(explicit)
+			rc, err := findCluster(explicit, "")
 			require.NoError(t, err)
 			assert.Equal(t, tc.server, rc.Host)
 		})
@@ -123,7 +123,7 @@ func TestFindClusterMergesTheKubeconfigListAsKubectlDoes(t *testing.T) {
 	require.NoError(t, clientcmd.WriteToFile(*first, path))
 	second := kubeconfig(t, filepath.Join(p.dir, "second.yaml"), "b", "https://b.example:6443")
 	t.Setenv("KUBECONFIG", path+string(filepath.ListSeparator)+second)
-	rc, err := findCluster("")
+	rc, err := findCluster("", "")
 	require.NoError(t, err)
 	assert.Equal(t, "https://b.example:6443", rc.Host)
 	assert.Equal(t, "token-b", rc.BearerToken)
@@ -131,7 +131,7 @@ func TestFindClusterMergesTheKubeconfigListAsKubectlDoes(t *testing.T) {
 
 func TestFindClusterSaysEachPlaceItTriedAndWhyNot(t *testing.T) {
 	p := noCluster(t)
-	_, err := findCluster("")
+	_, err := findCluster("", "")
 	require.ErrorIs(t, err, errNoCluster)
 	assert.Equal(t, "no cluster to reach; tried --kubeconfig: not given; KUBECONFIG: not set; "+
 		p.homeConfig()+": no such file; "+p.k3s+": no such file; "+
@@ -139,7 +139,7 @@ func TestFindClusterSaysEachPlaceItTriedAndWhyNot(t *testing.T) {
 
 	list := filepath.Join(p.dir, "x.yaml") + string(filepath.ListSeparator) + filepath.Join(p.dir, "y.yaml")
 	t.Setenv("KUBECONFIG", list)
-	_, err = findCluster("")
+	_, err = findCluster("", "")
 	require.ErrorIs(t, err, errNoCluster)
 	assert.Contains(t, err.Error(), "tried KUBECONFIG="+list+": none of its files exists; "+p.k3s+": no such file; in-cluster: ")
 }
@@ -149,7 +149,7 @@ func TestFindClusterStopsAtAPlaceThatIsThereButBroken(t *testing.T) {
 		p := noCluster(t)
 		kubeconfig(t, p.homeConfig(), "home", "https://home.example:6443")
 		missing := filepath.Join(p.dir, "missing.yaml")
-		_, err := findCluster(missing)
+		_, err := findCluster(missing, "")
 		require.Error(t, err)
 		assert.NotErrorIs(t, err, errNoCluster)
 		assert.Contains(t, err.Error(), "--kubeconfig "+missing+": ")
@@ -160,7 +160,7 @@ func TestFindClusterStopsAtAPlaceThatIsThereButBroken(t *testing.T) {
 		kubeconfig(t, p.k3s, "default", "https://127.0.0.1:6443")
 		empty := filepath.Join(p.dir, "empty.yaml")
 		require.NoError(t, os.WriteFile(empty, nil, 0o600))
-		_, err := findCluster(empty)
+		_, err := findCluster(empty, "")
 		require.EqualError(t, err, "--kubeconfig "+empty+": no configuration in it")
 	})
 	t.Run("a ~/.kube/config that does not parse is an error naming it", func(t *testing.T) {
@@ -168,7 +168,7 @@ func TestFindClusterStopsAtAPlaceThatIsThereButBroken(t *testing.T) {
 		kubeconfig(t, p.k3s, "default", "https://127.0.0.1:6443")
 		require.NoError(t, os.MkdirAll(filepath.Dir(p.homeConfig()), 0o755))
 		require.NoError(t, os.WriteFile(p.homeConfig(), []byte("apiVersion: v1\nkind: Config\nclusters: {not: a list}\n"), 0o600))
-		_, err := findCluster("")
+		_, err := findCluster("", "")
 		require.Error(t, err)
 		assert.True(t, strings.HasPrefix(err.Error(), p.homeConfig()+": "), err.Error())
 	})
@@ -179,14 +179,14 @@ func TestFindClusterStopsAtAPlaceThatIsThereButBroken(t *testing.T) {
 		c.Clusters["home"] = &clientcmdapi.Cluster{Server: "https://home.example:6443"}
 		require.NoError(t, os.MkdirAll(filepath.Dir(p.homeConfig()), 0o755))
 		require.NoError(t, clientcmd.WriteToFile(*c, p.homeConfig()))
-		_, err := findCluster("")
+		_, err := findCluster("", "")
 		require.EqualError(t, err, p.homeConfig()+": no current context, or its cluster has no server")
 	})
 	t.Run("a broken k3s kubeconfig is an error naming it", func(t *testing.T) {
 		p := noCluster(t)
 		require.NoError(t, os.MkdirAll(filepath.Dir(p.k3s), 0o755))
 		require.NoError(t, os.WriteFile(p.k3s, []byte("clusters: 7\n"), 0o600))
-		_, err := findCluster("")
+		_, err := findCluster("", "")
 		require.Error(t, err)
 		assert.True(t, strings.HasPrefix(err.Error(), p.k3s+": "), err.Error())
 	})
@@ -200,7 +200,7 @@ func TestFindClusterPassesByAK3sKubeconfigThisUserCannotRead(t *testing.T) {
 	p := noCluster(t)
 	kubeconfig(t, p.k3s, "default", "https://127.0.0.1:6443")
 	require.NoError(t, os.Chmod(p.k3s, 0o000))
-	_, err := findCluster("")
+	_, err := findCluster("", "")
 	require.ErrorIs(t, err, errNoCluster)
 	assert.Contains(t, err.Error(), p.k3s+": not readable by this user; in-cluster: ")
 }

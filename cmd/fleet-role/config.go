@@ -73,6 +73,7 @@ leaves the files alone, to check a configuration made for another host.`,
 		},
 	}
 	validate.Flags().StringVar(&kind, "kind", "", "agent or controller (default: told by the keys)")
+	_ = validate.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"agent", "controller"}, cobra.ShellCompDirectiveNoFileComp))
 	validate.Flags().BoolVar(&files, "files", true, "check the files a configuration names, on this host (a controller's: its notification URLs too)")
 	cmd.AddCommand(&cobra.Command{
 		Use:       "default agent|controller",

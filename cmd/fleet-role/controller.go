@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
@@ -41,14 +43,60 @@ func controllerConfigPath(flag string) string {
 	return defaultControllerConfig
 }
 
-// openCluster is what the commands that reach the cluster start with: the
+// clusterOptions are the flags of the commands that reach the cluster as
+// the controller does: its configuration, a kubeconfig and its context,
+// and the controller's namespace.
+type clusterOptions struct {
+	config, kubeconfig, context, namespace string
+}
+
+// add defines the flags on cmd, with completion of the kubeconfig's
+// contexts.
+func (o *clusterOptions) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.config, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "a kubeconfig (default: as kubectl finds one, KUBECONFIG, then ~/.kube/config; then "+k3sKubeconfig+" where readable; then in-cluster)")
+	f.StringVar(&o.context, "context", "", "the kubeconfig's context to use (default: its current context)")
+	f.StringVarP(&o.namespace, "namespace", "n", "", "the controller's namespace, where its Lease and fleet-role-status are (default: the configuration's namespace, "+api.Namespace+" unless set)")
+	_ = cmd.RegisterFlagCompletionFunc("context", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return kubeconfigContexts(o.kubeconfig), cobra.ShellCompDirectiveNoFileComp
+	})
+	_ = cmd.RegisterFlagCompletionFunc("namespace", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return o.namespaces(), cobra.ShellCompDirectiveNoFileComp
+	})
+}
+
+// controllerConfig loads the configuration, its namespace the one -n
+// names where it is given.
+func (o *clusterOptions) controllerConfig() (config.Controller, error) {
+	cfg, err := controllerConfig(o.config)
+	if err != nil || o.namespace == "" {
+		return cfg, err
+	}
+	if errs := validation.IsDNS1123Label(o.namespace); len(errs) > 0 {
+		return cfg, usageError{fmt.Errorf("-n %q: not a namespace name: %s", o.namespace, strings.Join(errs, "; "))}
+	}
+	cfg.Namespace = o.namespace
+	return cfg, nil
+}
+
+// client reaches the cluster findCluster finds, in --context's context.
+func (o *clusterOptions) client() (kubernetes.Interface, error) {
+	rc, err := findCluster(o.kubeconfig, o.context)
+	if err != nil {
+		return nil, err
+	}
+	return newKubeClient(rc)
+}
+
+// open is what the commands that reach the cluster start with: the
 // controller's configuration and a client.
-func openCluster(configFile, kubeconfig string) (config.Controller, kubernetes.Interface, error) {
-	cfg, err := controllerConfig(configFile)
+func (o *clusterOptions) open() (config.Controller, kubernetes.Interface, error) {
+	cfg, err := o.controllerConfig()
 	if err != nil {
 		return cfg, nil, err
 	}
-	client, err := kubeClient(kubeconfig)
+	client, err := o.client()
 	return cfg, client, err
 }
 
@@ -65,22 +113,15 @@ func controllerConfig(flag string) (config.Controller, error) {
 	return c, nil
 }
 
-// clusterFlags are the flags of the commands that reach the cluster as
-// the controller does: its configuration and a kubeconfig.
-func clusterFlags(cmd *cobra.Command, configFile, kubeconfig *string) {
-	cmd.Flags().StringVar(configFile, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
-	cmd.Flags().StringVar(kubeconfig, "kubeconfig", "", "a kubeconfig (default: as kubectl finds one, KUBECONFIG, then ~/.kube/config; then "+k3sKubeconfig+" where readable; then in-cluster)")
-}
-
 func newControllerCommand() *cobra.Command {
-	var configFile, kubeconfig string
+	var o clusterOptions
 	var logs logOptions
 	cmd := &cobra.Command{
 		Use:   "controller --config FILE",
 		Short: "Run the controller (the fleet-role-controller Deployment)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := controllerConfig(configFile)
+			cfg, err := o.controllerConfig()
 			if err != nil {
 				return err
 			}
@@ -88,7 +129,7 @@ func newControllerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := kubeClient(kubeconfig)
+			client, err := o.client()
 			if err != nil {
 				return err
 			}
@@ -100,7 +141,7 @@ func newControllerCommand() *cobra.Command {
 			}
 			ctx, cancel := context.WithCancelCause(cmd.Context())
 			defer cancel(nil)
-			path := controllerConfigPath(configFile)
+			path := controllerConfigPath(o.config)
 			if path != "" {
 				w := newConfigWatch(path, cfg, log.With(logkey.Component, "config"))
 				go func() {
@@ -122,13 +163,14 @@ func newControllerCommand() *cobra.Command {
 		},
 	}
 	logFlags(cmd, &logs)
-	clusterFlags(cmd, &configFile, &kubeconfig)
+	o.add(cmd)
 	return cmd
 }
 
 func newSwapCommand() *cobra.Command {
-	var configFile, kubeconfig string
-	var force, cancelSwap bool
+	var o clusterOptions
+	var force, cancelSwap, wait bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "swap OUT IN | swap --cancel",
 		Short: "Ask the controller to swap the voter OUT for the standby IN, or to take the swap under way back",
@@ -154,6 +196,10 @@ carried out is not replaced by another (one the controller refuses is).`,
 			switch {
 			case cancelSwap && force:
 				return usageError{errors.New("--cancel and --force: one or the other")}
+			case cancelSwap && wait:
+				return usageError{errors.New("--wait follows the swap a request starts; follow a cancel with fleet-role status --watch")}
+			case timeout < 0:
+				return usageError{fmt.Errorf("--timeout %s: must not be negative", timeout)}
 			case cancelSwap && len(args) > 0:
 				return usageError{fmt.Errorf("--cancel takes the swap under way, no arguments: got %q", args)}
 			case cancelSwap:
@@ -163,9 +209,9 @@ carried out is not replaced by another (one the controller refuses is).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cancelSwap {
-				return cancelTheSwap(cmd, configFile, kubeconfig)
+				return cancelTheSwap(cmd, &o)
 			}
-			cfg, client, err := openCluster(configFile, kubeconfig)
+			cfg, client, err := o.open()
 			if err != nil {
 				return err
 			}
@@ -197,21 +243,29 @@ carried out is not replaced by another (one the controller refuses is).`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "requested: swap %s out for %s in (by %s at %s); follow it with fleet-role status --watch\n",
+			if !wait {
+				fmt.Fprintf(cmd.OutOrStdout(), "requested: swap %s out for %s in (by %s at %s); follow it with fleet-role status --watch\n",
+					out, in, req.By, req.At.Format(time.RFC3339))
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "requested: swap %s out for %s in (by %s at %s); waiting for its end\n",
 				out, in, req.By, req.At.Format(time.RFC3339))
-			return nil
+			return waitForSwap(cmd.Context(), cmd.OutOrStdout(), client, cfg.Namespace, req, timeout)
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "swap while the controller is paused or held, or though it crowds a failure domain")
 	cmd.Flags().BoolVar(&cancelSwap, "cancel", false, "take the swap under way back, if its outgoing voter has not stepped down")
-	clusterFlags(cmd, &configFile, &kubeconfig)
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the swap's end and exit by it: 0 completed, 3 rolled back, 4 abandoned, 5 pending, 6 --timeout ran out")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "how long --wait waits (0: until the end)")
+	o.add(cmd)
+	cmd.ValidArgsFunction = completeSwap(&o)
 	return cmd
 }
 
 // cancelTheSwap writes cancel.json naming the swap under way, once
 // swapplan.CheckCancel lets it.
-func cancelTheSwap(cmd *cobra.Command, configFile, kubeconfig string) error {
-	cfg, client, err := openCluster(configFile, kubeconfig)
+func cancelTheSwap(cmd *cobra.Command, o *clusterOptions) error {
+	cfg, client, err := o.open()
 	if err != nil {
 		return err
 	}

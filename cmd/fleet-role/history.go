@@ -36,7 +36,8 @@ themselves.`, api.HistoryLength),
 // publishes and shows a part of it: as a table (-o wide: a wider one), or
 // the part itself as JSON or YAML.
 func newStatusViewCommand(use, short, long string, part func(api.Status) any, table func(w io.Writer, st api.Status, wide bool)) *cobra.Command {
-	var configFile, kubeconfig, output string
+	var o clusterOptions
+	var output string
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -48,7 +49,7 @@ func newStatusViewCommand(use, short, long string, part func(api.Status) any, ta
 			default:
 				return usageError{fmt.Errorf("-o %q: want wide, json or yaml", output)}
 			}
-			cfg, client, err := openCluster(configFile, kubeconfig)
+			cfg, client, err := o.open()
 			if err != nil {
 				return err
 			}
@@ -64,7 +65,8 @@ func newStatusViewCommand(use, short, long string, part func(api.Status) any, ta
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "wide, json or yaml (default: the table)")
-	clusterFlags(cmd, &configFile, &kubeconfig)
+	completeOutput(cmd, "wide", "json", "yaml")
+	o.add(cmd)
 	return cmd
 }
 

@@ -19,6 +19,8 @@ type logOptions struct {
 func logFlags(cmd *cobra.Command, o *logOptions) {
 	cmd.Flags().StringVar(&o.format, "log-format", "text", "text (logfmt) or json, one record a line")
 	cmd.Flags().StringVar(&o.level, "log-level", "info", "debug, info, warn or error; debug adds every pass's plan and reason")
+	_ = cmd.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // newLogger is the one logger of the process, with client-go's klog

@@ -29,8 +29,8 @@ func main() {
 }
 
 // Exit codes: 0 done, 2 bad usage or input that cannot be used (a flag, an
-// argument, a configuration, a plan input), 1 any other error
-// (docs/controller-and-cli.md).
+// argument, a configuration, a plan input), 1 any other error; swap --wait
+// has its own past them (wait.go, docs/controller-and-cli.md).
 const (
 	exitOK    = 0
 	exitError = 1
@@ -56,6 +56,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "fleet-role: %v\n", err)
+	var ec exitCode
+	if errors.As(err, &ec) {
+		return ec.code
+	}
 	var ue usageError
 	if errors.As(err, &ue) || errors.Is(err, config.ErrInvalid) || errors.Is(err, adapt.ErrInput) {
 		return exitUsage

@@ -16,7 +16,8 @@ import (
 )
 
 func newPauseCommand() *cobra.Command {
-	var configFile, kubeconfig, reason string
+	var o clusterOptions
+	var reason string
 	cmd := &cobra.Command{
 		Use:   "pause --reason TEXT",
 		Short: "Hold every new swap, automatic or manual, until fleet-role resume",
@@ -30,7 +31,7 @@ fleet-role status shows the pause; fleet-role resume lifts it.`,
 			if reason == "" {
 				return usageError{errors.New("--reason is required: say why, for the others who read fleet-role status")}
 			}
-			return setControl(cmd, configFile, kubeconfig, func(by string, was *api.Pause) (string, string, error) {
+			return setControl(cmd, &o, func(by string, was *api.Pause) (string, string, error) {
 				p := api.Pause{By: by, Reason: reason, At: time.Now().UTC().Truncate(time.Second)}
 				b, err := json.Marshal(p)
 				done := fmt.Sprintf("paused by %s: no swap starts until fleet-role resume; a swap under way goes on", by)
@@ -42,18 +43,18 @@ fleet-role status shows the pause; fleet-role resume lifts it.`,
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, shown in fleet-role status (required)")
-	clusterFlags(cmd, &configFile, &kubeconfig)
+	o.add(cmd)
 	return cmd
 }
 
 func newResumeCommand() *cobra.Command {
-	var configFile, kubeconfig string
+	var o clusterOptions
 	cmd := &cobra.Command{
 		Use:   "resume",
 		Short: "Lift the pause: swaps start again",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return setControl(cmd, configFile, kubeconfig, func(by string, was *api.Pause) (string, string, error) {
+			return setControl(cmd, &o, func(by string, was *api.Pause) (string, string, error) {
 				if was == nil {
 					return "", "nothing was paused: swaps start as they did", nil
 				}
@@ -61,7 +62,7 @@ func newResumeCommand() *cobra.Command {
 			})
 		},
 	}
-	clusterFlags(cmd, &configFile, &kubeconfig)
+	o.add(cmd)
 	return cmd
 }
 
@@ -69,8 +70,8 @@ func newResumeCommand() *cobra.Command {
 // ConfigMap, reading and writing again while the controller changes it.
 // value is given who asks and the pause it replaces (nil where none was
 // set).
-func setControl(cmd *cobra.Command, configFile, kubeconfig string, value func(by string, was *api.Pause) (v, done string, err error)) error {
-	cfg, client, err := openCluster(configFile, kubeconfig)
+func setControl(cmd *cobra.Command, o *clusterOptions, value func(by string, was *api.Pause) (v, done string, err error)) error {
+	cfg, client, err := o.open()
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,8 @@ import (
 )
 
 func newStatusCommand() *cobra.Command {
-	var configFile, kubeconfig, output string
+	var o clusterOptions
+	var output string
 	var watch bool
 	var every time.Duration
 	cmd := &cobra.Command{
@@ -43,7 +44,7 @@ change with -o json or yaml).`,
 			if err != nil {
 				return err
 			}
-			cfg, client, err := openCluster(configFile, kubeconfig)
+			cfg, client, err := o.open()
 			if err != nil {
 				return err
 			}
@@ -95,7 +96,8 @@ change with -o json or yaml).`,
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "refresh: in place on a terminal, a new print at each change otherwise")
 	cmd.Flags().DurationVar(&every, "interval", 2*time.Second, "how often --watch reads the status")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "wide, json or yaml (default: the table)")
-	clusterFlags(cmd, &configFile, &kubeconfig)
+	completeOutput(cmd, "wide", "json", "yaml")
+	o.add(cmd)
 	return cmd
 }
 
