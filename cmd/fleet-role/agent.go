@@ -32,7 +32,12 @@ func newAgentCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent --config FILE",
 		Short: "Run the host agent (fleet-role-agent.service)",
-		Args:  usageArgs(cobra.NoArgs),
+		Example: `  # As fleet-role-agent.service runs it
+  fleet-role agent --config /etc/fleet-role/agent.toml
+
+  # Check the configuration first
+  fleet-role config validate /etc/fleet-role/agent.toml`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(cmd.ErrOrStderr(), logs)
 			if err != nil {

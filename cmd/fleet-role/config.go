@@ -13,13 +13,20 @@ func newConfigCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Print a default configuration, or check one",
-		Args:  unknownCommand,
-		RunE:  noCommand,
+		Example: `  fleet-role config default controller > controller.toml
+  fleet-role config validate controller.toml`,
+		Args: unknownCommand,
+		RunE: noCommand,
 	}
 	var kind string
 	var files bool
 	validate := &cobra.Command{
-		Use:   "validate FILE",
+		Use: "validate FILE",
+		Example: `  # Check the controller's configuration before the Deployment reads it
+  fleet-role config validate controller.toml
+
+  # An agent's, without checking the files it names on this host
+  fleet-role config validate --files=false --kind agent agent.toml`,
 		Short: "Check a configuration file; a bad one exits 2 naming the key",
 		Long: `validate checks an agent or a controller configuration; which one it is
 is told by its keys (node_name, platform, servers... are the agent's), or
@@ -76,7 +83,9 @@ leaves the files alone, to check a configuration made for another host.`,
 	_ = validate.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"agent", "controller"}, cobra.ShellCompDirectiveNoFileComp))
 	validate.Flags().BoolVar(&files, "files", true, "check the files a configuration names, on this host (a controller's: its notification URLs too)")
 	cmd.AddCommand(&cobra.Command{
-		Use:       "default agent|controller",
+		Use: "default agent|controller",
+		Example: `  # Start a controller configuration from the defaults, each key explained
+  fleet-role config default controller > controller.toml`,
 		Short:     "Print the commented default configuration",
 		Args:      usageArgs(cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs)),
 		ValidArgs: []string{"agent", "controller"},

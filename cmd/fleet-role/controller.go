@@ -117,7 +117,12 @@ func newControllerCommand() *cobra.Command {
 	var o clusterOptions
 	var logs logOptions
 	cmd := &cobra.Command{
-		Use:   "controller --config FILE",
+		Use: "controller --config FILE",
+		Example: `  # As the fleet-role-controller Deployment runs it
+  fleet-role controller --config /etc/fleet-role/controller.toml
+
+  # Outside the cluster, with a kubeconfig's context, logging each pass's plan
+  fleet-role controller --config controller.toml --context prod --log-level debug`,
 		Short: "Run the controller (the fleet-role-controller Deployment)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -172,7 +177,19 @@ func newSwapCommand() *cobra.Command {
 	var force, cancelSwap, wait bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "swap OUT IN | swap --cancel",
+		Use: "swap OUT IN | swap --cancel",
+		Example: `  # Swap the voter v2 for the standby s1; fleet-role status --watch follows it
+  fleet-role swap v2 s1
+
+  # The same, waiting for its end: exit 0 completed, 3 rolled back,
+  # 4 abandoned, 5 pending, 6 the --timeout ran out
+  fleet-role swap v2 s1 --wait --timeout 30m
+
+  # Take the swap under way back
+  fleet-role swap --cancel
+
+  # A release in another namespace, through a kubeconfig's context
+  fleet-role swap v2 s1 -n ops --context prod`,
 		Short: "Ask the controller to swap the voter OUT for the standby IN, or to take the swap under way back",
 		Long: `swap checks the request against the cluster (OUT a voter, IN an eligible
 standby, no swap under way) and writes it into the fleet-role-status

@@ -23,6 +23,11 @@ move and member removal cost the cluster's writes (the longest gap
 between the controller's own writes, and how many failed). -o wide adds
 each step and how long it lasted; -o json and -o yaml print the results
 themselves.`, api.HistoryLength),
+		`  # The last swaps, each step and how long it took
+  fleet-role history -o wide
+
+  # How the last swap ended, for a script
+  fleet-role history -o json | jq '.[0].result'`,
 		func(st api.Status) any {
 			if st.History == nil {
 				return []api.SwapResult{}
@@ -35,14 +40,15 @@ themselves.`, api.HistoryLength),
 // newStatusViewCommand is a command that reads the status the controller
 // publishes and shows a part of it: as a table (-o wide: a wider one), or
 // the part itself as JSON or YAML.
-func newStatusViewCommand(use, short, long string, part func(api.Status) any, table func(w io.Writer, st api.Status, wide bool)) *cobra.Command {
+func newStatusViewCommand(use, short, long, example string, part func(api.Status) any, table func(w io.Writer, st api.Status, wide bool)) *cobra.Command {
 	var o clusterOptions
 	var output string
 	cmd := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Long:  long,
-		Args:  usageArgs(cobra.NoArgs),
+		Use:     use,
+		Short:   short,
+		Long:    long,
+		Example: example,
+		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch output {
 			case "", "wide", "json", "yaml":

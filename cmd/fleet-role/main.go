@@ -69,8 +69,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "fleet-role",
-		Short:         "Keep a k3s fleet's etcd voters on healthy hosts",
+		Use:   "fleet-role",
+		Short: "Keep a k3s fleet's etcd voters on healthy hosts",
+		Example: `  # Where the swap stands
+  fleet-role status
+
+  # Swap the voter v2 for the standby s1 and wait for its end
+  fleet-role swap v2 s1 --wait`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          unknownCommand,

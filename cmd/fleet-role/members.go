@@ -22,6 +22,11 @@ it: its ID and name, voter or learner, the leader, its raft index and how
 far it trails the leader's, its database's size and the part in use, its
 host's fsync p99, and its alarms. -o wide adds the raft term and the
 leader each follows; -o json and -o yaml print the samples themselves.`,
+		`  # Each voter's etcd member, its raft index and database size
+  fleet-role members
+
+  # With the raft term and the leader each member follows
+  fleet-role members -o wide`,
 		func(st api.Status) any {
 			if st.Etcd == nil {
 				return map[string]api.EtcdStatus{}

@@ -19,7 +19,12 @@ func newPauseCommand() *cobra.Command {
 	var o clusterOptions
 	var reason string
 	cmd := &cobra.Command{
-		Use:   "pause --reason TEXT",
+		Use: "pause --reason TEXT",
+		Example: `  # Hold new swaps over a week of kernel upgrades
+  fleet-role pause --reason "kernel upgrades this week"
+
+  # Then let them start again
+  fleet-role resume`,
 		Short: "Hold every new swap, automatic or manual, until fleet-role resume",
 		Long: `pause writes pause.json into the fleet-role-status ConfigMap, with who
 paused (as the API server says) and why. While it is there no swap
@@ -50,7 +55,9 @@ fleet-role status shows the pause; fleet-role resume lifts it.`,
 func newResumeCommand() *cobra.Command {
 	var o clusterOptions
 	cmd := &cobra.Command{
-		Use:   "resume",
+		Use: "resume",
+		Example: `  # Lift the pause fleet-role pause set; fleet-role status shows none after
+  fleet-role resume`,
 		Short: "Lift the pause: swaps start again",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

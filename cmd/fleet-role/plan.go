@@ -25,7 +25,16 @@ func newPlanCommand() *cobra.Command {
 	var file, at, configFile, output string
 	var now bool
 	cmd := &cobra.Command{
-		Use:   "plan -f FILE|- [--at TIME|--now]",
+		Use: "plan -f FILE|- [--at TIME|--now]",
+		Example: `  # Why does the swap wait? Capture the cluster, then ask
+  kubectl get nodes,leases,configmaps,pods -A -o json > cluster.json
+  fleet-role plan -f cluster.json -o text
+
+  # The same capture planned an hour later than it was read
+  fleet-role plan -f cluster.json --at 2026-11-30T13:00:00Z -o wide
+
+  # From standard input, with the controller's own configuration
+  kubectl get nodes,leases,configmaps,pods -A -o json | fleet-role plan -f - --config controller.toml`,
 		Short: "Print the next action of a swap for a cluster read from a file (offline)",
 		Long: `plan reads a Kubernetes List, as printed by
 

@@ -30,7 +30,15 @@ func newStatusCommand() *cobra.Command {
 	var watch bool
 	var every time.Duration
 	cmd := &cobra.Command{
-		Use:   "status [--watch] [-o wide|json|yaml]",
+		Use: "status [--watch] [-o wide|json|yaml]",
+		Example: `  # Where the swap stands, the verdicts and the membership
+  fleet-role status
+
+  # Follow a swap, redrawn in place
+  fleet-role status --watch
+
+  # The status document, for a script
+  fleet-role status -o json -n fleet-role --context prod`,
 		Short: "Show where the swap stands, the verdicts and the membership each voter lists",
 		Long: `status reads the status the controller publishes in the fleet-role-status
 ConfigMap. -o wide adds each host's score and the reason of its verdict;

@@ -94,9 +94,10 @@ func setVersion(root *cobra.Command) {
 
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version, the commit and the build date (as --version does)",
-		Args:  usageArgs(cobra.NoArgs),
+		Use:     "version",
+		Example: `  fleet-role version`,
+		Short:   "Print the version, the commit and the build date (as --version does)",
+		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprint(cmd.OutOrStdout(), build())
 			return err

@@ -228,6 +228,24 @@ func (e *env) node(name string) *corev1.Node {
 	return n
 }
 
+// ran is how a fleet-role command ran.
+type ran struct {
+	stdout, stderr string
+	code           int
+}
+
+// cliAsync runs the fleet-role binary as cli does, in the background:
+// how it ran comes on the channel when it exits.
+func (e *env) cliAsync(args ...string) <-chan ran {
+	c := make(chan ran, 1)
+	go func() {
+		var r ran
+		r.stdout, r.stderr, r.code = e.cli(args...)
+		c <- r
+	}()
+	return c
+}
+
 // cli runs the fleet-role binary with the admin kubeconfig.
 func (e *env) cli(args ...string) (stdout, stderr string, code int) {
 	cmd := exec.Command(binary, append(args, "--kubeconfig", e.api.Kubeconfig)...)

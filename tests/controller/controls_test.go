@@ -85,9 +85,9 @@ func TestSwapCancelRollsASwapBackFromItsStepAndIsRefusedOnceTheOutgoingVoterStep
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "refused: no swap is under way")
 
-	// Cancelled once the candidate was asked to promote: rolled back.
-	_, stderr, code = e.cli("swap", "v1", "s1")
-	require.Equal(t, 0, code, stderr)
+	// Cancelled once the candidate was asked to promote: rolled back; the
+	// request's --wait exits by that end.
+	waited := e.cliAsync("swap", "--wait", "v1", "s1")
 	var st api.Status
 	require.Eventually(t, func() bool {
 		st, _ = e.status()
@@ -99,6 +99,12 @@ func TestSwapCancelRollsASwapBackFromItsStepAndIsRefusedOnceTheOutgoingVoterStep
 	res := e.waitEnd(2 * time.Minute)
 	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
 	assert.Regexp(t, `^cancelled by \S+ at `, res.Reason)
+	w := <-waited
+	assert.Equal(t, 3, w.code, "swap --wait exits 3 on a rollback: %s", w.stderr)
+	assert.Regexp(t, `(?m)^requested: swap v1 out for s1 in \(by \S+ at .*\); waiting for its end\n`, w.stdout)
+	assert.Regexp(t, `(?m)^swap `+res.ID+`: [a-z-]+$`, w.stdout, "the steps it saw")
+	assert.Regexp(t, `(?m)^rolled-back: swap `+res.ID+`, v1 out, s1 in, in \S+: cancelled by `, w.stdout)
+	assert.Contains(t, w.stderr, "fleet-role: swap "+res.ID+" ended rolled-back, not completed")
 	_, data := e.status()
 	assert.NotContains(t, data, api.CancelKey, "the cancel goes with the swap it took back")
 	v1, s1 := e.node("v1"), e.node("s1")
@@ -112,8 +118,7 @@ func TestSwapCancelRollsASwapBackFromItsStepAndIsRefusedOnceTheOutgoingVoterStep
 	// on. k3s is held from removing the member, so that the swap waits
 	// there.
 	e.d.With(func(d *fleetsim.Driver) { d.K3sPaused = true })
-	_, stderr, code = e.cli("swap", "v1", "s1")
-	require.Equal(t, 0, code, stderr)
+	waited = e.cliAsync("swap", "--wait", "v1", "s1")
 	require.Eventually(t, func() bool {
 		st, _ = e.status()
 		return st.Swap != nil && st.Swap.ID != res.ID && st.Step == api.StepRemoveMember
@@ -126,6 +131,10 @@ func TestSwapCancelRollsASwapBackFromItsStepAndIsRefusedOnceTheOutgoingVoterStep
 	res = e.waitEnd(2 * time.Minute)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assertCompleted(t, e, "v1", "s1")
+	w = <-waited
+	assert.Equal(t, 0, w.code, "swap --wait exits 0 on a completed swap: %s", w.stderr)
+	assert.Regexp(t, `(?m)^swap `+res.ID+`: [a-z-]+$`, w.stdout, "the steps it saw")
+	assert.Regexp(t, `(?m)^completed: swap `+res.ID+`, v1 out, s1 in, in \S+`, w.stdout)
 }
 
 func TestOutsideTheMaintenanceWindowTheAutomaticSwapWaitsAndAManualOneGoes(t *testing.T) {
