@@ -51,7 +51,7 @@ type clusterOptions struct {
 }
 
 // add defines the flags on cmd, with completion of the kubeconfig's
-// contexts.
+// contexts and of the cluster's namespaces.
 func (o *clusterOptions) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.config, "config", "", "the controller configuration (default: "+defaultControllerConfig+" if it exists)")
@@ -222,7 +222,12 @@ carried out is not replaced by another (one the controller refuses is).`,
 			case cancelSwap:
 				return nil
 			}
-			return usageArgs(cobra.ExactArgs(2))(cmd, args)
+			return usageArgs(func(_ *cobra.Command, args []string) error {
+				if len(args) != 2 {
+					return fmt.Errorf("want OUT, the voter to swap out, and IN, the standby to swap in: got %d argument(s) %q", len(args), args)
+				}
+				return nil
+			})(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cancelSwap {

@@ -205,7 +205,7 @@ func TestArgumentErrorsNameWhatIsExpectedAndExit2(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"swap", "v1"}, "Usage: fleet-role swap OUT IN | swap --cancel"},
+		{[]string{"swap", "v1"}, "swap: want OUT, the voter to swap out, and IN, the standby to swap in: got 1 argument(s) [\"v1\"]\n\nUsage: fleet-role swap OUT IN | swap --cancel"},
 		{[]string{"resume", "extra"}, `resume takes no arguments: got ["extra"]`},
 		{[]string{"config", "default", "agnet"}, `config default: "agnet" is not one of agent, controller`},
 		{[]string{"swap", "--wait", "--cancel"}, "--wait follows the swap a request starts"},

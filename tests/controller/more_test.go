@@ -235,7 +235,7 @@ func TestFleetRoleSwapRefusesWhatTheControllerWouldNotDo(t *testing.T) {
 	}
 	_, stderr, code := e.cli("swap", "v1")
 	assert.Equal(t, 2, code, "bad usage")
-	assert.Contains(t, stderr, "accepts 2 arg(s)")
+	assert.Contains(t, stderr, "want OUT, the voter to swap out, and IN, the standby to swap in")
 	_, data := e.status()
 	assert.NotContains(t, data, api.RequestKey, "nothing written")
 
