@@ -6,3 +6,5 @@
 // does. It writes packaging/kubernetes/controller.yaml, the render the
 // Ansible role fleet_role_controller applies, and checks it is fresh.
 package helm
+
+//go:generate go test . -run TestTheChartsREADMEIsGeneratedFromValuesYAMLsComments -update
