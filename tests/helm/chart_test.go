@@ -519,7 +519,7 @@ func TestTheDashboardHasPanelsOfTheAgentsMetricsEachOneTheAgentsServe(t *testing
 			for _, m := range agentMetric.FindAllStringSubmatch(tg.Expr, -1) {
 				titles[p.Title] = true
 				name := strings.TrimSuffix(m[0], m[1])
-				assert.Contains(t, string(metrics), `"`+name+`"`, "panel %q: %s is a metric the agents serve", p.Title, name)
+				assert.True(t, strings.Contains(string(metrics), `"`+name+`"`), "panel %q: %s is a metric the agents serve (daemon/metrics.go)", p.Title, name)
 			}
 		}
 	}
