@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/chart/loader"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -526,4 +527,26 @@ func TestTheDashboardHasPanelsOfTheAgentsMetricsEachOneTheAgentsServe(t *testing
 	for _, want := range []string{"Silent agents", "Agents' failed actions", "Agents' probes: fsync p99", "Agents' probes: unhealthy"} {
 		assert.True(t, titles[want], "a panel %q on the agents' metrics", want)
 	}
+}
+
+func TestTheChartMakeChartPackagesCarriesFleetRolesVersionAsAppVersionWithItsSchemaAndREADME(t *testing.T) {
+	bin, err := testhost.Helm()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	// As make chart runs it, with a version as make -s image-tag prints one.
+	out, err := exec.Command(bin, "package", helm.ChartDir(), "--app-version", "0.3.0-3.gabc1234", "-d", dir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	tgz, err := filepath.Glob(filepath.Join(dir, "fleet-role-*.tgz"))
+	require.NoError(t, err)
+	require.Len(t, tgz, 1)
+	ch, err := loader.Load(tgz[0])
+	require.NoError(t, err)
+	assert.Equal(t, "0.3.0-3.gabc1234", ch.Metadata.AppVersion, "fleet-role's version, never latest")
+	assert.NotEmpty(t, ch.Schema, "values.schema.json")
+	var files []string
+	for _, f := range ch.Files {
+		files = append(files, f.Name)
+	}
+	assert.Contains(t, files, "README.md")
+	assert.Contains(t, files, "examples/weeknights.yaml")
 }
