@@ -61,7 +61,7 @@ func ValueDocs() ([]ValueDoc, error) {
 		line := sc.Text()
 		trimmed := strings.TrimSpace(line)
 		switch {
-		case strings.HasPrefix(trimmed, "# --"):
+		case trimmed == "# --" || strings.HasPrefix(trimmed, "# -- "):
 			comment, inDoc = []string{strings.TrimSpace(strings.TrimPrefix(trimmed, "# --"))}, true
 			continue
 		case strings.HasPrefix(trimmed, "#"):
@@ -142,6 +142,9 @@ func typeOf(v any) string {
 	return "string"
 }
 
+// cell escapes a description for a cell of a Markdown table.
+var cell = strings.NewReplacer("|", "\\|", "<", "&lt;", ">", "&gt;")
+
 // ValuesREADME is the chart's README.md: what the chart is, how it is
 // installed, and a table of its values from values.yaml's comments.
 func ValuesREADME() ([]byte, error) {
@@ -167,7 +170,7 @@ func ValuesREADME() ([]byte, error) {
 	b.WriteString("docs/deploying.md describes the chart; examples/ holds values files for common setups, each\nrendered and its configuration validated by the tests.\n\n")
 	b.WriteString("## Values\n\n| Key | Type | Default | Description |\n|-----|------|---------|-------------|\n")
 	for _, d := range docs {
-		fmt.Fprintf(&b, "| %s | %s | `%s` | %s |\n", d.Key, d.Type, strings.ReplaceAll(d.Default, "|", "\\|"), strings.ReplaceAll(d.Description, "|", "\\|"))
+		fmt.Fprintf(&b, "| %s | %s | `%s` | %s |\n", d.Key, d.Type, strings.ReplaceAll(d.Default, "|", "\\|"), cell.Replace(d.Description))
 	}
 	return []byte(b.String()), nil
 }
