@@ -13,11 +13,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/tests/helm"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
@@ -151,4 +153,56 @@ func TestTheOperatorAndViewerRolesAllowWhatTheCLIDoesAndNothingMore(t *testing.T
 	out, err = cli("mallory", "status")
 	require.Error(t, err, "nobody else reads the status: %s", out)
 	assert.Contains(t, out, "forbidden")
+}
+
+func TestTwoReleasesInstallSideBySideEachBindingItsOwnAccount(t *testing.T) {
+	kube := kubeapi.Start(t)
+	ctx := context.Background()
+	for _, r := range []struct{ name, namespace string }{{"fleet-role", api.Namespace}, {"blue", "blue"}} {
+		values := map[string]any{"namespace": map[string]any{"create": true}, "access": access["access"]}
+		rel, objs := renderRelease(t, r.name, r.namespace, values)
+		kubeapi.Apply(t, kube.Client, rel.Manifests)
+		for _, o := range objs {
+			if b, ok := o.(*rbacv1.ClusterRoleBinding); ok {
+				got, err := kube.Client.RbacV1().ClusterRoleBindings().Get(ctx, b.Name, metav1.GetOptions{})
+				require.NoError(t, err)
+				assert.Equal(t, b.Subjects, got.Subjects, "%s is the release %s's own", b.Name, r.name)
+			}
+		}
+	}
+	roles, err := kube.Client.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=fleet-role"})
+	require.NoError(t, err)
+	assert.Len(t, roles.Items, 6, "each release's three ClusterRoles, none shared")
+	// Each controller may do what it does in its own namespace only.
+	for _, c := range []struct {
+		account, namespace string
+		allowed            bool
+	}{
+		{"system:serviceaccount:fleet-role:fleet-role-controller", api.Namespace, true},
+		{"system:serviceaccount:blue:blue-fleet-role-controller", "blue", true},
+		{"system:serviceaccount:blue:blue-fleet-role-controller", api.Namespace, false},
+	} {
+		attrs := authorizationv1.ResourceAttributes{Verb: "update", Resource: "configmaps", Namespace: c.namespace, Name: api.StatusConfigMap}
+		assert.Equal(t, c.allowed, allowed(t, kube.Client, c.account, attrs), "%+v", c)
+	}
+}
+
+func TestHelmTestsPodIsAdmittedUnderTheRestrictedProfileAndMayReadTheStatus(t *testing.T) {
+	kube, _ := install(t, packagedValues)
+	ctx := context.Background()
+	ns, err := kube.Client.CoreV1().Namespaces().Get(ctx, api.Namespace, metav1.GetOptions{})
+	require.NoError(t, err)
+	ns.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	_, err = kube.Client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	r, _ := renderRelease(t, helm.ReleaseName, api.Namespace, packagedValues)
+	hooks, err := kubeapi.Decode(r.Hooks)
+	require.NoError(t, err)
+	require.Len(t, hooks, 1)
+	pod := hooks[0].(*corev1.Pod)
+	_, err = kube.Client.CoreV1().Pods(api.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err, "the API server admits helm test's Pod")
+	account := "system:serviceaccount:" + api.Namespace + ":" + pod.Spec.ServiceAccountName
+	assert.True(t, allowed(t, kube.Client, account, authorizationv1.ResourceAttributes{
+		Verb: "get", Resource: "configmaps", Namespace: api.Namespace, Name: api.StatusConfigMap}), "its account reads the status, as fleet-role status does")
 }

@@ -1,3 +1,41 @@
+{{/* The release's name for its objects, as Helm's own starter chart makes
+it: the release's name where it holds the chart's ("fleet-role", whose
+objects keep the names fleet-role-controller, fleet-role-operator and so
+on that the Ansible role, the uninstall and the docs use), else
+<release>-fleet-role; fullnameOverride over both. Every object's name,
+cluster-scoped ones and those in kube-node-lease or a hold's namespace
+too, starts with it, so two releases never clash. Cut to 40 characters,
+which leaves room for the longest suffix (-controller-heartbeats) within
+a name's 63. */}}
+{{- define "fleet-role.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* The controller's name: its Deployment's, its ClusterRole's and
+Role's, and its ServiceAccount's unless serviceAccount.name says. */}}
+{{- define "fleet-role.controller" -}}
+{{- printf "%s-controller" (include "fleet-role.fullname" .) -}}
+{{- end }}
+
+{{/* The controller's ServiceAccount: serviceAccount.name, else the
+controller's name, made unless serviceAccount.create is false. */}}
+{{- define "fleet-role.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "fleet-role.controller" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end }}
+
 {{/* The labels of every object of the release; no managed-by, since
 the Ansible role applies the same render (packaging/kubernetes). */}}
 {{- define "fleet-role.labels" -}}
@@ -6,7 +44,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/part-of: fleet-role
 {{- end }}
 
-{{/* The Pods' labels, the Deployment's selector (never changed). */}}
+{{/* The Pods' labels, the Deployment's selector (never changed: a
+selector is immutable, and an upgrade from an earlier chart must keep
+it). Two releases in one namespace would select each other's Pods; they
+would share the status ConfigMap and the regrade Lease too, which the
+controller names itself: one release a namespace. */}}
 {{- define "fleet-role.selector" -}}
 app.kubernetes.io/name: fleet-role-controller
 {{- end }}
@@ -25,8 +67,40 @@ Deployment, and a node keeps whichever it pulled first). */}}
 {{- $tag -}}
 {{- end }}
 
-{{/* controller.toml, from .Values.config. */}}
-{{- define "fleet-role.config" -}}
+{{/* One TOML value: a string quoted, a number an integer, a list of
+strings an array, a bool as it is. */}}
+{{- define "fleet-role.tomlValue" -}}
+{{- if kindIs "string" . -}}{{ . | quote }}
+{{- else if kindIs "bool" . -}}{{ . }}
+{{- else if kindIs "slice" . -}}[{{ range $i, $v := . }}{{ if $i }}, {{ end }}{{ $v | quote }}{{ end }}]
+{{- else -}}{{ . | int }}
+{{- end -}}
+{{- end }}
+
+{{/* Lines "key = value" of a dict of TOML keys to values, sorted, a key
+whose value is unset (null, "" or an empty list) left out: the
+controller's default then. */}}
+{{- define "fleet-role.tomlKeys" -}}
+{{- range $k, $v := . }}
+{{- if not (or (kindIs "invalid" $v) (and (kindIs "string" $v) (eq $v "")) (and (kindIs "slice" $v) (empty $v))) }}
+{{ $k }} = {{ include "fleet-role.tomlValue" $v }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A TOML table of a dict of keys to values, left out where every value
+is unset. */}}
+{{- define "fleet-role.tomlTable" -}}
+{{- $keys := include "fleet-role.tomlKeys" .keys -}}
+{{- if $keys }}
+
+[{{ .name }}]
+{{- $keys }}
+{{- end }}
+{{- end }}
+
+{{/* controller.toml's keys outside any table, from .Values.config. */}}
+{{- define "fleet-role.configRoot" -}}
 # fleet-role controller configuration (fleet-role config default controller
 # lists every key and its default), from the chart's values.
 version = 1
@@ -37,25 +111,64 @@ cooldown = {{ .Values.config.cooldown | quote }}
 probe_period = {{ .Values.config.probePeriod | quote }}
 runner_selector = {{ .Values.config.runnerSelector | quote }}
 listen_address = ":{{ .Values.metrics.port }}"
+{{- with .Values.config }}
+{{- include "fleet-role.tomlKeys" (dict
+  "lease_duration" .leaseDuration
+  "dead_after" .deadAfter
+  "write_gap_budget" .writeGapBudget
+  "min_pass_interval" .minPassInterval
+  "drain_timeout" .drainTimeout) }}
+{{- /* Note: "" is a value here (no failure domain), null the default. */}}
+{{- if not (kindIs "invalid" .failureDomainLabel) }}
+failure_domain_label = {{ .failureDomainLabel | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* controller.toml's tables, from the typed values: each where a value
+of it is set. */}}
+{{- define "fleet-role.configTables" -}}
+{{- with .Values.config.leaderElection }}
+{{- include "fleet-role.tomlTable" (dict "name" "leader_election" "keys" (dict
+  "lease_duration" .leaseDuration "renew_deadline" .renewDeadline "retry_period" .retryPeriod)) }}
+{{- end }}
+{{- with .Values.config.verdicts }}
+{{- include "fleet-role.tomlTable" (dict "name" "verdicts" "keys" (dict
+  "window" .window "fsync_limit" .fsyncLimit "read_limit" .readLimit)) }}
+{{- end }}
+{{- with .Values.config.maintenanceWindow }}
+{{- include "fleet-role.tomlTable" (dict "name" "maintenance_window" "keys" (dict
+  "days" .days "start" .start "end" .end "time_zone" .timeZone)) }}
+{{- end }}
+{{- with .Values.config.remediation }}
+{{- include "fleet-role.tomlTable" (dict "name" "remediation" "keys" (dict
+  "max_retries" .maxRetries "retry_period" .retryPeriod "min_healthy_period" .minHealthyPeriod)) }}
+{{- end }}
+{{- with .Values.config.bounds }}
+{{- include "fleet-role.tomlTable" (dict "name" "bounds" "keys" (dict
+  "snapshot" .snapshot "runners" .runners "drain" .drain "promote" .promote
+  "join" .join "gates" .gates "step_down" .stepDown "remove_member" .removeMember
+  "member_gone" .memberGone "uncordon" .uncordon "rollback" .rollback
+  "remove_fallback" .removeFallback "remove_by_voter" .removeByVoter)) }}
+{{- end }}
 {{- with .Values.holds }}
+{{- $kured := dict }}
+{{- if .kured.namespace }}
+{{- $kured = dict "kured_daemonset" (printf "%s/%s" .kured.namespace .kured.name)
+  "kured_lock_annotation" .kured.lockAnnotation "kured_lock_ttl" .kured.lockTTL
+  "kured_concurrency" .kured.concurrency }}
+{{- end }}
+{{- $prometheus := dict }}
+{{- if .prometheus.url }}
+{{- $prometheus = dict "prometheus_url" .prometheus.url "alert_filter_regexp" .prometheus.alertFilterRegexp
+  "alert_filter_match_only" .prometheus.alertFilterMatchOnly "alert_firing_only" .prometheus.alertFiringOnly }}
+{{- end }}
 {{- if or .kured.namespace .upgradePlansNamespace .prometheus.url }}
 
 [holds]
-{{- if .kured.namespace }}
-kured_daemonset = {{ printf "%s/%s" .kured.namespace .kured.name | quote }}
-kured_lock_annotation = {{ .kured.lockAnnotation | quote }}
-kured_lock_ttl = {{ .kured.lockTTL | quote }}
-kured_concurrency = {{ .kured.concurrency | int }}
-{{- end }}
-{{- with .upgradePlansNamespace }}
-upgrade_plans_namespace = {{ . | quote }}
-{{- end }}
-{{- if .prometheus.url }}
-prometheus_url = {{ .prometheus.url | quote }}
-alert_filter_regexp = {{ .prometheus.alertFilterRegexp | quote }}
-alert_filter_match_only = {{ .prometheus.alertFilterMatchOnly }}
-alert_firing_only = {{ .prometheus.alertFiringOnly }}
-{{- end }}
+{{- include "fleet-role.tomlKeys" $kured }}
+{{- include "fleet-role.tomlKeys" (dict "upgrade_plans_namespace" .upgradePlansNamespace) }}
+{{- include "fleet-role.tomlKeys" $prometheus }}
 {{- end }}
 {{- end }}
 {{- if or .Values.notify.urls .Values.notify.secretName }}
@@ -66,8 +179,65 @@ urls = [{{ range $i, $u := .Values.notify.urls }}{{ if $i }}, {{ end }}{{ $u | q
 urls_file = "/etc/fleet-role-notify/urls"
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* controller.toml: the keys of the values, config.extra after the keys
+outside any table (so that its own such keys stay outside), then the
+tables of the values. A key or table of config.extra that the values
+render too would be a duplicate, which the controller refuses, crash
+looping: the render fails instead, naming it. */}}
+{{- define "fleet-role.config" -}}
+{{- $root := include "fleet-role.configRoot" . -}}
+{{- $tables := include "fleet-role.configTables" . -}}
+{{- with .Values.config.extra }}
+{{- $extra := fromToml . }}
+{{- if hasKey $extra "Error" }}
+{{- fail (printf "config.extra is not TOML: %s" (get $extra "Error")) }}
+{{- end }}
+{{- $rendered := fromToml (printf "%s\n%s" $root $tables) }}
+{{- range $key := keys $extra | sortAlpha }}
+{{- if hasKey $rendered $key }}
+{{- fail (printf "config.extra sets %q, which the chart's values set too (a duplicate the controller refuses): set it in the values (config.*, holds, notify) or only in config.extra" $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $root }}
 {{- with .Values.config.extra }}
 
 {{ . | trim }}
 {{- end }}
+{{- $tables }}
 {{ end }}
+
+{{/* The Pods' affinity: .Values.affinity, and with preferNonVoters a
+preference for Nodes that are not voters (the Node label
+fleet-role.io/role): a swap drains the voter it takes out, and a
+controller there would be evicted in the middle of its own swap. */}}
+{{- define "fleet-role.affinity" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) -}}
+{{- if .Values.preferNonVoters -}}
+{{- $node := get $affinity "nodeAffinity" | default dict -}}
+{{- $preferred := get $node "preferredDuringSchedulingIgnoredDuringExecution" | default list -}}
+{{- $notVoter := dict "key" "fleet-role.io/role" "operator" "NotIn" "values" (list "voter") -}}
+{{- $term := dict "weight" 100 "preference" (dict "matchExpressions" (list $notVoter)) -}}
+{{- $_ := set $node "preferredDuringSchedulingIgnoredDuringExecution" (append $preferred $term) -}}
+{{- $_ := set $affinity "nodeAffinity" $node -}}
+{{- end -}}
+{{- toYaml $affinity -}}
+{{- end }}
+
+{{/* The Pods' spread: topologySpreadConstraints, else (null) one replica
+a Node where the scheduler can, so that a drain or a Node lost takes
+one replica, not the leader and its standby together. */}}
+{{- define "fleet-role.topologySpreadConstraints" -}}
+{{- if kindIs "invalid" .Values.topologySpreadConstraints -}}
+- maxSkew: 1
+  topologyKey: kubernetes.io/hostname
+  whenUnsatisfiable: ScheduleAnyway
+  labelSelector:
+    matchLabels:
+      {{- include "fleet-role.selector" . | nindent 6 }}
+{{- else -}}
+{{- toYaml .Values.topologySpreadConstraints -}}
+{{- end -}}
+{{- end }}
