@@ -384,6 +384,7 @@ func TestTheNotesSayWhatWasInstalledWhetherDryRunIsOnAndHowToCheckIt(t *testing.
 	assert.Contains(t, r.Notes, "Dry run is ON")
 	assert.Contains(t, r.Notes, "exec deploy/fleet-role-controller -- fleet-role status")
 	assert.Contains(t, r.Notes, "helm test fleet-role -n ops")
+	assert.Contains(t, r.Notes, "fleet-role status -n ops", "a workstation reaches the release by its namespace")
 	r, _ = renderRelease(t, "blue", "blue", map[string]any{"config": map[string]any{"dryRun": false}})
 	assert.Contains(t, r.Notes, "Dry run is OFF")
 	assert.Contains(t, r.Notes, "blue-fleet-role-operator")
