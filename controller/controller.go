@@ -387,6 +387,7 @@ func (c *Controller) pass(ctx context.Context) {
 		stepSeconds = now.Sub(*plan.Since).Seconds()
 	}
 	c.metrics.observe(plan, stepSeconds, verdicts)
+	c.metrics.paused(snap.Pause)
 	took := time.Since(start)
 	c.metrics.passes.Observe(took.Seconds())
 	c.passes.Add(1)
