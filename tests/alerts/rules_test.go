@@ -382,6 +382,88 @@ var cases = []struct {
 		expect(t, "FleetRoleRemediationRetriesSpent", firing(t, series, "FleetRoleRemediationRetriesSpent", 7*time.Minute, 10*time.Minute, 20*time.Minute),
 			map[time.Duration][]string{7 * time.Minute: {}, 10 * time.Minute: {}, 20 * time.Minute: {}})
 	}},
+	{"AHoldUnreadableForTenMinutesFiresFromTheLeadingReplicaByHold", func(t *testing.T) {
+		// Prometheus stops answering at minute 5; b, standing by, reads
+		// nothing.
+		series := `
+  fleet_role_hold_unreadable{job="fleet-role-controller", instance="a", by="prometheus"} 0x4 1x20
+  fleet_role_hold_unreadable{job="fleet-role-controller", instance="a", by="kured"} 0x25
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x25
+  fleet_role_hold_unreadable{job="fleet-role-controller", instance="b", by="prometheus"} 1x25
+  fleet_role_leader{job="fleet-role-controller", instance="b"} 0x25
+`
+		want := `{alertname="FleetRoleHoldUnreadable", by="prometheus", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRoleHoldUnreadable", firing(t, series, "FleetRoleHoldUnreadable", 14*time.Minute, 15*time.Minute, 25*time.Minute),
+			map[time.Duration][]string{14 * time.Minute: {}, 15 * time.Minute: {want}, 25 * time.Minute: {want}})
+	}},
+	{"AHoldUnreadableOnlyBrieflyIsQuiet", func(t *testing.T) {
+		// Prometheus restarted: five minutes unreadable, then read again.
+		series := `
+  fleet_role_hold_unreadable{job="fleet-role-controller", instance="a", by="prometheus"} 0x4 1x5 0x20
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x30
+`
+		expect(t, "FleetRoleHoldUnreadable", firing(t, series, "FleetRoleHoldUnreadable", 10*time.Minute, 15*time.Minute, 30*time.Minute),
+			map[time.Duration][]string{10 * time.Minute: {}, 15 * time.Minute: {}, 30 * time.Minute: {}})
+	}},
+	{"APauseOlderThanADayFiresFromTheLeadingReplicaUntilResumed", func(t *testing.T) {
+		// Paused at t = 600 s (minute 10), resumed at minute 1500; b,
+		// standing by, shows the same pause but does not lead.
+		series := `
+  fleet_role_paused_since_timestamp_seconds{job="fleet-role-controller", instance="a"} 0x9 600x1489 0x10
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x1510
+  fleet_role_paused_since_timestamp_seconds{job="fleet-role-controller", instance="b"} 0x9 600x1500
+  fleet_role_leader{job="fleet-role-controller", instance="b"} 0x1510
+`
+		want := `{alertname="FleetRolePausedLong", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRolePausedLong", firing(t, series, "FleetRolePausedLong", 1450*time.Minute, 1451*time.Minute, 1499*time.Minute, 1500*time.Minute),
+			map[time.Duration][]string{1450 * time.Minute: {}, 1451 * time.Minute: {want}, 1499 * time.Minute: {want}, 1500 * time.Minute: {}})
+	}},
+	{"NoPauseAndAPauseOfHoursAreQuiet", func(t *testing.T) {
+		// Not paused (0) for a day, then paused at minute 1440 for hours.
+		series := `
+  fleet_role_paused_since_timestamp_seconds{job="fleet-role-controller", instance="a"} 0x1439 86400x300
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x1740
+`
+		expect(t, "FleetRolePausedLong", firing(t, series, "FleetRolePausedLong", 60*time.Minute, 1439*time.Minute, 1740*time.Minute),
+			map[time.Duration][]string{60 * time.Minute: {}, 1439 * time.Minute: {}, 1740 * time.Minute: {}})
+	}},
+	{"AHoldInForceForSixHoursFiresByHoldFromTheLeadingReplica", func(t *testing.T) {
+		// An alert has held since t = 300 s (minute 5); kured's lock held
+		// briefly at minute 100; b, standing by, reads nothing.
+		series := `
+  fleet_role_start_held_since_timestamp_seconds{job="fleet-role-controller", instance="a", by="prometheus"} _x5 300x400
+  fleet_role_start_held_since_timestamp_seconds{job="fleet-role-controller", instance="a", by="kured"} _x100 6000x10 _x295
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x405
+`
+		want := `{alertname="FleetRoleHeldLong", by="prometheus", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRoleHeldLong", firing(t, series, "FleetRoleHeldLong", 365*time.Minute, 366*time.Minute, 400*time.Minute),
+			map[time.Duration][]string{365 * time.Minute: {}, 366 * time.Minute: {want}, 400 * time.Minute: {want}})
+	}},
+	{"HoldsThatEndWithinSixHoursAreQuiet", func(t *testing.T) {
+		// A Plan applying for two hours, then none: the series goes (a
+		// stale marker), and no hold again.
+		series := `
+  fleet_role_start_held_since_timestamp_seconds{job="fleet-role-controller", instance="a", by="upgrade"} _x5 300x120 stale
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x500
+`
+		expect(t, "FleetRoleHeldLong", firing(t, series, "FleetRoleHeldLong", 120*time.Minute, 370*time.Minute, 500*time.Minute),
+			map[time.Duration][]string{120 * time.Minute: {}, 370 * time.Minute: {}, 500 * time.Minute: {}})
+	}},
+	{"ANotificationGivenUpOnFiresAtOnceAndClearsHalfAnHourAfter", func(t *testing.T) {
+		series := `
+  fleet_role_notifications_failed_total{job="fleet-role-controller", instance="a"} 0x9 1x60
+`
+		want := `{alertname="FleetRoleNotificationsFailing", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRoleNotificationsFailing", firing(t, series, "FleetRoleNotificationsFailing", 9*time.Minute, 10*time.Minute, 38*time.Minute, 39*time.Minute),
+			map[time.Duration][]string{9 * time.Minute: {}, 10 * time.Minute: {want}, 38 * time.Minute: {want}, 39 * time.Minute: {}})
+	}},
+	{"NotificationsThatDoNotFailAreQuiet", func(t *testing.T) {
+		series := `
+  fleet_role_notifications_failed_total{job="fleet-role-controller", instance="a"} 0x60
+`
+		expect(t, "FleetRoleNotificationsFailing", firing(t, series, "FleetRoleNotificationsFailing", 10*time.Minute, 60*time.Minute),
+			map[time.Duration][]string{10 * time.Minute: {}, 60 * time.Minute: {}})
+	}},
 }
 
 // TestEachAlertFiresWhenItShouldAndOnlyThen runs the cases, then checks
@@ -394,7 +476,7 @@ func TestEachAlertFiresWhenItShouldAndOnlyThen(t *testing.T) {
 	}
 	groups, errs := rulefmt.ParseFile(rulesFile, false, model.UTF8Validation, parser.NewParser(parser.Options{}), promslog.NewNopLogger())
 	require.Empty(t, errs)
-	known := controllerMetrics(t)
+	known := everyControllerMetric(t)
 	alerts := 0
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
