@@ -25,12 +25,13 @@ func controllerMetrics(t *testing.T) map[string]bool {
 	return metricsDeclared(t, src)
 }
 
-// everyControllerMetric are the metrics every file of the controller
-// declares (the holds', the notifier's), which the rules may select.
-func everyControllerMetric(t *testing.T) map[string]bool {
+// everyMetric are the metrics every file of the controller declares (the
+// holds', the notifier's) and the agent's, which the rules may select.
+func everyMetric(t *testing.T) map[string]bool {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join("..", "..", "controller", "*.go"))
 	require.NoError(t, err)
+	files = append(files, filepath.Join("..", "..", "daemon", "metrics.go"))
 	var src []byte
 	for _, f := range files {
 		if !strings.HasSuffix(f, "_test.go") {

@@ -464,11 +464,73 @@ var cases = []struct {
 		expect(t, "FleetRoleNotificationsFailing", firing(t, series, "FleetRoleNotificationsFailing", 10*time.Minute, 60*time.Minute),
 			map[time.Duration][]string{10 * time.Minute: {}, 60 * time.Minute: {}})
 	}},
+	{"AnAgentActionFailingForAQuarterOfAnHourFiresByAgentAndAction", func(t *testing.T) {
+		// s1's promote fails from minute 5, tried again every minute; v1's
+		// step-down failed once and then was done.
+		series := `
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="s1:9091", action="promote", outcome="failed"} 0x4 1+1x40
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="v1:9091", action="step-down", outcome="failed"} 0x4 1x40
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="v1:9091", action="step-down", outcome="done"} 0x5 1x39
+`
+		want := `{action="promote", alertname="FleetRoleAgentActionsFailing", instance="s1:9091", job="fleet-role-agent", severity="warning"}`
+		expect(t, "FleetRoleAgentActionsFailing", firing(t, series, "FleetRoleAgentActionsFailing", 19*time.Minute, 20*time.Minute, 40*time.Minute),
+			map[time.Duration][]string{19 * time.Minute: {}, 20 * time.Minute: {want}, 40 * time.Minute: {want}})
+	}},
+	{"AnAgentActionThatFailsOnceAndIsDoneAndActionsDoneAtEveryTurnAreQuiet", func(t *testing.T) {
+		// s1's promote failed once, then was done; v1 carries out a
+		// decision every minute, each done.
+		series := `
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="s1:9091", action="promote", outcome="failed"} 0x4 1x40
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="s1:9091", action="promote", outcome="done"} 0x5 1x39
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="v1:9091", action="snapshot", outcome="done"} 0+1x40
+`
+		expect(t, "FleetRoleAgentActionsFailing", firing(t, series, "FleetRoleAgentActionsFailing", 10*time.Minute, 20*time.Minute, 40*time.Minute),
+			map[time.Duration][]string{10 * time.Minute: {}, 20 * time.Minute: {}, 40 * time.Minute: {}})
+	}},
+	{"AnAgentThatStopsSamplingFiresNineMinutesAfterItsLastSample", func(t *testing.T) {
+		// A sample a minute until minute 10; then the count stands still:
+		// from minute 14 the five minutes hold that one value alone.
+		series := `
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v2:9091", result="healthy"} 0+1x10 10x30
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v1:9091", result="healthy"} 0+1x40
+`
+		want := `{alertname="FleetRoleAgentNotSampling", instance="v2:9091", job="fleet-role-agent", severity="warning"}`
+		expect(t, "FleetRoleAgentNotSampling", firing(t, series, "FleetRoleAgentNotSampling", 18*time.Minute, 19*time.Minute, 40*time.Minute),
+			map[time.Duration][]string{18 * time.Minute: {}, 19 * time.Minute: {want}, 40 * time.Minute: {want}})
+	}},
+	{"AnAgentSamplingEveryMinuteIsQuiet", func(t *testing.T) {
+		// Healthy, then unhealthy: sampling all the same.
+		series := `
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v2:9091", result="healthy"} 0+1x20 20x20
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v2:9091", result="unhealthy"} 0x20 0+1x20
+`
+		expect(t, "FleetRoleAgentNotSampling", firing(t, series, "FleetRoleAgentNotSampling", 10*time.Minute, 25*time.Minute, 40*time.Minute),
+			map[time.Duration][]string{10 * time.Minute: {}, 25 * time.Minute: {}, 40 * time.Minute: {}})
+	}},
+	{"AnAgentWhoseSamplesMostlyFailFiresAfterAQuarterOfAnHour", func(t *testing.T) {
+		// From minute 10, every sample is an error.
+		series := `
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v3:9091", result="healthy"} 0+1x10 10x50
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v3:9091", result="error"} 0x10 0+1x50
+`
+		want := `{alertname="FleetRoleAgentProbeErrors", instance="v3:9091", job="fleet-role-agent", severity="warning"}`
+		expect(t, "FleetRoleAgentProbeErrors", firing(t, series, "FleetRoleAgentProbeErrors", 24*time.Minute, 33*time.Minute, 50*time.Minute),
+			map[time.Duration][]string{24 * time.Minute: {}, 33 * time.Minute: {want}, 50 * time.Minute: {want}})
+	}},
+	{"AnAgentWithAFewFailedSamplesIsQuiet", func(t *testing.T) {
+		// One error in every four samples.
+		series := `
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v3:9091", result="healthy"} 0 1 2 3 3 4 5 6 6 7 8 9 9 10 11 12 12 13 14 15 15 16 17 18 18 19 20 21 21 22 23 24 24 25 26 27 27 28 29 30 30
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v3:9091", result="error"} 0 0 0 0 1 1 1 1 2 2 2 2 3 3 3 3 4 4 4 4 5 5 5 5 6 6 6 6 7 7 7 7 8 8 8 8 9 9 9 9 10
+`
+		expect(t, "FleetRoleAgentProbeErrors", firing(t, series, "FleetRoleAgentProbeErrors", 20*time.Minute, 40*time.Minute),
+			map[time.Duration][]string{20 * time.Minute: {}, 40 * time.Minute: {}})
+	}},
 }
 
 // TestEachAlertFiresWhenItShouldAndOnlyThen runs the cases, then checks
 // that each alert of the file was seen both firing and quiet, selects
-// only the controller's metrics, and has a summary, a description that
+// only the controller's and the agent's metrics, and has a summary, a description that
 // points to docs/alerts.md, and a severity.
 func TestEachAlertFiresWhenItShouldAndOnlyThen(t *testing.T) {
 	for _, c := range cases {
@@ -476,7 +538,7 @@ func TestEachAlertFiresWhenItShouldAndOnlyThen(t *testing.T) {
 	}
 	groups, errs := rulefmt.ParseFile(rulesFile, false, model.UTF8Validation, parser.NewParser(parser.Options{}), promslog.NewNopLogger())
 	require.Empty(t, errs)
-	known := everyControllerMetric(t)
+	known := everyMetric(t)
 	alerts := 0
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
@@ -485,7 +547,7 @@ func TestEachAlertFiresWhenItShouldAndOnlyThen(t *testing.T) {
 			}
 			alerts++
 			for _, n := range metricNames(t, r.Expr) {
-				assert.True(t, known[n], "%s: %s is no metric of the controller", r.Alert, n)
+				assert.True(t, known[n], "%s: %s is no metric of the controller or the agent", r.Alert, n)
 			}
 			assert.True(t, tested.fires[r.Alert], "%s: no case fires it", r.Alert)
 			assert.True(t, tested.quiet[r.Alert], "%s: no case keeps it quiet", r.Alert)
