@@ -196,6 +196,10 @@ const (
 	// demotion, that the swap's step-down and member-gone stay on the
 	// Node until its agent reports the finish, and what an operator does.
 	EventDemotionUnfinished = "DemotionUnfinished"
+	// EventHoldUnreadable is the reason of the controller's warning, on
+	// its status ConfigMap, that a hold (config [holds]) turned unreadable:
+	// it holds until it can be read (fleet_role_hold_unreadable).
+	EventHoldUnreadable = "HoldUnreadable"
 )
 
 // EventSwapReason is the reason of the controller's Event for the action

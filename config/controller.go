@@ -131,7 +131,22 @@ type Holds struct {
 	AlertFilterMatchOnly bool   `toml:"alert_filter_match_only"`
 	// AlertFiringOnly: pending alerts do not hold.
 	AlertFiringOnly bool `toml:"alert_firing_only"`
+	// AlertIgnoreRegexp: alerts whose name it matches never hold, before
+	// the filter: by default kube-prometheus's Watchdog and InfoInhibitor,
+	// which fire always, and fleet-role's own alerts, which a swap answers.
+	// Empty: none is ignored.
+	AlertIgnoreRegexp string `toml:"alert_ignore_regexp"`
+	// AlertIgnoreOutgoing: an alert about the voter a swap would take out
+	// does not hold that swap: one whose node label is its Node's name, or
+	// whose instance label (less its port) is its Node's name or its etcd
+	// address (k3s's etcd.k3s.cattle.io/node-address). An alert over the
+	// whole cluster (etcdMembersDown, etcdInsufficientMembers) names no
+	// member and still holds.
+	AlertIgnoreOutgoing bool `toml:"alert_ignore_outgoing"`
 }
+
+// DefaultAlertIgnoreRegexp is holds.alert_ignore_regexp's default.
+const DefaultAlertIgnoreRegexp = "^(Watchdog|InfoInhibitor|FleetRole.*)$"
 
 // Notify is where a swap's start, end, rollback, abandon and stuck are
 // told, by shoutrrr URLs (as kured's --notify-url): "generic://host/path"
@@ -304,9 +319,10 @@ func DefaultController() Controller {
 		},
 		Verdicts:          Verdicts{Window: 25, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond},
 		MaintenanceWindow: MaintenanceWindow{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "00:00", End: "00:00", TimeZone: "UTC"},
-		Holds:             Holds{KuredLockAnnotation: DefaultKuredLockAnnotation, KuredLockTTL: 30 * time.Minute, KuredConcurrency: 1},
-		Notify:            Notify{URLs: []string{}},
-		Remediation:       Remediation{MaxRetries: 2, MinHealthyPeriod: 24 * time.Hour},
+		Holds: Holds{KuredLockAnnotation: DefaultKuredLockAnnotation, KuredLockTTL: 30 * time.Minute, KuredConcurrency: 1,
+			AlertIgnoreRegexp: DefaultAlertIgnoreRegexp, AlertIgnoreOutgoing: true},
+		Notify:      Notify{URLs: []string{}},
+		Remediation: Remediation{MaxRetries: 2, MinHealthyPeriod: 24 * time.Hour},
 		Bounds: Bounds{
 			Snapshot: 10 * time.Minute,
 			Runners:  time.Hour,
@@ -456,6 +472,9 @@ func (h Holds) validate(p *problems) {
 	if _, err := regexp.Compile(h.AlertFilterRegexp); err != nil {
 		p.add("holds.alert_filter_regexp", "%v", err)
 	}
+	if _, err := regexp.Compile(h.AlertIgnoreRegexp); err != nil {
+		p.add("holds.alert_ignore_regexp", "%v", err)
+	}
 }
 
 // KuredDaemonSetName splits holds.kured_daemonset; both are empty when it is.
@@ -571,7 +590,11 @@ time_zone = "{{.MaintenanceWindow.TimeZone}}"
 # system-upgrade-controller Plan there is applying to a server or a
 # standby. prometheus_url: while an alert is active there, filtered as
 # kured's --alert-filter-regexp, --alert-filter-match-only and
-# --alert-firing-only filter.
+# --alert-firing-only filter; alert_ignore_regexp's alerts never hold
+# (kube-prometheus's always-firing Watchdog and InfoInhibitor, fleet-role's
+# own; "" for none), and with alert_ignore_outgoing an alert about the
+# voter a swap would take out (its node, or its instance's host the Node's
+# name or etcd address) does not hold that swap.
 [holds]
 kured_daemonset = "{{.Holds.KuredDaemonSet}}"
 kured_lock_annotation = "{{.Holds.KuredLockAnnotation}}"
@@ -582,6 +605,8 @@ prometheus_url = "{{.Holds.PrometheusURL}}"
 alert_filter_regexp = "{{.Holds.AlertFilterRegexp}}"
 alert_filter_match_only = {{.Holds.AlertFilterMatchOnly}}
 alert_firing_only = {{.Holds.AlertFiringOnly}}
+alert_ignore_regexp = "{{.Holds.AlertIgnoreRegexp}}"
+alert_ignore_outgoing = {{.Holds.AlertIgnoreOutgoing}}
 
 # Where a swap's start, end, rollback, abandon and stuck are told: shoutrrr
 # URLs, as kured's --notify-url ("generic://host/path" posts to a webhook;

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -117,9 +118,29 @@ func TestTheHoldsAreReadAndTheirMistakesNamed(t *testing.T) {
 		"upgrade_plans_namespace = \"System_Upgrade\"":            `holds.upgrade_plans_namespace: "System_Upgrade" is not a valid namespace name`,
 		"prometheus_url = \"prometheus:9090\"":                    `holds.prometheus_url: "prometheus:9090" is not an http(s) URL`,
 		"alert_filter_regexp = \"(\"":                             `holds.alert_filter_regexp: error parsing regexp`,
+		"alert_ignore_regexp = \"[\"":                             `holds.alert_ignore_regexp: error parsing regexp`,
 	} {
 		_, err := ParseController([]byte("version = 1\n[holds]\n" + conf + "\n"))
 		assert.ErrorContains(t, err, want)
 		assert.ErrorIs(t, err, ErrInvalid)
 	}
+}
+
+func TestWatchdogInfoInhibitorAndFleetRolesOwnAlertsAreIgnoredUnlessToldAndAnEmptyIgnoreIgnoresNone(t *testing.T) {
+	c, err := ParseController([]byte("version = 1\n[holds]\nprometheus_url = \"http://prometheus.monitoring:9090\"\n"))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultAlertIgnoreRegexp, c.Holds.AlertIgnoreRegexp)
+	assert.True(t, c.Holds.AlertIgnoreOutgoing)
+	re := regexp.MustCompile(c.Holds.AlertIgnoreRegexp)
+	for _, name := range []string{"Watchdog", "InfoInhibitor", "FleetRoleSwapStuck", "FleetRoleHoldLong"} {
+		assert.True(t, re.MatchString(name), name)
+	}
+	for _, name := range []string{"etcdNoLeader", "WatchdogDown", "KubeNodeNotReady", "MyFleetRoleAlert"} {
+		assert.False(t, re.MatchString(name), name)
+	}
+
+	c, err = ParseController([]byte("version = 1\n[holds]\nprometheus_url = \"http://prometheus.monitoring:9090\"\nalert_ignore_regexp = \"\"\nalert_ignore_outgoing = false\n"))
+	require.NoError(t, err)
+	assert.Empty(t, c.Holds.AlertIgnoreRegexp)
+	assert.False(t, c.Holds.AlertIgnoreOutgoing)
 }

@@ -140,6 +140,9 @@ func New(o Options) (*Controller, error) {
 	}
 	c.events = record.NewBroadcaster()
 	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.EventSourceController})
+	if c.holds != nil {
+		c.holds.warn = holdWarning(c.recorder, o.Config.Namespace)
+	}
 	return c, nil
 }
 
@@ -296,10 +299,13 @@ func (c *Controller) pass(ctx context.Context) {
 	}
 	plan := swapplan.Next(snap)
 	if c.holds != nil {
-		if plan.Action.Type == api.ActionStart {
-			// kured's lock is taken before the swap starts, so that no
+		if starting := plan.Action.Type == api.ActionStart; starting || plan.Swap == nil {
+			// Read on every pass with no swap under way, so that a dry run
+			// and status say what would hold one; fresh when one would
+			// start, and kured's lock taken before it starts, so that no
 			// reboot begins between the read and the start.
-			if snap.Holds = c.holds.check(ctx, snap); len(snap.Holds) == 0 {
+			snap.Holds = c.holds.read(ctx, snap, outgoing(snap, plan), starting)
+			if starting && len(snap.Holds) == 0 {
 				if why := c.marks.claim(ctx); why != "" {
 					snap.Holds = []string{why}
 				}
@@ -381,6 +387,7 @@ func (c *Controller) pass(ctx context.Context) {
 		stepSeconds = now.Sub(*plan.Since).Seconds()
 	}
 	c.metrics.observe(plan, stepSeconds, verdicts)
+	c.metrics.paused(snap.Pause)
 	took := time.Since(start)
 	c.metrics.passes.Observe(took.Seconds())
 	c.passes.Add(1)

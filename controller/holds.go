@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"regexp"
 	"slices"
 	"sort"
@@ -14,8 +15,10 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
@@ -25,6 +28,11 @@ import (
 // holdTimeout bounds each hold's read; one that times out holds.
 const holdTimeout = 10 * time.Second
 
+// holdReread is how long a reading of the holds is shown again rather
+// than read anew, while no swap would start: a pass that would start one
+// reads them fresh.
+const holdReread = 30 * time.Second
+
 // The holds, as fleet_role_start_held labels them.
 const (
 	holdKured      = "kured"
@@ -33,13 +41,32 @@ const (
 )
 
 // holds reads what else holds the start of a swap (config.Holds). They are
-// read only when a pass would start one, so an idle fleet costs nothing.
+// read on every pass while no swap is under way, so that a dry run and
+// status say what would hold one; a reading is shown again for
+// holdReread, but a pass that would start a swap reads them fresh.
 type holds struct {
 	cfg    config.Holds
 	client kubernetes.Interface
 	prom   promv1.API
 	filter *regexp.Regexp
+	ignore *regexp.Regexp
 	held   *prometheus.GaugeVec
+	// since is when each hold in force began (this replica's reading).
+	since *prometheus.GaugeVec
+	// unreadable is 1 for each hold whose last read failed;
+	// readFailures counts the failed reads.
+	unreadable   *prometheus.GaugeVec
+	readFailures *prometheus.CounterVec
+	// warn tells of a hold that turned unreadable (an Event).
+	warn func(by, why string)
+
+	// The last reading: when, for which outgoing voter, what it said.
+	readAt  time.Time
+	readOut string
+	last    []string
+	// heldSince and failing are per hold, as last read.
+	heldSince map[string]time.Time
+	failing   map[string]bool
 }
 
 // describeHolds names the holds configured, as a person reads them.
@@ -72,35 +99,89 @@ func newHolds(cfg config.Holds, client kubernetes.Interface, reg prometheus.Regi
 		if cfg.AlertFilterRegexp != "" {
 			h.filter = regexp.MustCompile(cfg.AlertFilterRegexp) // validated with the configuration
 		}
+		if cfg.AlertIgnoreRegexp != "" {
+			h.ignore = regexp.MustCompile(cfg.AlertIgnoreRegexp) // validated with the configuration
+		}
 	}
 	h.held = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_start_held",
-		Help: "1 while a swap would start but a hold keeps it from starting, by hold: kured, upgrade or prometheus."}, []string{"by"})
-	reg.MustRegister(h.held)
+		Help: "1 while a hold is in force (read on every pass while no swap is under way), by hold: kured, upgrade or prometheus."}, []string{"by"})
+	h.since = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_start_held_since_timestamp_seconds",
+		Help: "When each hold in force began, as this replica read it, in seconds since the epoch; no series while it is not in force."}, []string{"by"})
+	h.unreadable = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_hold_unreadable",
+		Help: "1 while a hold cannot be read (it then holds), by hold: kured, upgrade or prometheus."}, []string{"by"})
+	h.readFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_role_hold_read_failures_total",
+		Help: "Reads of a hold that failed, by hold: kured, upgrade or prometheus."}, []string{"by"})
+	reg.MustRegister(h.held, h.since, h.unreadable, h.readFailures)
+	h.heldSince, h.failing = map[string]time.Time{}, map[string]bool{}
 	return h, nil
 }
 
-// check reads every configured hold and says what holds, one sentence each.
-func (h *holds) check(ctx context.Context, s swapplan.Snapshot) []string {
-	var out []string
-	add := func(by string, why []string) {
-		h.held.WithLabelValues(by).Set(float64(min(len(why), 1)))
-		out = append(out, why...)
+// read says what holds a swap of out (nil: none known) now, one sentence
+// each: the last reading when it is younger than holdReread and for the
+// same voter, unless fresh.
+func (h *holds) read(ctx context.Context, s swapplan.Snapshot, out *swapplan.Node, fresh bool) []string {
+	name := ""
+	if out != nil {
+		name = out.Name
 	}
-	if h.cfg.KuredDaemonSet != "" {
-		add(holdKured, h.kured(ctx, s.Now))
+	if !fresh && !h.readAt.IsZero() && name == h.readOut && s.Now.Sub(h.readAt) < holdReread && !s.Now.Before(h.readAt) {
+		return slices.Clone(h.last)
 	}
-	if h.cfg.UpgradePlansNamespace != "" {
-		add(holdUpgrade, h.upgrades(ctx, fleetNodes(s)))
-	}
-	if h.prom != nil {
-		add(holdPrometheus, h.alerts(ctx))
-	}
-	return out
+	h.last, h.readAt, h.readOut = h.check(ctx, s, out), s.Now, name
+	return slices.Clone(h.last)
 }
 
-// clear says nothing is held: no swap would start.
+// check reads every configured hold and says what holds a swap of out
+// (nil: none known), one sentence each. A hold that cannot be read holds,
+// and is counted, and told when it turns so.
+func (h *holds) check(ctx context.Context, s swapplan.Snapshot, out *swapplan.Node) []string {
+	var sentences []string
+	add := func(by string, why []string, err error) {
+		if err != nil {
+			h.readFailures.WithLabelValues(by).Inc()
+			h.unreadable.WithLabelValues(by).Set(1)
+			if !h.failing[by] && h.warn != nil {
+				h.warn(by, err.Error())
+			}
+			h.failing[by] = true
+			why = append(why, err.Error())
+		} else {
+			h.unreadable.WithLabelValues(by).Set(0)
+			delete(h.failing, by)
+		}
+		h.held.WithLabelValues(by).Set(float64(min(len(why), 1)))
+		if len(why) == 0 {
+			delete(h.heldSince, by)
+			h.since.DeleteLabelValues(by)
+		} else if _, ok := h.heldSince[by]; !ok {
+			h.heldSince[by] = s.Now
+			h.since.WithLabelValues(by).Set(float64(s.Now.UnixMilli()) / 1000)
+		}
+		sentences = append(sentences, why...)
+	}
+	if h.cfg.KuredDaemonSet != "" {
+		why, err := h.kured(ctx, s.Now)
+		add(holdKured, why, err)
+	}
+	if h.cfg.UpgradePlansNamespace != "" {
+		why, err := h.upgrades(ctx, fleetNodes(s))
+		add(holdUpgrade, why, err)
+	}
+	if h.prom != nil {
+		why, err := h.alerts(ctx, out)
+		add(holdPrometheus, why, err)
+	}
+	return sentences
+}
+
+// clear forgets the holds: a swap is under way, and they are not read.
 func (h *holds) clear() {
 	h.held.Reset()
+	h.since.Reset()
+	h.unreadable.Reset()
+	h.readAt, h.readOut, h.last = time.Time{}, "", nil
+	clear(h.heldSince)
+	clear(h.failing)
 }
 
 // kuredLock is one holder of kured's lock annotation, as kured's
@@ -136,21 +217,21 @@ type kuredLockValue struct {
 
 // kured says who holds kured's reboot lock, but the controller (a place
 // of its own, left by a release that failed, is released by the pass).
-func (h *holds) kured(ctx context.Context, now time.Time) []string {
+func (h *holds) kured(ctx context.Context, now time.Time) ([]string, error) {
 	ns, name := h.cfg.KuredDaemonSetName()
 	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
 	defer cancel()
 	ds, err := h.client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return []string{fmt.Sprintf("kured's lock on the DaemonSet %s/%s cannot be read: %v", ns, name, err)}
+		return nil, fmt.Errorf("kured's lock on the DaemonSet %s/%s cannot be read: %w", ns, name, err)
 	}
 	value, ok := ds.Annotations[h.cfg.KuredLockAnnotation]
 	if !ok || value == "" {
-		return nil
+		return nil, nil
 	}
 	lock, err := parseKuredLock(value)
 	if err != nil {
-		return []string{fmt.Sprintf("kured's lock %s on %s/%s cannot be read: %v", h.cfg.KuredLockAnnotation, ns, name, err)}
+		return nil, fmt.Errorf("kured's lock %s on %s/%s cannot be read: %w", h.cfg.KuredLockAnnotation, ns, name, err)
 	}
 	var holders []string
 	for _, l := range lock.Locks {
@@ -160,9 +241,9 @@ func (h *holds) kured(ctx context.Context, now time.Time) []string {
 		holders = append(holders, l.NodeID)
 	}
 	if len(holders) == 0 {
-		return nil
+		return nil, nil
 	}
-	return []string{fmt.Sprintf("kured's reboot lock is held by %s", strings.Join(holders, ", "))}
+	return []string{fmt.Sprintf("kured's reboot lock is held by %s", strings.Join(holders, ", "))}, nil
 }
 
 // parseKuredLock reads either form of the annotation.
@@ -203,21 +284,21 @@ type upgradePlans struct {
 }
 
 // upgrades says which Plans are applying to a Node of the fleet.
-func (h *holds) upgrades(ctx context.Context, fleet map[string]bool) []string {
+func (h *holds) upgrades(ctx context.Context, fleet map[string]bool) ([]string, error) {
 	ns := h.cfg.UpgradePlansNamespace
 	rc := h.client.Discovery().RESTClient()
 	if rc == nil {
-		return []string{fmt.Sprintf("the Plans in %s cannot be read: no REST client", ns)}
+		return nil, fmt.Errorf("the Plans in %s cannot be read: no REST client", ns)
 	}
 	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
 	defer cancel()
 	raw, err := rc.Get().AbsPath("/apis/upgrade.cattle.io/v1/namespaces", ns, "plans").DoRaw(ctx)
 	if err != nil {
-		return []string{fmt.Sprintf("the system-upgrade-controller's Plans in %s cannot be read: %v", ns, err)}
+		return nil, fmt.Errorf("the system-upgrade-controller's Plans in %s cannot be read: %w", ns, err)
 	}
 	var plans upgradePlans
 	if err := json.Unmarshal(raw, &plans); err != nil {
-		return []string{fmt.Sprintf("the system-upgrade-controller's Plans in %s cannot be read: %v", ns, err)}
+		return nil, fmt.Errorf("the system-upgrade-controller's Plans in %s cannot be read: %w", ns, err)
 	}
 	var out []string
 	for _, p := range plans.Items {
@@ -232,7 +313,7 @@ func (h *holds) upgrades(ctx context.Context, fleet map[string]bool) []string {
 			out = append(out, fmt.Sprintf("the Plan %s/%s is applying to %s", ns, p.Metadata.Name, strings.Join(nodes, ", ")))
 		}
 	}
-	return out
+	return out, nil
 }
 
 // fleetNodes are the Nodes a swap may touch: the voters and the standbys.
@@ -250,22 +331,30 @@ func fleetNodes(s swapplan.Snapshot) map[string]bool {
 // alerts says which alerts are active, as kured's PrometheusBlockingChecker
 // (pkg/blockers/prometheus.go, ActiveAlerts) finds them: the ALERTS series
 // with a non-zero value, less those the filter excludes (or, match-only,
-// but those it names), less pending ones when firing-only.
-func (h *holds) alerts(ctx context.Context) []string {
+// but those it names), less pending ones when firing-only. Before the
+// filter, those alert_ignore_regexp names go, and with
+// alert_ignore_outgoing those about out.
+func (h *holds) alerts(ctx context.Context, out *swapplan.Node) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
 	defer cancel()
 	value, _, _, err := h.prom.Query(ctx, "ALERTS", time.Now(), promv1.WithTimeout(holdTimeout))
 	if err != nil {
-		return []string{fmt.Sprintf("the alerts at %s cannot be read: %v", h.cfg.PrometheusURL, err)}
+		return nil, fmt.Errorf("the alerts at %s cannot be read: %w", h.cfg.PrometheusURL, err)
 	}
 	vector, ok := value.(model.Vector)
 	if !ok {
-		return []string{fmt.Sprintf("the alerts at %s cannot be read: a %s, not a vector", h.cfg.PrometheusURL, value.Type())}
+		return nil, fmt.Errorf("the alerts at %s cannot be read: a %s, not a vector", h.cfg.PrometheusURL, value.Type())
 	}
 	active := map[string]bool{}
 	for _, sample := range vector {
 		name, isAlert := sample.Metric[model.AlertNameLabel]
 		if !isAlert || sample.Value == 0 {
+			continue
+		}
+		if h.ignore != nil && h.ignore.MatchString(string(name)) {
+			continue
+		}
+		if h.cfg.AlertIgnoreOutgoing && about(sample.Metric, out) {
 			continue
 		}
 		if h.filter != nil && h.filter.MatchString(string(name)) != h.cfg.AlertFilterMatchOnly {
@@ -277,12 +366,68 @@ func (h *holds) alerts(ctx context.Context) []string {
 		active[string(name)] = true
 	}
 	if len(active) == 0 {
-		return nil
+		return nil, nil
 	}
 	names := make([]string, 0, len(active))
 	for n := range active {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return []string{fmt.Sprintf("alerts are active at %s: %s", h.cfg.PrometheusURL, strings.Join(names, ", "))}
+	return []string{fmt.Sprintf("alerts are active at %s: %s", h.cfg.PrometheusURL, strings.Join(names, ", "))}, nil
+}
+
+// about says an alert's labels name the host n: its node label is n's
+// Node name, or its instance label, less its port, is n's Node name or
+// its member's address. Note: an alert aggregated over the cluster
+// (kube-prometheus's etcdMembersDown and etcdInsufficientMembers keep no
+// instance) names no host, and is about none.
+func about(m model.Metric, n *swapplan.Node) bool {
+	if n == nil {
+		return false
+	}
+	if node := string(m["node"]); node != "" && node == n.Name {
+		return true
+	}
+	instance := string(m[model.InstanceLabel])
+	if instance == "" {
+		return false
+	}
+	host := instance
+	if h, _, err := net.SplitHostPort(instance); err == nil {
+		host = h
+	}
+	addr := n.MemberAddress
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		addr = h
+	}
+	return host == n.Name || (addr != "" && host == addr)
+}
+
+// outgoing is the voter the plan would swap out, or the manual request
+// names: nil when none.
+func outgoing(s swapplan.Snapshot, plan swapplan.Plan) *swapplan.Node {
+	name := ""
+	switch {
+	case plan.Swap != nil:
+		name = plan.Swap.Out
+	case plan.Decision != nil:
+		name = plan.Decision.Out
+	case s.Request != nil:
+		name = s.Request.Out
+	}
+	for i := range s.Nodes {
+		if name != "" && s.Nodes[i].Name == name {
+			return &s.Nodes[i]
+		}
+	}
+	return nil
+}
+
+// holdWarning records a warning Event, on the controller's status
+// ConfigMap, that a hold cannot be read (and holds until it can).
+func holdWarning(rec record.EventRecorder, namespace string) func(by, why string) {
+	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: namespace, Name: api.StatusConfigMap}
+	return func(by, why string) {
+		rec.Eventf(ref, corev1.EventTypeWarning, api.EventHoldUnreadable, "the %s hold cannot be read, so it holds: %s", by, why)
+	}
 }

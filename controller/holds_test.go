@@ -64,7 +64,7 @@ func TestKuredsLockHoldsWhileAHolderWhoseTTLHasNotRunOutIsNamedInEitherForm(t *t
 		{"no holder named", `{"created":"` + created + `"}`, "cannot be read: no nodeID"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := kuredHolds(t, kuredDaemonSet(c.lock)).check(context.Background(), swapplan.Snapshot{Now: now})
+			got := kuredHolds(t, kuredDaemonSet(c.lock)).check(context.Background(), swapplan.Snapshot{Now: now}, nil)
 			if c.want == "" {
 				assert.Empty(t, got)
 				return
@@ -74,7 +74,7 @@ func TestKuredsLockHoldsWhileAHolderWhoseTTLHasNotRunOutIsNamedInEitherForm(t *t
 		})
 	}
 	t.Run("the DaemonSet missing holds, and says so", func(t *testing.T) {
-		got := kuredHolds(t, nil).check(context.Background(), swapplan.Snapshot{Now: now})
+		got := kuredHolds(t, nil).check(context.Background(), swapplan.Snapshot{Now: now}, nil)
 		require.Len(t, got, 1)
 		assert.Contains(t, got[0], `kured's lock on the DaemonSet kube-system/kured cannot be read: daemonsets.apps "kured" not found`)
 	})
@@ -126,7 +126,7 @@ func TestPrometheusAlertsHoldAsKuredFiltersThem(t *testing.T) {
 			c.cfg.PrometheusURL = srv.URL
 			h, err := newHolds(c.cfg, k8sfake.NewClientset(), prometheus.NewRegistry())
 			require.NoError(t, err)
-			got := h.check(context.Background(), swapplan.Snapshot{})
+			got := h.check(context.Background(), swapplan.Snapshot{}, nil)
 			if c.want == "" {
 				assert.Empty(t, got)
 				return
@@ -138,11 +138,148 @@ func TestPrometheusAlertsHoldAsKuredFiltersThem(t *testing.T) {
 		bad := prometheusQueryAPI(t, http.StatusServiceUnavailable)
 		h, err := newHolds(config.Holds{PrometheusURL: bad.URL}, k8sfake.NewClientset(), prometheus.NewRegistry())
 		require.NoError(t, err)
-		got := h.check(context.Background(), swapplan.Snapshot{})
+		got := h.check(context.Background(), swapplan.Snapshot{}, nil)
 		require.Len(t, got, 1)
 		assert.Contains(t, got[0], "the alerts at "+bad.URL+" cannot be read: ")
 		assert.Contains(t, got[0], "503")
 	})
+}
+
+// alertAbout is an active alert with the labels given (name="value" pairs).
+func alertAbout(name string, labels string) string {
+	return fmt.Sprintf(`{"metric":{"__name__":"ALERTS","alertname":%q,"alertstate":"firing",%s},"value":[1764583200,"1"]}`, name, labels)
+}
+
+func TestWatchdogInfoInhibitorAndFleetRolesOwnAlertsDoNotHoldByDefaultAndDoOnceTheIgnoreIsEmptied(t *testing.T) {
+	srv := prometheusQueryAPI(t, http.StatusOK,
+		alert("Watchdog", "firing", 1), alert("InfoInhibitor", "firing", 1),
+		alert("FleetRoleDryRunWouldSwap", "firing", 1), alert("etcdHighFsyncDurations", "firing", 1))
+	read := func(ignore string) []string {
+		h, err := newHolds(config.Holds{PrometheusURL: srv.URL, AlertIgnoreRegexp: ignore}, k8sfake.NewClientset(), prometheus.NewRegistry())
+		require.NoError(t, err)
+		return h.check(context.Background(), swapplan.Snapshot{}, nil)
+	}
+	assert.Equal(t, []string{"alerts are active at " + srv.URL + ": etcdHighFsyncDurations"}, read(config.DefaultAlertIgnoreRegexp))
+	assert.Equal(t, []string{"alerts are active at " + srv.URL + ": FleetRoleDryRunWouldSwap, InfoInhibitor, Watchdog, etcdHighFsyncDurations"}, read(""))
+}
+
+func TestAnAlertAboutTheOutgoingVoterDoesNotHoldItsSwapButOneAboutAnotherHostOrTheWholeClusterDoes(t *testing.T) {
+	srv := prometheusQueryAPI(t, http.StatusOK,
+		alertAbout("etcdHighFsyncDurations", `"instance":"10.0.0.12:2381","job":"etcd"`),
+		alertAbout("etcdNoLeader", `"instance":"v2","job":"etcd"`),
+		alertAbout("KubeNodeNotReady", `"node":"v2"`),
+		alertAbout("etcdGRPCRequestsSlow", `"instance":"10.0.0.13:2381","job":"etcd"`),
+		alertAbout("etcdMembersDown", `"job":"etcd"`))
+	v2 := &swapplan.Node{Name: "v2", MemberAddress: "10.0.0.12"}
+	read := func(ignoreOutgoing bool, out *swapplan.Node) []string {
+		h, err := newHolds(config.Holds{PrometheusURL: srv.URL, AlertIgnoreOutgoing: ignoreOutgoing}, k8sfake.NewClientset(), prometheus.NewRegistry())
+		require.NoError(t, err)
+		return h.check(context.Background(), swapplan.Snapshot{}, out)
+	}
+	at := "alerts are active at " + srv.URL + ": "
+	assert.Equal(t, []string{at + "etcdGRPCRequestsSlow, etcdMembersDown"}, read(true, v2), "v2's own symptoms go; v3's and the cluster's hold")
+	assert.Equal(t, []string{at + "KubeNodeNotReady, etcdGRPCRequestsSlow, etcdHighFsyncDurations, etcdMembersDown, etcdNoLeader"}, read(false, v2))
+	assert.Equal(t, []string{at + "KubeNodeNotReady, etcdGRPCRequestsSlow, etcdHighFsyncDurations, etcdMembersDown, etcdNoLeader"}, read(true, nil), "no swap known: every alert holds")
+}
+
+func TestAHoldThatCannotBeReadHoldsIsCountedAndWarnsOnceEachTimeItTurnsUnreadable(t *testing.T) {
+	var mu sync.Mutex
+	failing := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if failing {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, `{"status":"error","errorType":"unavailable","error":"the TSDB is closed"}`)
+			return
+		}
+		fmt.Fprint(w, `{"status":"success","data":{"resultType":"vector","result":[]}}`)
+	}))
+	t.Cleanup(srv.Close)
+	setFailing := func(f bool) { mu.Lock(); failing = f; mu.Unlock() }
+	reg := prometheus.NewRegistry()
+	h, err := newHolds(config.Holds{PrometheusURL: srv.URL}, k8sfake.NewClientset(), reg)
+	require.NoError(t, err)
+	var warned []string
+	h.warn = func(by, why string) { warned = append(warned, by+": "+why) }
+	ctx := context.Background()
+
+	for range 2 {
+		got := h.check(ctx, swapplan.Snapshot{}, nil)
+		require.Len(t, got, 1)
+		assert.Contains(t, got[0], "the alerts at "+srv.URL+" cannot be read: ")
+	}
+	require.Len(t, warned, 1, "told once while it stays unreadable")
+	assert.Contains(t, warned[0], "prometheus: the alerts at "+srv.URL+" cannot be read: ")
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fleet_role_hold_read_failures_total Reads of a hold that failed, by hold: kured, upgrade or prometheus.
+# TYPE fleet_role_hold_read_failures_total counter
+fleet_role_hold_read_failures_total{by="prometheus"} 2
+# HELP fleet_role_hold_unreadable 1 while a hold cannot be read (it then holds), by hold: kured, upgrade or prometheus.
+# TYPE fleet_role_hold_unreadable gauge
+fleet_role_hold_unreadable{by="prometheus"} 1
+`), "fleet_role_hold_read_failures_total", "fleet_role_hold_unreadable"))
+
+	setFailing(false)
+	assert.Empty(t, h.check(ctx, swapplan.Snapshot{}, nil))
+	assert.Equal(t, 0.0, testutil.ToFloat64(h.unreadable.WithLabelValues(holdPrometheus)))
+	setFailing(true)
+	h.check(ctx, swapplan.Snapshot{}, nil)
+	assert.Len(t, warned, 2, "told again once it turned unreadable again")
+	assert.Equal(t, 3.0, testutil.ToFloat64(h.readFailures.WithLabelValues(holdPrometheus)))
+}
+
+func TestAHoldInForceKeepsTheTimeItBeganUntilItEnds(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	created := t0.Add(-time.Hour).Format(time.RFC3339)
+	client := k8sfake.NewClientset(kuredDaemonSet(`{"nodeID":"v3","created":"` + created + `","TTL":0}`))
+	reg := prometheus.NewRegistry()
+	h, err := newHolds(config.Holds{KuredDaemonSet: "kube-system/kured", KuredLockAnnotation: config.DefaultKuredLockAnnotation}, client, reg)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NotEmpty(t, h.check(ctx, swapplan.Snapshot{Now: t0}, nil))
+	require.NotEmpty(t, h.check(ctx, swapplan.Snapshot{Now: t0.Add(10 * time.Minute)}, nil))
+	assert.Equal(t, float64(t0.Unix()), testutil.ToFloat64(h.since.WithLabelValues(holdKured)), "from its first reading")
+
+	_, err = client.AppsV1().DaemonSets("kube-system").Update(ctx, kuredDaemonSet(""), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Empty(t, h.check(ctx, swapplan.Snapshot{Now: t0.Add(20 * time.Minute)}, nil))
+	assert.Equal(t, 0, testutil.CollectAndCount(h.since), "no series while no hold is in force")
+	assert.Equal(t, 0.0, testutil.ToFloat64(h.held.WithLabelValues(holdKured)))
+}
+
+func TestAReadingOfTheHoldsIsShownAgainForThirtySecondsButReadFreshWhenASwapWouldStartOrTheVoterChanges(t *testing.T) {
+	var mu sync.Mutex
+	queries := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		queries++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"status":"success","data":{"resultType":"vector","result":[`+alert("etcdNoLeader", "firing", 1)+`]}}`)
+	}))
+	t.Cleanup(srv.Close)
+	asked := func() int { mu.Lock(); defer mu.Unlock(); return queries }
+	h, err := newHolds(config.Holds{PrometheusURL: srv.URL}, k8sfake.NewClientset(), prometheus.NewRegistry())
+	require.NoError(t, err)
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	v2, v3 := &swapplan.Node{Name: "v2"}, &swapplan.Node{Name: "v3"}
+	want := []string{"alerts are active at " + srv.URL + ": etcdNoLeader"}
+
+	assert.Equal(t, want, h.read(ctx, swapplan.Snapshot{Now: t0}, v2, false))
+	assert.Equal(t, want, h.read(ctx, swapplan.Snapshot{Now: t0.Add(29 * time.Second)}, v2, false))
+	assert.Equal(t, 1, asked(), "shown again within 30s")
+	h.read(ctx, swapplan.Snapshot{Now: t0.Add(29 * time.Second)}, v2, true)
+	assert.Equal(t, 2, asked(), "read fresh for a start")
+	h.read(ctx, swapplan.Snapshot{Now: t0.Add(30 * time.Second)}, v3, false)
+	assert.Equal(t, 3, asked(), "read anew for another voter")
+	h.read(ctx, swapplan.Snapshot{Now: t0.Add(60 * time.Second)}, v3, false)
+	assert.Equal(t, 4, asked(), "read anew after 30s")
+	h.clear()
+	h.read(ctx, swapplan.Snapshot{Now: t0.Add(61 * time.Second)}, v3, false)
+	assert.Equal(t, 5, asked(), "read anew after a swap")
 }
 
 func TestNoHoldConfiguredReadsNothing(t *testing.T) {

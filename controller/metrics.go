@@ -30,6 +30,7 @@ type metrics struct {
 	writeGap    prometheus.Gauge
 	overBudget  prometheus.Counter
 	writeFailed prometheus.Counter
+	pausedSince prometheus.Gauge
 	// budget is write_gap_budget.
 	budget time.Duration
 	// stepsOf is the swap whose steps stepTook counted last.
@@ -74,12 +75,14 @@ func newMetrics(reg prometheus.Registerer, budget time.Duration) *metrics {
 			Help: "Swaps that ended whose longest write gap passed write_gap_budget."}),
 		writeFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_role_swap_write_failures_total",
 			Help: "The controller's own writes that failed during swaps' leadership moves and member removals."}),
+		pausedSince: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_paused_since_timestamp_seconds",
+			Help: "When the pause in force began (fleet-role pause), in seconds since the epoch; 0 while not paused."}),
 	}
 	budgetGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_swap_write_gap_budget_seconds",
 		Help: "write_gap_budget: the longest write gap a swap may cost before fleet_role_swaps_over_write_gap_budget_total counts it."})
 	budgetGauge.Set(budget.Seconds())
 	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap, m.unfinished, m.spent,
-		m.stepTook, m.dead, m.writeGap, m.overBudget, m.writeFailed, budgetGauge)
+		m.stepTook, m.dead, m.writeGap, m.overBudget, m.writeFailed, budgetGauge, m.pausedSince)
 	return m
 }
 
@@ -134,4 +137,13 @@ func (m *metrics) ended(r api.SwapResult) {
 			m.overBudget.Inc()
 		}
 	}
+}
+
+// paused says when the pause in force began: 0 when none is.
+func (m *metrics) paused(p *api.Pause) {
+	if p == nil {
+		m.pausedSince.Set(0)
+		return
+	}
+	m.pausedSince.Set(float64(p.At.UnixMilli()) / 1000)
 }

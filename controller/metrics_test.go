@@ -91,3 +91,13 @@ func TestTheStepsOfASwapThatEndedAreCountedOnceEach(t *testing.T) {
 		assert.Equal(t, sum, d.GetHistogram().GetSampleSum(), step)
 	}
 }
+
+func TestThePausesStartIsItsTimeWhilePausedAndZeroOnceResumed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg, 5*time.Second)
+	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	m.paused(&api.Pause{By: "carol", Reason: "freeze", At: at})
+	assert.Equal(t, float64(at.Unix()), testutil.ToFloat64(m.pausedSince))
+	m.paused(nil)
+	assert.Equal(t, 0.0, testutil.ToFloat64(m.pausedSince))
+}

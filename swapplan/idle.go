@@ -39,6 +39,22 @@ func paused(pa *api.Pause) string {
 	return fmt.Sprintf("paused by %s at %s: %s", by, stamp(pa.At), pa.Reason)
 }
 
+// wouldWait says what would keep a dry run's decision from starting were
+// the dry run off: a pause, the holds. Empty when nothing would.
+func (p *planner) wouldWait() string {
+	var why []string
+	if pa := p.s.Pause; pa != nil {
+		why = append(why, paused(pa))
+	}
+	if h := p.s.Holds; len(h) > 0 {
+		why = append(why, held(h))
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return "; would wait: " + strings.Join(why, "; ")
+}
+
 // held says what holds the start of a swap.
 func held(holds []string) string {
 	return "held: " + strings.Join(holds, "; ")
@@ -154,7 +170,7 @@ func (p *planner) automatic() Plan {
 		return plan("the automatic decision to swap %s for %s waits for the maintenance window (%s): %s", out.Name, in.Name, w, why)
 	}
 	if p.s.Config.DryRun {
-		return plan("dry run: would swap %s for %s (%s)", out.Name, in.Name, why)
+		return plan("dry run: would swap %s for %s (%s)%s", out.Name, in.Name, why, p.wouldWait())
 	}
 	if pa := p.s.Pause; pa != nil {
 		return plan("the automatic decision to swap %s for %s waits: %s", out.Name, in.Name, paused(pa))

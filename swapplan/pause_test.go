@@ -1,6 +1,7 @@
 package swapplan_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -68,4 +69,24 @@ func TestAHoldKeepsAnySwapFromStartingButAForcedRequestAndLetsASwapUnderWayEnd(t
 	w.runUntil(50, acting(api.ActionPromote, "s2"))
 	w.holds = []string{"the alert EtcdHighFsyncDurations is firing"}
 	assert.Equal(t, api.ResultCompleted, w.run(200).Result, "a swap under way goes on while held")
+}
+
+func TestADryRunSaysItsDecisionWouldWaitForAPauseAndTheHoldsInForce(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.cfg.DryRun = true
+	w.node("v2").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
+	plan := w.pass()
+	assert.Contains(t, plan.Reason, "dry run: would swap v2 for s1 (")
+	assert.NotContains(t, plan.Reason, "would wait", "nothing holds")
+
+	w.holds = []string{"alerts are active at http://prometheus:9090: etcdNoLeader"}
+	plan = w.pass()
+	assert.Equal(t, api.ActionNone, plan.Action.Type)
+	assert.Contains(t, plan.Reason, "dry run: would swap v2 for s1 (")
+	assert.True(t, strings.HasSuffix(plan.Reason, "; would wait: held: alerts are active at http://prometheus:9090: etcdNoLeader"), plan.Reason)
+
+	w.pause = &api.Pause{By: "carol", Reason: "freeze", At: w.now}
+	plan = w.pass()
+	assert.Contains(t, plan.Reason, "; would wait: paused by carol at ")
+	assert.True(t, strings.HasSuffix(plan.Reason, ": freeze; held: alerts are active at http://prometheus:9090: etcdNoLeader"), plan.Reason)
 }

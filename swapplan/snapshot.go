@@ -31,7 +31,8 @@ type Snapshot struct {
 	// Holds say what else holds the start of a swap now (kured's reboot
 	// lock, an upgrade applying, an alert firing), each a sentence: no
 	// swap starts but a forced manual request; a swap under way goes on.
-	// The controller reads them only when a swap would start.
+	// The controller reads them on every pass while no swap is under way,
+	// so that a dry run says what would wait.
 	Holds []string
 }
 
@@ -133,8 +134,11 @@ type Node struct {
 	MemberName      string
 	RemovedMember   string
 	RemoveRequested bool
-	EtcdIsVoter     Condition
-	Ready           bool
+	// MemberAddress is api.AnnotationEtcdNodeAddress: the holds read it
+	// to know an alert about this host's member.
+	MemberAddress string
+	EtcdIsVoter   Condition
+	Ready         bool
 	// Heartbeat is the renew time of the kubelet's Lease; HeartbeatSeen
 	// when the controller saw it renewed, on its own clock (zero when it
 	// cannot tell).

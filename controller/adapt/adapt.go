@@ -82,6 +82,7 @@ func Node(n *corev1.Node) (swapplan.Node, error) {
 		Role:            n.Labels[api.LabelRole],
 		Level:           n.Labels[api.LabelLevel],
 		MemberName:      ann[api.AnnotationEtcdNodeName],
+		MemberAddress:   ann[api.AnnotationEtcdNodeAddress],
 		RemovedMember:   ann[api.AnnotationEtcdRemovedNodeName],
 		RemoveRequested: ann[api.AnnotationEtcdRemove] == "true",
 		Unschedulable:   n.Spec.Unschedulable,

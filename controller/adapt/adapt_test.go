@@ -32,6 +32,7 @@ func voterNode() *corev1.Node {
 			},
 			Annotations: map[string]string{
 				api.AnnotationEtcdNodeName:        "v1-0a1b2c3d",
+				api.AnnotationEtcdNodeAddress:     "10.0.0.11",
 				api.AnnotationEtcdRemovedNodeName: "v1-99999999",
 				api.AnnotationEtcdRemove:          "true",
 				api.AnnotationCordonedBy:          "swap-1",
@@ -60,6 +61,7 @@ func TestNodeReadsEveryNameOfTheContract(t *testing.T) {
 	assert.Equal(t, []string{api.LabelEtcd, api.LabelControlPlane}, n.ServerLabels, "a label set to false is not carried")
 	assert.True(t, n.EtcdTaint)
 	assert.Equal(t, "v1-0a1b2c3d", n.MemberName)
+	assert.Equal(t, "10.0.0.11", n.MemberAddress)
 	assert.Equal(t, "v1-99999999", n.RemovedMember)
 	assert.True(t, n.RemoveRequested)
 	assert.False(t, n.MemberRemoved(), "k3s last removed an older member")

@@ -382,11 +382,155 @@ var cases = []struct {
 		expect(t, "FleetRoleRemediationRetriesSpent", firing(t, series, "FleetRoleRemediationRetriesSpent", 7*time.Minute, 10*time.Minute, 20*time.Minute),
 			map[time.Duration][]string{7 * time.Minute: {}, 10 * time.Minute: {}, 20 * time.Minute: {}})
 	}},
+	{"AHoldUnreadableForTenMinutesFiresFromTheLeadingReplicaByHold", func(t *testing.T) {
+		// Prometheus stops answering at minute 5; b, standing by, reads
+		// nothing.
+		series := `
+  fleet_role_hold_unreadable{job="fleet-role-controller", instance="a", by="prometheus"} 0x4 1x20
+  fleet_role_hold_unreadable{job="fleet-role-controller", instance="a", by="kured"} 0x25
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x25
+  fleet_role_hold_unreadable{job="fleet-role-controller", instance="b", by="prometheus"} 1x25
+  fleet_role_leader{job="fleet-role-controller", instance="b"} 0x25
+`
+		want := `{alertname="FleetRoleHoldUnreadable", by="prometheus", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRoleHoldUnreadable", firing(t, series, "FleetRoleHoldUnreadable", 14*time.Minute, 15*time.Minute, 25*time.Minute),
+			map[time.Duration][]string{14 * time.Minute: {}, 15 * time.Minute: {want}, 25 * time.Minute: {want}})
+	}},
+	{"AHoldUnreadableOnlyBrieflyIsQuiet", func(t *testing.T) {
+		// Prometheus restarted: five minutes unreadable, then read again.
+		series := `
+  fleet_role_hold_unreadable{job="fleet-role-controller", instance="a", by="prometheus"} 0x4 1x5 0x20
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x30
+`
+		expect(t, "FleetRoleHoldUnreadable", firing(t, series, "FleetRoleHoldUnreadable", 10*time.Minute, 15*time.Minute, 30*time.Minute),
+			map[time.Duration][]string{10 * time.Minute: {}, 15 * time.Minute: {}, 30 * time.Minute: {}})
+	}},
+	{"APauseOlderThanADayFiresFromTheLeadingReplicaUntilResumed", func(t *testing.T) {
+		// Paused at t = 600 s (minute 10), resumed at minute 1500; b,
+		// standing by, shows the same pause but does not lead.
+		series := `
+  fleet_role_paused_since_timestamp_seconds{job="fleet-role-controller", instance="a"} 0x9 600x1489 0x10
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x1510
+  fleet_role_paused_since_timestamp_seconds{job="fleet-role-controller", instance="b"} 0x9 600x1500
+  fleet_role_leader{job="fleet-role-controller", instance="b"} 0x1510
+`
+		want := `{alertname="FleetRolePausedLong", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRolePausedLong", firing(t, series, "FleetRolePausedLong", 1450*time.Minute, 1451*time.Minute, 1499*time.Minute, 1500*time.Minute),
+			map[time.Duration][]string{1450 * time.Minute: {}, 1451 * time.Minute: {want}, 1499 * time.Minute: {want}, 1500 * time.Minute: {}})
+	}},
+	{"NoPauseAndAPauseOfHoursAreQuiet", func(t *testing.T) {
+		// Not paused (0) for a day, then paused at minute 1440 for hours.
+		series := `
+  fleet_role_paused_since_timestamp_seconds{job="fleet-role-controller", instance="a"} 0x1439 86400x300
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x1740
+`
+		expect(t, "FleetRolePausedLong", firing(t, series, "FleetRolePausedLong", 60*time.Minute, 1439*time.Minute, 1740*time.Minute),
+			map[time.Duration][]string{60 * time.Minute: {}, 1439 * time.Minute: {}, 1740 * time.Minute: {}})
+	}},
+	{"AHoldInForceForSixHoursFiresByHoldFromTheLeadingReplica", func(t *testing.T) {
+		// An alert has held since t = 300 s (minute 5); kured's lock held
+		// briefly at minute 100; b, standing by, reads nothing.
+		series := `
+  fleet_role_start_held_since_timestamp_seconds{job="fleet-role-controller", instance="a", by="prometheus"} _x5 300x400
+  fleet_role_start_held_since_timestamp_seconds{job="fleet-role-controller", instance="a", by="kured"} _x100 6000x10 _x295
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x405
+`
+		want := `{alertname="FleetRoleHeldLong", by="prometheus", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRoleHeldLong", firing(t, series, "FleetRoleHeldLong", 365*time.Minute, 366*time.Minute, 400*time.Minute),
+			map[time.Duration][]string{365 * time.Minute: {}, 366 * time.Minute: {want}, 400 * time.Minute: {want}})
+	}},
+	{"HoldsThatEndWithinSixHoursAreQuiet", func(t *testing.T) {
+		// A Plan applying for two hours, then none: the series goes (a
+		// stale marker), and no hold again.
+		series := `
+  fleet_role_start_held_since_timestamp_seconds{job="fleet-role-controller", instance="a", by="upgrade"} _x5 300x120 stale
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x500
+`
+		expect(t, "FleetRoleHeldLong", firing(t, series, "FleetRoleHeldLong", 120*time.Minute, 370*time.Minute, 500*time.Minute),
+			map[time.Duration][]string{120 * time.Minute: {}, 370 * time.Minute: {}, 500 * time.Minute: {}})
+	}},
+	{"ANotificationGivenUpOnFiresAtOnceAndClearsHalfAnHourAfter", func(t *testing.T) {
+		series := `
+  fleet_role_notifications_failed_total{job="fleet-role-controller", instance="a"} 0x9 1x60
+`
+		want := `{alertname="FleetRoleNotificationsFailing", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRoleNotificationsFailing", firing(t, series, "FleetRoleNotificationsFailing", 9*time.Minute, 10*time.Minute, 38*time.Minute, 39*time.Minute),
+			map[time.Duration][]string{9 * time.Minute: {}, 10 * time.Minute: {want}, 38 * time.Minute: {want}, 39 * time.Minute: {}})
+	}},
+	{"NotificationsThatDoNotFailAreQuiet", func(t *testing.T) {
+		series := `
+  fleet_role_notifications_failed_total{job="fleet-role-controller", instance="a"} 0x60
+`
+		expect(t, "FleetRoleNotificationsFailing", firing(t, series, "FleetRoleNotificationsFailing", 10*time.Minute, 60*time.Minute),
+			map[time.Duration][]string{10 * time.Minute: {}, 60 * time.Minute: {}})
+	}},
+	{"AnAgentActionFailingForAQuarterOfAnHourFiresByAgentAndAction", func(t *testing.T) {
+		// s1's promote fails from minute 5, tried again every minute; v1's
+		// step-down failed once and then was done.
+		series := `
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="s1:9091", action="promote", outcome="failed"} 0x4 1+1x40
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="v1:9091", action="step-down", outcome="failed"} 0x4 1x40
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="v1:9091", action="step-down", outcome="done"} 0x5 1x39
+`
+		want := `{action="promote", alertname="FleetRoleAgentActionsFailing", instance="s1:9091", job="fleet-role-agent", severity="warning"}`
+		expect(t, "FleetRoleAgentActionsFailing", firing(t, series, "FleetRoleAgentActionsFailing", 19*time.Minute, 20*time.Minute, 40*time.Minute),
+			map[time.Duration][]string{19 * time.Minute: {}, 20 * time.Minute: {want}, 40 * time.Minute: {want}})
+	}},
+	{"AnAgentActionThatFailsOnceAndIsDoneAndActionsDoneAtEveryTurnAreQuiet", func(t *testing.T) {
+		// s1's promote failed once, then was done; v1 carries out a
+		// decision every minute, each done.
+		series := `
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="s1:9091", action="promote", outcome="failed"} 0x4 1x40
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="s1:9091", action="promote", outcome="done"} 0x5 1x39
+  fleet_role_agent_actions_total{job="fleet-role-agent", instance="v1:9091", action="snapshot", outcome="done"} 0+1x40
+`
+		expect(t, "FleetRoleAgentActionsFailing", firing(t, series, "FleetRoleAgentActionsFailing", 10*time.Minute, 20*time.Minute, 40*time.Minute),
+			map[time.Duration][]string{10 * time.Minute: {}, 20 * time.Minute: {}, 40 * time.Minute: {}})
+	}},
+	{"AnAgentThatStopsSamplingFiresNineMinutesAfterItsLastSample", func(t *testing.T) {
+		// A sample a minute until minute 10; then the count stands still:
+		// from minute 14 the five minutes hold that one value alone.
+		series := `
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v2:9091", result="healthy"} 0+1x10 10x30
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v1:9091", result="healthy"} 0+1x40
+`
+		want := `{alertname="FleetRoleAgentNotSampling", instance="v2:9091", job="fleet-role-agent", severity="warning"}`
+		expect(t, "FleetRoleAgentNotSampling", firing(t, series, "FleetRoleAgentNotSampling", 18*time.Minute, 19*time.Minute, 40*time.Minute),
+			map[time.Duration][]string{18 * time.Minute: {}, 19 * time.Minute: {want}, 40 * time.Minute: {want}})
+	}},
+	{"AnAgentSamplingEveryMinuteIsQuiet", func(t *testing.T) {
+		// Healthy, then unhealthy: sampling all the same.
+		series := `
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v2:9091", result="healthy"} 0+1x20 20x20
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v2:9091", result="unhealthy"} 0x20 0+1x20
+`
+		expect(t, "FleetRoleAgentNotSampling", firing(t, series, "FleetRoleAgentNotSampling", 10*time.Minute, 25*time.Minute, 40*time.Minute),
+			map[time.Duration][]string{10 * time.Minute: {}, 25 * time.Minute: {}, 40 * time.Minute: {}})
+	}},
+	{"AnAgentWhoseSamplesMostlyFailFiresAfterAQuarterOfAnHour", func(t *testing.T) {
+		// From minute 10, every sample is an error.
+		series := `
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v3:9091", result="healthy"} 0+1x10 10x50
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v3:9091", result="error"} 0x10 0+1x50
+`
+		want := `{alertname="FleetRoleAgentProbeErrors", instance="v3:9091", job="fleet-role-agent", severity="warning"}`
+		expect(t, "FleetRoleAgentProbeErrors", firing(t, series, "FleetRoleAgentProbeErrors", 24*time.Minute, 33*time.Minute, 50*time.Minute),
+			map[time.Duration][]string{24 * time.Minute: {}, 33 * time.Minute: {want}, 50 * time.Minute: {want}})
+	}},
+	{"AnAgentWithAFewFailedSamplesIsQuiet", func(t *testing.T) {
+		// One error in every four samples.
+		series := `
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v3:9091", result="healthy"} 0 1 2 3 3 4 5 6 6 7 8 9 9 10 11 12 12 13 14 15 15 16 17 18 18 19 20 21 21 22 23 24 24 25 26 27 27 28 29 30 30
+  fleet_role_agent_probe_samples_total{job="fleet-role-agent", instance="v3:9091", result="error"} 0 0 0 0 1 1 1 1 2 2 2 2 3 3 3 3 4 4 4 4 5 5 5 5 6 6 6 6 7 7 7 7 8 8 8 8 9 9 9 9 10
+`
+		expect(t, "FleetRoleAgentProbeErrors", firing(t, series, "FleetRoleAgentProbeErrors", 20*time.Minute, 40*time.Minute),
+			map[time.Duration][]string{20 * time.Minute: {}, 40 * time.Minute: {}})
+	}},
 }
 
 // TestEachAlertFiresWhenItShouldAndOnlyThen runs the cases, then checks
 // that each alert of the file was seen both firing and quiet, selects
-// only the controller's metrics, and has a summary, a description that
+// only the controller's and the agent's metrics, and has a summary, a description that
 // points to docs/alerts.md, and a severity.
 func TestEachAlertFiresWhenItShouldAndOnlyThen(t *testing.T) {
 	for _, c := range cases {
@@ -394,7 +538,7 @@ func TestEachAlertFiresWhenItShouldAndOnlyThen(t *testing.T) {
 	}
 	groups, errs := rulefmt.ParseFile(rulesFile, false, model.UTF8Validation, parser.NewParser(parser.Options{}), promslog.NewNopLogger())
 	require.Empty(t, errs)
-	known := controllerMetrics(t)
+	known := everyMetric(t)
 	alerts := 0
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
@@ -403,7 +547,7 @@ func TestEachAlertFiresWhenItShouldAndOnlyThen(t *testing.T) {
 			}
 			alerts++
 			for _, n := range metricNames(t, r.Expr) {
-				assert.True(t, known[n], "%s: %s is no metric of the controller", r.Alert, n)
+				assert.True(t, known[n], "%s: %s is no metric of the controller or the agent", r.Alert, n)
 			}
 			assert.True(t, tested.fires[r.Alert], "%s: no case fires it", r.Alert)
 			assert.True(t, tested.quiet[r.Alert], "%s: no case keeps it quiet", r.Alert)

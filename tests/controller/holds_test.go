@@ -168,3 +168,100 @@ func TestKuredsLockAndAnUpgradeApplyingToAServerHoldTheStartAndTheSwapIsToldToAW
 	assert.Contains(t, told, "fleet-role: swap "+res.ID+" (v2 out, s1 in, automatic) ended completed")
 	assert.Less(t, strings.Index(told, " started: "), strings.Index(told, " ended "), "in order")
 }
+
+// prometheus answers /api/v1/query with the ALERTS series set, or fails
+// as a Prometheus whose TSDB is closed.
+type prometheus struct {
+	mu      sync.Mutex
+	alerts  []string
+	failing bool
+	srv     *httptest.Server
+}
+
+func newPrometheus(t *testing.T) *prometheus {
+	p := &prometheus{}
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if p.failing {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"status":"error","errorType":"unavailable","error":"the TSDB is closed"}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"status":"success","data":{"resultType":"vector","result":[`+strings.Join(p.alerts, ",")+`]}}`)
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *prometheus) set(failing bool, alerts ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failing, p.alerts = failing, alerts
+}
+
+// firingAlert is an ALERTS series, its labels given as JSON pairs.
+func firingAlert(name, labels string) string {
+	return `{"metric":{"__name__":"ALERTS","alertname":"` + name + `","alertstate":"firing"` + labels + `},"value":[1764583200,"1"]}`
+}
+
+func TestADryRunSaysItWouldWaitForAnAlertButNotForWatchdogOrTheOutgoingVotersOwnAndWarnsOfAPrometheusItCannotRead(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 3, 1, 0)
+	prom := newPrometheus(t)
+	prom.set(false,
+		firingAlert("Watchdog", ""),
+		firingAlert("etcdHighFsyncDurations", `,"job":"etcd","instance":"v2:2381"`),
+		firingAlert("etcdGRPCRequestsSlow", `,"job":"etcd","instance":"v3:2381"`))
+	e.cfg.DryRun = true
+	e.cfg.Verdicts.Window = 4
+	e.cfg.Holds = config.DefaultController().Holds
+	e.cfg.Holds.PrometheusURL = prom.srv.URL
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 35 })
+	e.start()
+
+	var st api.Status
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return strings.Contains(st.Reason, "would wait")
+	}, 30*time.Second, 50*time.Millisecond, "the dry run says what would hold it: %s", st.Reason)
+	assert.Contains(t, st.Reason, "dry run: would swap v2 for s1 (")
+	assert.True(t, strings.HasSuffix(st.Reason, "; would wait: held: alerts are active at "+prom.srv.URL+": etcdGRPCRequestsSlow"), st.Reason)
+	require.NotNil(t, st.Controller)
+	assert.Equal(t, []string{"alerts are active at " + prom.srv.URL + ": etcdGRPCRequestsSlow"}, st.Controller.Held)
+	out, _, code := e.cli("status")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "would wait: held: alerts are active at")
+	assert.Contains(t, out, "in force: alerts are active at "+prom.srv.URL+": etcdGRPCRequestsSlow")
+
+	// Prometheus stops answering: the hold holds, says so, is counted and
+	// told in a warning Event on the status ConfigMap.
+	prom.set(true)
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return strings.Contains(st.Reason, "cannot be read")
+	}, 60*time.Second, 100*time.Millisecond, "an unreadable hold holds: %s", st.Reason)
+	assert.Contains(t, st.Reason, "would wait: held: the alerts at "+prom.srv.URL+" cannot be read: ")
+	var warning *corev1.Event
+	require.Eventually(t, func() bool {
+		list, err := e.api.Client.CoreV1().Events(api.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for i := range list.Items {
+			if list.Items[i].Reason == api.EventHoldUnreadable {
+				warning = &list.Items[i]
+			}
+		}
+		return warning != nil
+	}, 10*time.Second, 100*time.Millisecond, "a HoldUnreadable Event")
+	assert.Equal(t, corev1.EventTypeWarning, warning.Type)
+	assert.Equal(t, "ConfigMap", warning.InvolvedObject.Kind)
+	assert.Equal(t, api.StatusConfigMap, warning.InvolvedObject.Name)
+	assert.Contains(t, warning.Message, "the prometheus hold cannot be read, so it holds: the alerts at "+prom.srv.URL+" cannot be read: ")
+	rec := httptest.NewRecorder()
+	e.ctrl.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Contains(t, rec.Body.String(), `fleet_role_hold_unreadable{by="prometheus"} 1`)
+	assert.Contains(t, rec.Body.String(), `fleet_role_hold_read_failures_total{by="prometheus"}`)
+}

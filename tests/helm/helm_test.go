@@ -282,6 +282,54 @@ func TestThePrometheusRuleAndTheDashboardAreTheChartsFilesWhenAsked(t *testing.T
 	}
 }
 
+func TestThePrometheusRulesThresholdsAndRunbookLinksAreTheValuesGiven(t *testing.T) {
+	b, err := helm.Render(api.Namespace, map[string]any{"metrics": map[string]any{
+		"prometheusRule": map[string]any{"enabled": true,
+			"thresholds": map[string]any{
+				"swapStuckRunnersSeconds": 7500, "swapStuckSeconds": 2100, "pausedLongSeconds": 3600, "heldLongSeconds": 600,
+			},
+			"runbookBaseURL": "https://wiki.example.org/fleet/"}}})
+	require.NoError(t, err)
+	var spec struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Expr        string            `json:"expr"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var o struct {
+			Kind string         `json:"kind"`
+			Spec map[string]any `json:"spec"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &o))
+		if o.Kind == "PrometheusRule" {
+			raw, err := yaml.Marshal(o.Spec)
+			require.NoError(t, err)
+			require.NoError(t, yaml.Unmarshal(raw, &spec))
+		}
+	}
+	require.NotEmpty(t, spec.Groups)
+	exprs := map[string]string{}
+	for _, g := range spec.Groups {
+		for _, r := range g.Rules {
+			exprs[r.Alert] += r.Expr
+			assert.Equal(t, "https://wiki.example.org/fleet/alerts.md#"+strings.ToLower(r.Alert), r.Annotations["runbook_url"])
+		}
+	}
+	assert.Contains(t, exprs["FleetRoleSwapStuck"], "fleet_role_swap_step_seconds > 7500")
+	assert.Contains(t, exprs["FleetRoleSwapStuck"], "fleet_role_swap_step_seconds > 2100")
+	assert.Contains(t, exprs["FleetRolePausedLong"], "fleet_role_paused_since_timestamp_seconds > 3600")
+	assert.Contains(t, exprs["FleetRoleHeldLong"], "fleet_role_start_held_since_timestamp_seconds > 600")
+	for alert, expr := range exprs {
+		for _, old := range []string{"> 3900", "> 1200", "> 86400", "> 21600"} {
+			assert.NotContains(t, expr, old, "%s keeps a default threshold", alert)
+		}
+	}
+}
+
 func TestTheHoldsAndNotificationsAreConfiguredAndGrantedOnlyWhenAsked(t *testing.T) {
 	_, objs := render(t, api.Namespace, map[string]any{
 		"holds": map[string]any{
@@ -298,6 +346,7 @@ func TestTheHoldsAndNotificationsAreConfiguredAndGrantedOnlyWhenAsked(t *testing
 		KuredDaemonSet: "kube-system/kured", KuredLockAnnotation: config.DefaultKuredLockAnnotation, KuredLockTTL: 30 * time.Minute, KuredConcurrency: 1,
 		UpgradePlansNamespace: "system-upgrade", PrometheusURL: "http://prometheus.monitoring:9090",
 		AlertFilterRegexp: "^Etcd", AlertFilterMatchOnly: true,
+		AlertIgnoreRegexp: config.DefaultAlertIgnoreRegexp, AlertIgnoreOutgoing: true, // the defaults: the chart sets neither
 	}, c.Holds)
 	assert.Equal(t, []string{"generic://hooks.example.org/fleet"}, c.Notify.URLs)
 

@@ -172,7 +172,8 @@ func (r renderer) defaultOf(key string, v reflect.Value) string {
 	if slices.Contains(r.required, key) {
 		return "required"
 	}
-	return "`" + tomlValue(v) + "`"
+	// Note: GitHub's tables end a cell at a "|" inside code too.
+	return "`" + strings.ReplaceAll(tomlValue(v), "|", `\|`) + "`"
 }
 
 func tomlKey(f reflect.StructField) string {
