@@ -299,6 +299,27 @@ func TestTheTypedConfigurationValuesReachTheirKeys(t *testing.T) {
 	assert.Equal(t, want, c)
 }
 
+func TestThePrometheusHoldsIgnoreValuesReachTheirKeysAnEmptyRegexpIncludedAndNullLeavesTheDefaults(t *testing.T) {
+	holds := func(prometheus map[string]any) config.Holds {
+		t.Helper()
+		_, objs := render(t, api.Namespace, map[string]any{"holds": map[string]any{"prometheus": prometheus}})
+		c, err := config.ParseController([]byte(controllerTOML(t, objs, api.Namespace)))
+		require.NoError(t, err)
+		return c.Holds
+	}
+	h := holds(map[string]any{"url": "http://prometheus:9090", "alertIgnoreRegexp": "", "alertIgnoreOutgoing": false})
+	assert.Equal(t, "http://prometheus:9090", h.PrometheusURL)
+	assert.Empty(t, h.AlertIgnoreRegexp, "an empty regexp ignores no alert")
+	assert.False(t, h.AlertIgnoreOutgoing)
+	h = holds(map[string]any{"url": "http://prometheus:9090", "alertIgnoreRegexp": "^Watchdog$"})
+	assert.Equal(t, "^Watchdog$", h.AlertIgnoreRegexp)
+	assert.True(t, h.AlertIgnoreOutgoing, "null: the default")
+	h = holds(map[string]any{"url": "http://prometheus:9090"})
+	def := config.DefaultController().Holds
+	assert.Equal(t, def.AlertIgnoreRegexp, h.AlertIgnoreRegexp)
+	assert.Equal(t, def.AlertIgnoreOutgoing, h.AlertIgnoreOutgoing)
+}
+
 func TestAKeyOrTableOfConfigExtraThatTheValuesSetTooFailsTheRenderNamingIt(t *testing.T) {
 	for _, c := range []struct {
 		name   string

@@ -169,6 +169,12 @@ of it is set. */}}
 {{- include "fleet-role.tomlKeys" $kured }}
 {{- include "fleet-role.tomlKeys" (dict "upgrade_plans_namespace" .upgradePlansNamespace) }}
 {{- include "fleet-role.tomlKeys" $prometheus }}
+{{- if and .prometheus.url (kindIs "string" .prometheus.alertIgnoreRegexp) }}
+alert_ignore_regexp = {{ include "fleet-role.tomlValue" .prometheus.alertIgnoreRegexp }}
+{{- end }}
+{{- if and .prometheus.url (kindIs "bool" .prometheus.alertIgnoreOutgoing) }}
+alert_ignore_outgoing = {{ .prometheus.alertIgnoreOutgoing }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if or .Values.notify.urls .Values.notify.secretName }}
