@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -282,23 +284,35 @@ func TestThePrometheusRuleAndTheDashboardAreTheChartsFilesWhenAsked(t *testing.T
 	}
 }
 
-func TestThePrometheusRulesThresholdsAndRunbookLinksAreTheValuesGiven(t *testing.T) {
-	b, err := helm.Render(api.Namespace, map[string]any{"metrics": map[string]any{
-		"prometheusRule": map[string]any{"enabled": true,
-			"thresholds": map[string]any{
-				"swapStuckRunnersSeconds": 7500, "swapStuckSeconds": 2100, "pausedLongSeconds": 3600, "heldLongSeconds": 600,
-			},
-			"runbookBaseURL": "https://wiki.example.org/fleet/"}}})
-	require.NoError(t, err)
-	var spec struct {
-		Groups []struct {
-			Rules []struct {
-				Alert       string            `json:"alert"`
-				Expr        string            `json:"expr"`
-				Annotations map[string]string `json:"annotations"`
-			} `json:"rules"`
-		} `json:"groups"`
+// rules is the spec of a PrometheusRule.
+type rules struct {
+	Groups []struct {
+		Rules []struct {
+			Alert       string            `json:"alert"`
+			Expr        string            `json:"expr"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"rules"`
+	} `json:"groups"`
+}
+
+// exprs are the rules' expressions by alert, those of one name joined.
+func (r rules) exprs() map[string]string {
+	exprs := map[string]string{}
+	for _, g := range r.Groups {
+		for _, r := range g.Rules {
+			exprs[r.Alert] += r.Expr
+		}
 	}
+	return exprs
+}
+
+// prometheusRules renders the chart with values and returns its
+// PrometheusRule's spec.
+func prometheusRules(t *testing.T, values map[string]any) rules {
+	t.Helper()
+	b, err := helm.Render(api.Namespace, values)
+	require.NoError(t, err)
+	var spec rules
 	for _, doc := range strings.Split(string(b), "\n---\n") {
 		var o struct {
 			Kind string         `json:"kind"`
@@ -312,13 +326,54 @@ func TestThePrometheusRulesThresholdsAndRunbookLinksAreTheValuesGiven(t *testing
 		}
 	}
 	require.NotEmpty(t, spec.Groups)
-	exprs := map[string]string{}
+	return spec
+}
+
+func TestTheSwapStuckThresholdsAreTheBoundsPlusFiveMinutesTheControllersDefaultsWhereUnset(t *testing.T) {
+	// What the controller's defaults make them: the runners' bound and
+	// the longest of the others, each plus 5 minutes.
+	def := config.DefaultController().Bounds
+	v := reflect.ValueOf(def)
+	var longest time.Duration
+	for i := range v.NumField() {
+		if d := v.Field(i).Interface().(time.Duration); v.Type().Field(i).Name != "Runners" && d > longest {
+			longest = d
+		}
+	}
+	for _, c := range []struct {
+		name            string
+		bounds          map[string]any
+		runners, others time.Duration
+	}{
+		{"the defaults", nil, def.Runners + 5*time.Minute, longest + 5*time.Minute},
+		{"the runners' and a longer drain", map[string]any{"runners": "2h", "drain": "40m", "stepDown": "90s"}, 2*time.Hour + 5*time.Minute, 45 * time.Minute},
+		{"a bound in hours and minutes", map[string]any{"gates": "1h30m", "runners": "1.5h"}, 95 * time.Minute, 95 * time.Minute},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			values := map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"enabled": true}}}
+			if c.bounds != nil {
+				values["config"] = map[string]any{"bounds": c.bounds}
+			}
+			expr := prometheusRules(t, values).exprs()["FleetRoleSwapStuck"]
+			assert.Contains(t, expr, fmt.Sprintf("fleet_role_swap_step_seconds > %d\n", int(c.runners.Seconds())))
+			assert.Contains(t, expr, fmt.Sprintf("fleet_role_swap_step_seconds > %d\n", int(c.others.Seconds())))
+		})
+	}
+}
+
+func TestThePrometheusRulesThresholdsAndRunbookLinksAreTheValuesGiven(t *testing.T) {
+	spec := prometheusRules(t, map[string]any{"metrics": map[string]any{
+		"prometheusRule": map[string]any{"enabled": true,
+			"thresholds": map[string]any{
+				"swapStuckRunnersSeconds": 7500, "swapStuckSeconds": 2100, "pausedLongSeconds": 3600, "heldLongSeconds": 600,
+			},
+			"runbookBaseURL": "https://wiki.example.org/fleet/"}}})
 	for _, g := range spec.Groups {
 		for _, r := range g.Rules {
-			exprs[r.Alert] += r.Expr
 			assert.Equal(t, "https://wiki.example.org/fleet/alerts.md#"+strings.ToLower(r.Alert), r.Annotations["runbook_url"])
 		}
 	}
+	exprs := spec.exprs()
 	assert.Contains(t, exprs["FleetRoleSwapStuck"], "fleet_role_swap_step_seconds > 7500")
 	assert.Contains(t, exprs["FleetRoleSwapStuck"], "fleet_role_swap_step_seconds > 2100")
 	assert.Contains(t, exprs["FleetRolePausedLong"], "fleet_role_paused_since_timestamp_seconds > 3600")

@@ -247,3 +247,23 @@ one replica, not the leader and its standby together. */}}
 {{- toYaml .Values.topologySpreadConstraints -}}
 {{- end -}}
 {{- end }}
+
+{{/* The controller's default [bounds] (config.DefaultController), by the
+values' names, as JSON: what a bound left unset is. tests/helm holds them
+to the controller's. */}}
+{{- define "fleet-role.boundDefaults" -}}
+{{- dict "snapshot" "10m" "runners" "1h" "drain" "15m" "promote" "10m" "join" "10m"
+  "gates" "15m" "stepDown" "5m" "removeMember" "10m" "memberGone" "15m" "uncordon" "15m"
+  "rollback" "5m" "removeFallback" "2m" "removeByVoter" "5m" | toJson }}
+{{- end }}
+
+{{/* The whole seconds of a Go duration ("1h30m", "90s", "1.5h"), rounded
+up. */}}
+{{- define "fleet-role.seconds" -}}
+{{- $unit := dict "h" 3600.0 "m" 60.0 "s" 1.0 "ms" 0.001 "us" 0.000001 "µs" 0.000001 "ns" 0.000000001 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9.]+(ns|us|µs|ms|s|m|h)" . -1 }}
+{{- $total = addf $total (mulf (regexFind "^[0-9.]+" . | float64) (get $unit (regexReplaceAll "^[0-9.]+" . ""))) }}
+{{- end }}
+{{- $total | ceil | int }}
+{{- end }}
