@@ -191,9 +191,6 @@ func (c *Controller) Run(ctx context.Context) error {
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
 	}
-	if c.notifier != nil {
-		go c.notifier.run(ctx.Done())
-	}
 	c.cache.start(ctx)
 	le := c.cfg.LeaderElection
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -241,6 +238,9 @@ const PassBurst = 5
 func (c *Controller) loop(ctx context.Context) {
 	if !c.cache.waitForSync(ctx) {
 		return
+	}
+	if c.notifier != nil {
+		go c.notifier.run(ctx, savedNotifyQueue(c.cache.statusObject(), c.log), c.exec)
 	}
 	tick := time.NewTicker(c.cfg.Period)
 	defer tick.Stop()
@@ -371,6 +371,7 @@ func (c *Controller) pass(ctx context.Context) {
 		log.Debug("no action taken", logkey.Reason, plan.Reason)
 	}
 	c.reportDryRun(plan)
+	c.notifier.paused(snap)
 	if a.Type != api.ActionEnd || err != nil {
 		if serr := c.publish(ctx, snap, plan, problems, err); serr != nil {
 			log.Warn("status not written", logkey.Err, serr)
@@ -404,6 +405,7 @@ func (c *Controller) reportDryRun(plan swapplan.Plan) {
 		c.log.Info("dry run would swap", logkey.Out, d.Out, logkey.In, d.In, logkey.Reason, d.Reason)
 		ref := &corev1.ObjectReference{Kind: "Node", Name: d.Out, UID: types.UID(d.Out)} // as eventObject refers to a Node
 		c.recorder.Eventf(ref, corev1.EventTypeNormal, api.EventDryRunWouldSwap, "%s", plan.Reason)
+		c.notifier.dryRun(plan)
 	}
 }
 
