@@ -370,7 +370,7 @@ func (c *Controller) pass(ctx context.Context) {
 	default:
 		log.Debug("no action taken", logkey.Reason, plan.Reason)
 	}
-	c.reportDryRun(plan)
+	c.reportDryRun(plan, snap.Status)
 	c.notifier.paused(snap)
 	if a.Type != api.ActionEnd || err != nil {
 		if serr := c.publish(ctx, snap, plan, problems, err); serr != nil {
@@ -391,7 +391,7 @@ func (c *Controller) pass(ctx context.Context) {
 // reportDryRun makes a dry run's automatic decision seen: an Event on the
 // voter it would swap out and a count, once a decision, and a gauge while
 // it stands.
-func (c *Controller) reportDryRun(plan swapplan.Plan) {
+func (c *Controller) reportDryRun(plan swapplan.Plan, published api.Status) {
 	d := plan.Decision
 	if !c.cfg.DryRun || d == nil || plan.Swap != nil {
 		c.metrics.wouldSwap.Set(0)
@@ -405,7 +405,7 @@ func (c *Controller) reportDryRun(plan swapplan.Plan) {
 		c.log.Info("dry run would swap", logkey.Out, d.Out, logkey.In, d.In, logkey.Reason, d.Reason)
 		ref := &corev1.ObjectReference{Kind: "Node", Name: d.Out, UID: types.UID(d.Out)} // as eventObject refers to a Node
 		c.recorder.Eventf(ref, corev1.EventTypeNormal, api.EventDryRunWouldSwap, "%s", plan.Reason)
-		c.notifier.dryRun(plan)
+		c.notifier.dryRun(plan, published)
 	}
 }
 

@@ -390,12 +390,18 @@ func (n *Notifier) told(plan swapplan.Plan) {
 	n.say(NotifyMessage(plan))
 }
 
-// dryRun queues a dry run's decision, which the caller tells once.
-func (n *Notifier) dryRun(plan swapplan.Plan) {
+// dryRun queues a dry run's decision, which the caller tells once, unless
+// the status published before this pass already held it in a dry run: a
+// controller before a restart told it.
+func (n *Notifier) dryRun(plan swapplan.Plan, published api.Status) {
 	if n == nil || plan.Decision == nil {
 		return
 	}
 	d := plan.Decision
+	if p := published.Decision; p != nil && p.Out == d.Out && p.In == d.In && published.Swap == nil &&
+		published.Controller != nil && published.Controller.DryRun {
+		return
+	}
 	n.say(fmt.Sprintf("fleet-role: dry run decided, and did not carry out, a swap of %s out for %s in: %s", d.Out, d.In, plan.Reason))
 }
 

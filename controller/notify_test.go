@@ -285,3 +285,28 @@ func TestAPauseAndItsResumeAreQueuedOnceEachAndThePauseTheStatusPublishedIsNotTo
 	restarted.paused(swapplan.Snapshot{Pause: alice})
 	assert.Len(t, queuedMessages(restarted), 1, "a pause made while no controller ran, which no status published, is told at the first pass")
 }
+
+func TestADryRunDecisionIsQueuedUnlessTheStatusPublishedBeforeHeldItInADryRun(t *testing.T) {
+	plan := swapplan.Plan{Decision: &api.Decision{Out: "v2", In: "s1", Reason: "v2 is unfit"}, Reason: "dry run: would swap v2 for s1 (v2 is unfit)"}
+	dry := &api.ControllerState{DryRun: true}
+	for _, tc := range []struct {
+		name      string
+		published api.Status
+		told      bool
+	}{
+		{"a decision no status held is told", api.Status{Controller: dry}, true},
+		{"the same decision a dry run published is not told again", api.Status{Decision: &api.Decision{Out: "v2", In: "s1", Reason: "figures moved"}, Controller: dry}, false},
+		{"another decision is told", api.Status{Decision: &api.Decision{Out: "v3", In: "s1"}, Controller: dry}, true},
+		{"the same decision published while not in a dry run was never told as one", api.Status{Decision: &api.Decision{Out: "v2", In: "s1"}, Controller: &api.ControllerState{}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, _ := newTestNotifier(t, config.Notify{URLs: []string{"generic://hooks.example.org/fleet"}})
+			n.dryRun(plan, tc.published)
+			if tc.told {
+				assert.Equal(t, []string{"fleet-role: dry run decided, and did not carry out, a swap of v2 out for s1 in: dry run: would swap v2 for s1 (v2 is unfit)"}, queuedMessages(n))
+			} else {
+				assert.Empty(t, queuedMessages(n))
+			}
+		})
+	}
+}
