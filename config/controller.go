@@ -139,7 +139,7 @@ type Holds struct {
 // "slack://…", "teams://…", "smtp://…" and the rest of shoutrrr's
 // services. A message that fails to send is tried again, after a backoff
 // that doubles up to a limit; the messages not sent yet are kept in the
-// status ConfigMap, so that a restart loses none.
+// status ConfigMap, so that a restart sends them.
 type Notify struct {
 	// URLs are written here; a URL with a token in it belongs in URLsFile.
 	URLs []string `toml:"urls"`
@@ -609,7 +609,7 @@ alert_firing_only = {{.Holds.AlertFiringOnly}}
 # one URL a line, a mounted Secret, say. A send that fails is tried again
 # after retry_backoff, doubled at each failure up to max_retry_backoff;
 # the messages not sent yet, at most max_queued (the oldest dropped past
-# it), are kept in the status ConfigMap, so that a restart loses none.
+# it), are kept in the status ConfigMap, so that a restart sends them.
 [notify]
 urls = []
 urls_file = "{{.Notify.URLsFile}}"

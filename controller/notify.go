@@ -35,8 +35,9 @@ import (
 // on. The messages not sent yet, at most max_queued (the oldest dropped
 // past it, and counted), are kept in the status ConfigMap
 // (api.NotifyQueueKey), so that a restart or a new leader sends them.
-// Note: a message sent just before a restart that did not get to save
-// its queue is sent again: at least once, never lost.
+// Note: the queue is saved before each send, so a message sent just
+// before a restart that did not get to save its removal is sent again;
+// only one queued in the moment before a crash, not saved yet, is lost.
 type Notifier struct {
 	dests      []*destination
 	backoff    time.Duration
