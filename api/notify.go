@@ -3,14 +3,21 @@ package api
 import "time"
 
 // NotifyQueue is the controller's notifications not sent yet, kept so
-// that a restart or a new leader sends them: written by the leading
-// controller in NotifyQueueKey whenever the queue changes, read by the
-// controller that next leads, and by nobody else.
+// that a restart or a new leader sends them, and the dry run's decision
+// and the pause last told: written by the leading controller in
+// NotifyQueueKey whenever one changes, read by the controller that next
+// leads, and by nobody else.
 type NotifyQueue struct {
 	// V is the format's version (Version when written; 1 when missing).
 	V int `json:"v"`
 	// Queued are the messages in the order they are to be sent.
 	Queued []QueuedNotification `json:"queued"`
+	// DryRunTold is the dry run's decision last told (its Out and In), so
+	// that a restart does not tell it again.
+	DryRunTold *Decision `json:"dryRunTold,omitempty"`
+	// Pause is the pause last told; none when none was, or its resume
+	// was.
+	Pause *Pause `json:"pause,omitempty"`
 }
 
 // QueuedNotification is one message for one notification URL.

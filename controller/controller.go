@@ -240,7 +240,8 @@ func (c *Controller) loop(ctx context.Context) {
 		return
 	}
 	if c.notifier != nil {
-		go c.notifier.run(ctx, savedNotifyQueue(c.cache.statusObject(), c.log), c.exec)
+		c.notifier.restore(savedNotifyQueue(c.cache.statusObject(), c.log))
+		go c.notifier.run(ctx, c.exec)
 	}
 	tick := time.NewTicker(c.cfg.Period)
 	defer tick.Stop()
@@ -370,7 +371,8 @@ func (c *Controller) pass(ctx context.Context) {
 	default:
 		log.Debug("no action taken", logkey.Reason, plan.Reason)
 	}
-	c.reportDryRun(plan, snap.Status)
+	c.reportDryRun(plan)
+	c.notifier.dryRun(c.cfg.DryRun, plan, verdicts)
 	c.notifier.paused(snap)
 	if a.Type != api.ActionEnd || err != nil {
 		if serr := c.publish(ctx, snap, plan, problems, err); serr != nil {
@@ -391,7 +393,7 @@ func (c *Controller) pass(ctx context.Context) {
 // reportDryRun makes a dry run's automatic decision seen: an Event on the
 // voter it would swap out and a count, once a decision, and a gauge while
 // it stands.
-func (c *Controller) reportDryRun(plan swapplan.Plan, published api.Status) {
+func (c *Controller) reportDryRun(plan swapplan.Plan) {
 	d := plan.Decision
 	if !c.cfg.DryRun || d == nil || plan.Swap != nil {
 		c.metrics.wouldSwap.Set(0)
@@ -405,7 +407,6 @@ func (c *Controller) reportDryRun(plan swapplan.Plan, published api.Status) {
 		c.log.Info("dry run would swap", logkey.Out, d.Out, logkey.In, d.In, logkey.Reason, d.Reason)
 		ref := &corev1.ObjectReference{Kind: "Node", Name: d.Out, UID: types.UID(d.Out)} // as eventObject refers to a Node
 		c.recorder.Eventf(ref, corev1.EventTypeNormal, api.EventDryRunWouldSwap, "%s", plan.Reason)
-		c.notifier.dryRun(plan, published)
 	}
 }
 

@@ -191,7 +191,7 @@ func TestTheNotifierPostsEachNewsOfASwapInOrderToEveryURL(t *testing.T) {
 	n.register(reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go n.run(ctx, nil, nil)
+	go n.run(ctx, nil)
 
 	rec := &api.SwapRecord{ID: "20261201-100000-v2", Out: "v2", In: "s1", Origin: api.OriginAutomatic}
 	ended := *rec

@@ -56,6 +56,8 @@ type Notifier struct {
 	seq   uint64
 	// dirty: the queue changed since it was last saved.
 	dirty bool
+	// dryRunTold is the dry run's decision last told.
+	dryRunTold *api.Decision
 	// pause is the pause last seen, once a pass has seen one or none.
 	pause      *api.Pause
 	pauseKnown bool
@@ -187,11 +189,10 @@ func retryAfter(attempts int, backoff, maxBackoff time.Duration) time.Duration {
 	return min(d, maxBackoff)
 }
 
-// run restores the saved queue, then sends what is queued until ctx
-// ends, saving the queue in store (nil: nowhere) whenever it changes. It
-// runs while this replica leads.
-func (n *Notifier) run(ctx context.Context, saved *api.NotifyQueue, store notifyStore) {
-	n.restore(saved)
+// run sends what is queued until ctx ends, saving the queue in store
+// (nil: nowhere) whenever it changes. It runs while this replica leads,
+// after restore and before the first pass.
+func (n *Notifier) run(ctx context.Context, store notifyStore) {
 	for {
 		wait := time.Duration(-1)
 		if n.isDirty() && store != nil {
@@ -246,10 +247,11 @@ func (n *Notifier) send(ctx context.Context, d *destination, msg string) error {
 	}
 }
 
-// restore puts the saved messages, older than any queued since, first; a
-// message to a URL no longer configured is dropped.
+// restore puts the saved messages, older than any queued since, first (a
+// message to a URL no longer configured is dropped), and takes the saved
+// decision and pause as the ones last told.
 func (n *Notifier) restore(saved *api.NotifyQueue) {
-	if saved == nil || len(saved.Queued) == 0 {
+	if saved == nil {
 		return
 	}
 	n.mu.Lock()
@@ -265,6 +267,8 @@ func (n *Notifier) restore(saved *api.NotifyQueue) {
 		kept = append(kept, queuedMessage{QueuedNotification: q, seq: n.seq})
 	}
 	n.queue = append(kept, n.queue...)
+	n.dryRunTold = saved.DryRunTold
+	n.pause, n.pauseKnown = saved.Pause, true
 	n.trim()
 	n.dirty = true
 }
@@ -287,7 +291,7 @@ func (n *Notifier) isDirty() bool {
 // save writes the queue as it is now.
 func (n *Notifier) save(ctx context.Context, store notifyStore) error {
 	n.mu.Lock()
-	q := api.NotifyQueue{Queued: make([]api.QueuedNotification, 0, len(n.queue))}
+	q := api.NotifyQueue{Queued: make([]api.QueuedNotification, 0, len(n.queue)), DryRunTold: n.dryRunTold, Pause: n.pause}
 	for _, m := range n.queue {
 		q.Queued = append(q.Queued, m.QueuedNotification)
 	}
@@ -391,33 +395,62 @@ func (n *Notifier) told(plan swapplan.Plan) {
 	n.say(NotifyMessage(plan))
 }
 
-// dryRun queues a dry run's decision, which the caller tells once, unless
-// the status published before this pass already held it in a dry run: a
-// controller before a restart told it.
-func (n *Notifier) dryRun(plan swapplan.Plan, published api.Status) {
-	if n == nil || plan.Decision == nil {
+// dryRun queues a dry run's decision once: the decision last told is
+// kept with the queue, so that a restart does not tell it again, and is
+// forgotten once a pass with every verdict made (none partial, as after a
+// restart) reports no decision, so that one that comes back is told.
+func (n *Notifier) dryRun(dryRun bool, plan swapplan.Plan, verdicts map[string]api.Verdict) {
+	if n == nil {
 		return
 	}
+	n.mu.Lock()
 	d := plan.Decision
-	if p := published.Decision; p != nil && p.Out == d.Out && p.In == d.In && published.Swap == nil &&
-		published.Controller != nil && published.Controller.DryRun {
+	if !dryRun || d == nil || plan.Swap != nil {
+		if n.dryRunTold != nil && verdictsMade(verdicts) {
+			n.dryRunTold = nil
+			n.changed()
+		}
+		n.mu.Unlock()
 		return
 	}
+	if n.dryRunTold != nil && n.dryRunTold.Out == d.Out && n.dryRunTold.In == d.In {
+		n.mu.Unlock()
+		return
+	}
+	n.dryRunTold = &api.Decision{Out: d.Out, In: d.In}
+	n.mu.Unlock()
 	n.say(fmt.Sprintf("fleet-role: dry run decided, and did not carry out, a swap of %s out for %s in: %s", d.Out, d.In, plan.Reason))
 }
 
+// verdictsMade: there are verdicts, and none waits for a full window.
+func verdictsMade(verdicts map[string]api.Verdict) bool {
+	for _, v := range verdicts {
+		if v.State == api.VerdictPartial {
+			return false
+		}
+	}
+	return len(verdicts) > 0
+}
+
 // paused queues a pause or a resume when the pause in force differs from
-// the one last seen; at the first pass, from the one the status last
-// published, so that a pause made while no controller ran is told.
+// the one last told: the one kept with the queue, or, when none is kept,
+// the one the status last published, so that a pause made while no
+// controller ran is told.
 func (n *Notifier) paused(snap swapplan.Snapshot) {
 	if n == nil {
 		return
 	}
+	n.mu.Lock()
 	if !n.pauseKnown {
 		n.pause, n.pauseKnown = snap.Status.Pause, true
 	}
-	n.say(PauseMessage(n.pause, snap.Pause))
-	n.pause = snap.Pause
+	msg := PauseMessage(n.pause, snap.Pause)
+	if msg != "" {
+		n.pause = snap.Pause
+		n.changed()
+	}
+	n.mu.Unlock()
+	n.say(msg)
 }
 
 // PauseMessage is what a change of the pause from prev to cur tells, or
@@ -476,7 +509,7 @@ func NotifyMessage(plan swapplan.Plan) string {
 // ConfigMap (none: the key removed), one write at a time with the pass's.
 func (e *executor) saveNotifyQueue(ctx context.Context, q api.NotifyQueue) error {
 	value := ""
-	if len(q.Queued) > 0 {
+	if len(q.Queued) > 0 || q.DryRunTold != nil || q.Pause != nil {
 		b, err := json.Marshal(q)
 		if err != nil {
 			return err

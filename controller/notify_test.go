@@ -100,7 +100,8 @@ func newTestNotifier(t *testing.T, n config.Notify) (*Notifier, *prometheus.Regi
 func start(t *testing.T, n *Notifier, saved *api.NotifyQueue, store notifyStore) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); n.run(ctx, saved, store) }()
+	n.restore(saved)
+	go func() { defer close(done); n.run(ctx, store) }()
 	stop = func() { cancel(); <-done }
 	t.Cleanup(stop)
 	return stop
@@ -266,7 +267,7 @@ func queuedMessages(n *Notifier) []string {
 	return out
 }
 
-func TestAPauseAndItsResumeAreQueuedOnceEachAndThePauseTheStatusPublishedIsNotToldAgainAtTheFirstPass(t *testing.T) {
+func TestAPauseAndItsResumeAreQueuedOnceEachAndAfterARestartThePauseLastToldOrPublishedIsNotToldAgain(t *testing.T) {
 	alice := &api.Pause{V: 1, By: "alice", Reason: "kernel upgrades", At: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
 	n, _ := newTestNotifier(t, config.Notify{URLs: []string{"generic://hooks.example.org/fleet"}})
 	n.paused(swapplan.Snapshot{Pause: alice, Status: api.Status{Pause: alice}})
@@ -284,29 +285,40 @@ func TestAPauseAndItsResumeAreQueuedOnceEachAndThePauseTheStatusPublishedIsNotTo
 	restarted, _ := newTestNotifier(t, config.Notify{URLs: []string{"generic://hooks.example.org/fleet"}})
 	restarted.paused(swapplan.Snapshot{Pause: alice})
 	assert.Len(t, queuedMessages(restarted), 1, "a pause made while no controller ran, which no status published, is told at the first pass")
+
+	told, _ := newTestNotifier(t, config.Notify{URLs: []string{"generic://hooks.example.org/fleet"}})
+	told.restore(&api.NotifyQueue{Pause: alice})
+	told.paused(swapplan.Snapshot{Pause: alice})
+	assert.Empty(t, queuedMessages(told), "the pause kept with the queue was told, though no status published it")
+	resumed, _ := newTestNotifier(t, config.Notify{URLs: []string{"generic://hooks.example.org/fleet"}})
+	resumed.restore(&api.NotifyQueue{})
+	resumed.paused(swapplan.Snapshot{Status: api.Status{Pause: alice}})
+	assert.Empty(t, queuedMessages(resumed), "the queue kept says no pause was in force when last told: its resume was told")
 }
 
-func TestADryRunDecisionIsQueuedUnlessTheStatusPublishedBeforeHeldItInADryRun(t *testing.T) {
-	plan := swapplan.Plan{Decision: &api.Decision{Out: "v2", In: "s1", Reason: "v2 is unfit"}, Reason: "dry run: would swap v2 for s1 (v2 is unfit)"}
-	dry := &api.ControllerState{DryRun: true}
-	for _, tc := range []struct {
-		name      string
-		published api.Status
-		told      bool
-	}{
-		{"a decision no status held is told", api.Status{Controller: dry}, true},
-		{"the same decision a dry run published is not told again", api.Status{Decision: &api.Decision{Out: "v2", In: "s1", Reason: "figures moved"}, Controller: dry}, false},
-		{"another decision is told", api.Status{Decision: &api.Decision{Out: "v3", In: "s1"}, Controller: dry}, true},
-		{"the same decision published while not in a dry run was never told as one", api.Status{Decision: &api.Decision{Out: "v2", In: "s1"}, Controller: &api.ControllerState{}}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			n, _ := newTestNotifier(t, config.Notify{URLs: []string{"generic://hooks.example.org/fleet"}})
-			n.dryRun(plan, tc.published)
-			if tc.told {
-				assert.Equal(t, []string{"fleet-role: dry run decided, and did not carry out, a swap of v2 out for s1 in: dry run: would swap v2 for s1 (v2 is unfit)"}, queuedMessages(n))
-			} else {
-				assert.Empty(t, queuedMessages(n))
-			}
-		})
-	}
+func TestADryRunDecisionIsToldOnceEvenAcrossARestartAndAgainOnlyAfterAPassWithEveryVerdictMadeHadNone(t *testing.T) {
+	v2s1 := swapplan.Plan{Decision: &api.Decision{Out: "v2", In: "s1", Reason: "v2 is unfit"}, Reason: "dry run: would swap v2 for s1 (v2 is unfit)"}
+	v3s1 := swapplan.Plan{Decision: &api.Decision{Out: "v3", In: "s1", Reason: "v3 is unfit"}, Reason: "dry run: would swap v3 for s1 (v3 is unfit)"}
+	made := map[string]api.Verdict{"v2": {State: api.VerdictFit}, "s1": {State: api.VerdictFit}}
+	partial := map[string]api.Verdict{"v2": {State: api.VerdictPartial}, "s1": {State: api.VerdictFit}}
+	n, _ := newTestNotifier(t, config.Notify{URLs: []string{"generic://hooks.example.org/fleet"}})
+	n.dryRun(false, v2s1, made)
+	assert.Empty(t, queuedMessages(n), "not in a dry run, a decision is carried out, not told as one")
+	n.dryRun(true, v2s1, made)
+	n.dryRun(true, v2s1, made)
+	n.dryRun(true, swapplan.Plan{}, partial)
+	n.dryRun(true, v2s1, made)
+	assert.Equal(t, []string{"fleet-role: dry run decided, and did not carry out, a swap of v2 out for s1 in: dry run: would swap v2 for s1 (v2 is unfit)"}, queuedMessages(n),
+		"once, though a pass with a partial verdict had none")
+	store := &memStore{}
+	require.NoError(t, n.save(context.Background(), store))
+
+	restarted, _ := newTestNotifier(t, config.Notify{URLs: []string{"generic://hooks.example.org/fleet"}})
+	restarted.restore(&api.NotifyQueue{DryRunTold: store.last().DryRunTold})
+	restarted.dryRun(true, v2s1, made)
+	assert.Empty(t, queuedMessages(restarted), "what the controller before the restart told")
+	restarted.dryRun(true, v3s1, made)
+	restarted.dryRun(true, swapplan.Plan{}, made)
+	restarted.dryRun(true, v3s1, made)
+	assert.Len(t, queuedMessages(restarted), 2, "another decision, and the same again after a pass with every verdict made and no decision")
 }
