@@ -82,6 +82,7 @@ var wireDocuments = []document{
 	doc[api.AgentState]("AgentState", nil),
 	doc("Pause", api.Pause.Validate),
 	doc("Cancel", api.Cancel.Validate),
+	doc("NotifyQueue", api.NotifyQueue.Validate),
 }
 
 // FuzzWireDocuments reads arbitrary bytes as each document of the wire

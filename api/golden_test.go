@@ -86,6 +86,10 @@ func documents() []golden {
 		{file: "request-forced.json", later: true, value: api.ManualRequest{V: 1, Out: "v1", In: "s1", At: at(11, 29, 50), By: "alice", Force: true}},
 		{file: "cancel.json", later: true, value: api.Cancel{V: 1, Swap: swap, By: "alice", At: at(11, 35, 0)}},
 		{file: "pause.json", later: true, value: api.Pause{V: 1, By: "alice", Reason: "kernel upgrades this week", At: at(9, 0, 0)}},
+		{file: "notify-queue.json", indent: true, later: true, value: api.NotifyQueue{V: 1, Queued: []api.QueuedNotification{
+			{To: "3f9a1c0b7d2e", Message: "fleet-role: swap " + swap + " (v1 out, s1 in, manual) started: swapping v1 for s1", At: at(11, 30, 0), Attempts: 3},
+			{To: "3f9a1c0b7d2e", Message: "fleet-role: paused by alice: kernel upgrades this week", At: at(11, 31, 0)}},
+			DryRunTold: &api.Decision{Out: "v2", In: "s2"}, Pause: &api.Pause{V: 1, By: "alice", Reason: "kernel upgrades this week", At: at(9, 0, 0)}}},
 		{file: "status.json", indent: true, value: api.Status{V: 1,
 			Swap: &api.SwapRecord{V: 1, ID: swap, Out: "v1", In: "s1", Origin: api.OriginManual, StartedAt: at(11, 30, 0),
 				RequestAt: ptr(at(11, 29, 50))},
@@ -249,7 +253,7 @@ func TestALaterVersionIsReadAsFarAsItIsKnown(t *testing.T) {
 
 // What a version writes is Version, whatever V holds.
 func TestWritersWriteTheCurrentVersion(t *testing.T) {
-	for _, v := range []any{api.Request{}, api.Report{}, api.Probe{}, api.SwapRecord{}, api.ManualRequest{}, api.Status{}, api.AgentState{}} {
+	for _, v := range []any{api.Request{}, api.Report{}, api.Probe{}, api.SwapRecord{}, api.ManualRequest{}, api.Status{}, api.AgentState{}, api.NotifyQueue{}} {
 		b, err := json.Marshal(v)
 		require.NoError(t, err)
 		var head struct{ V int }

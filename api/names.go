@@ -27,9 +27,9 @@ const (
 	// written and read by the replicas, deleted by the Ansible role on
 	// uninstall.
 	LeaderElectionLease = "fleet-role-controller"
-	// StatusConfigMap holds StatusKey, RequestKey and PauseKey. Written by
-	// the controller and by `fleet-role swap|pause|resume`; read by the
-	// controller and the commands.
+	// StatusConfigMap holds StatusKey, RequestKey, PauseKey, CancelKey and
+	// NotifyQueueKey. Written by the controller and by `fleet-role
+	// swap|pause|resume`; read by the controller and the commands.
 	StatusConfigMap = "fleet-role-status"
 	// StatusKey holds the controller's published Status: written by the
 	// controller every pass, read back by it (the planner's memory of the
@@ -49,6 +49,10 @@ const (
 	// abandons it) while its outgoing voter has not stepped down, and by
 	// `fleet-role status`; a Cancel of a swap that ended is left alone.
 	CancelKey = "cancel.json"
+	// NotifyQueueKey holds the NotifyQueue, the notifications not sent
+	// yet: written and read by the leading controller alone, so that a
+	// restart loses none.
+	NotifyQueueKey = "notify-queue.json"
 )
 
 // The names fleet-role writes on Nodes and on its Lease.

@@ -8,7 +8,8 @@ import (
 
 // Version is the format of the JSON documents this build writes: the V
 // ("v") of a Request, Report, Probe, SwapRecord, ManualRequest, Pause,
-// Cancel, Status and AgentState. A document without one is version 1.
+// Cancel, Status, AgentState and NotifyQueue. A document without one is
+// version 1.
 const Version = 1
 
 // readVersion is the version of a document read: a missing one is 1.

@@ -148,16 +148,27 @@ type Holds struct {
 // DefaultAlertIgnoreRegexp is holds.alert_ignore_regexp's default.
 const DefaultAlertIgnoreRegexp = "^(Watchdog|InfoInhibitor|FleetRole.*)$"
 
-// Notify is where a swap's start, end, rollback, abandon and stuck are
-// told, by shoutrrr URLs (as kured's --notify-url): "generic://host/path"
-// for a webhook, "slack://…", "teams://…", "smtp://…" and the rest of
-// shoutrrr's services.
+// Notify is where a swap's start, end, rollback, abandon and stuck, a
+// dry run's decision, and a pause and its resume are told, by shoutrrr
+// URLs (as kured's --notify-url): "generic://host/path" for a webhook,
+// "slack://…", "teams://…", "smtp://…" and the rest of shoutrrr's
+// services. A message that fails to send is tried again, after a backoff
+// that doubles up to a limit; the messages not sent yet are kept in the
+// status ConfigMap, so that a restart sends them.
 type Notify struct {
 	// URLs are written here; a URL with a token in it belongs in URLsFile.
 	URLs []string `toml:"urls"`
 	// URLsFile is a file of more URLs, one a line (a mounted Secret, say);
 	// blank lines and lines starting with "#" are skipped.
 	URLsFile string `toml:"urls_file"`
+	// RetryBackoff is the wait after a URL's first failed send before its
+	// next; each failure after doubles it.
+	RetryBackoff time.Duration `toml:"retry_backoff"`
+	// MaxRetryBackoff is the longest wait between two sends to a URL.
+	MaxRetryBackoff time.Duration `toml:"max_retry_backoff"`
+	// MaxQueued is how many messages (one for each URL) may wait to be
+	// sent; past it the oldest is dropped, and counted.
+	MaxQueued int `toml:"max_queued"`
 }
 
 // DefaultKuredLockAnnotation is kured's default --lock-annotation.
@@ -321,7 +332,7 @@ func DefaultController() Controller {
 		MaintenanceWindow: MaintenanceWindow{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "00:00", End: "00:00", TimeZone: "UTC"},
 		Holds: Holds{KuredLockAnnotation: DefaultKuredLockAnnotation, KuredLockTTL: 30 * time.Minute, KuredConcurrency: 1,
 			AlertIgnoreRegexp: DefaultAlertIgnoreRegexp, AlertIgnoreOutgoing: true},
-		Notify:      Notify{URLs: []string{}},
+		Notify:      Notify{URLs: []string{}, RetryBackoff: 5 * time.Second, MaxRetryBackoff: 5 * time.Minute, MaxQueued: 100},
 		Remediation: Remediation{MaxRetries: 2, MinHealthyPeriod: 24 * time.Hour},
 		Bounds: Bounds{
 			Snapshot: 10 * time.Minute,
@@ -433,6 +444,14 @@ func (c Controller) Validate() error {
 		p.add("remediation.retry_period", "must not be negative, got %s", c.Remediation.RetryPeriod)
 	}
 	positive(&p, "remediation.min_healthy_period", c.Remediation.MinHealthyPeriod)
+	n := c.Notify
+	positive(&p, "notify.retry_backoff", n.RetryBackoff)
+	if n.MaxRetryBackoff < n.RetryBackoff {
+		p.add("notify.max_retry_backoff", "must be at least retry_backoff (%s), got %s", n.RetryBackoff, n.MaxRetryBackoff)
+	}
+	if n.MaxQueued < 1 {
+		p.add("notify.max_queued", "must be at least 1 message, got %d", n.MaxQueued)
+	}
 	b := c.Bounds
 	for _, d := range []struct {
 		key string
@@ -608,13 +627,20 @@ alert_firing_only = {{.Holds.AlertFiringOnly}}
 alert_ignore_regexp = "{{.Holds.AlertIgnoreRegexp}}"
 alert_ignore_outgoing = {{.Holds.AlertIgnoreOutgoing}}
 
-# Where a swap's start, end, rollback, abandon and stuck are told: shoutrrr
-# URLs, as kured's --notify-url ("generic://host/path" posts to a webhook;
-# "slack://…", "teams://…", "smtp://…"). A URL with a token in it belongs
-# in urls_file, one URL a line, a mounted Secret, say.
+# Where a swap's start, end, rollback, abandon and stuck, a dry run's
+# decision, and a pause and its resume are told: shoutrrr URLs, as kured's
+# --notify-url ("generic://host/path" posts to a webhook; "slack://…",
+# "teams://…", "smtp://…"). A URL with a token in it belongs in urls_file,
+# one URL a line, a mounted Secret, say. A send that fails is tried again
+# after retry_backoff, doubled at each failure up to max_retry_backoff;
+# the messages not sent yet, at most max_queued (the oldest dropped past
+# it), are kept in the status ConfigMap, so that a restart sends them.
 [notify]
 urls = []
 urls_file = "{{.Notify.URLsFile}}"
+retry_backoff = "{{d .Notify.RetryBackoff}}"
+max_retry_backoff = "{{d .Notify.MaxRetryBackoff}}"
+max_queued = {{.Notify.MaxQueued}}
 
 # Limits on remediating again, as Cluster API's KubeadmControlPlane limits
 # its remediation: an automatic swap of a voter an automatic swap put in

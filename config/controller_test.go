@@ -49,6 +49,11 @@ func TestBadControllerConfigurations(t *testing.T) {
 		{"a bad selector is named", "version = 1\nrunner_selector = \"a b c\"\n", []string{"runner_selector:"}},
 		{"a lease shorter than two periods is refused", "version = 1\nperiod = \"1m\"\nlease_duration = \"1m\"\n", []string{"lease_duration:"}},
 		{"malformed TOML says the line", "version = 1\n[bounds\n", []string{"line 3", "table name"}},
+		{"a notification backoff of zero, a limit under it and an empty queue are refused, by key",
+			"version = 1\n[notify]\nretry_backoff = \"0s\"\nmax_retry_backoff = \"-1s\"\nmax_queued = 0\n",
+			[]string{"notify.retry_backoff:", "notify.max_retry_backoff: must be at least retry_backoff", "notify.max_queued:"}},
+		{"a notification backoff limit under the backoff is refused", "version = 1\n[notify]\nretry_backoff = \"1m\"\nmax_retry_backoff = \"30s\"\n",
+			[]string{"notify.max_retry_backoff: must be at least retry_backoff (1m0s), got 30s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseController([]byte(tc.toml))

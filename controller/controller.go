@@ -194,9 +194,6 @@ func (c *Controller) Run(ctx context.Context) error {
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
 	}
-	if c.notifier != nil {
-		go c.notifier.run(ctx.Done())
-	}
 	c.cache.start(ctx)
 	le := c.cfg.LeaderElection
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -244,6 +241,10 @@ const PassBurst = 5
 func (c *Controller) loop(ctx context.Context) {
 	if !c.cache.waitForSync(ctx) {
 		return
+	}
+	if c.notifier != nil {
+		c.notifier.restore(savedNotifyQueue(c.cache.statusObject(), c.log))
+		go c.notifier.run(ctx, c.exec)
 	}
 	tick := time.NewTicker(c.cfg.Period)
 	defer tick.Stop()
@@ -377,6 +378,8 @@ func (c *Controller) pass(ctx context.Context) {
 		log.Debug("no action taken", logkey.Reason, plan.Reason)
 	}
 	c.reportDryRun(plan)
+	c.notifier.dryRun(c.cfg.DryRun, plan, verdicts)
+	c.notifier.paused(snap)
 	if a.Type != api.ActionEnd || err != nil {
 		if serr := c.publish(ctx, snap, plan, problems, err); serr != nil {
 			log.Warn("status not written", logkey.Err, serr)

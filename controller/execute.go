@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -57,6 +58,9 @@ type executor struct {
 	now           func() time.Time
 	// writeCost is what the swap cost the cluster's writes, for its end.
 	writeCost func(swap string) *api.WriteCost
+	// statusMu makes the pass's writes of the status ConfigMap and the
+	// notifier's one at a time, each from the copy the last one left.
+	statusMu sync.Mutex
 }
 
 // renew writes the plan's swap record to the regrade Lease and renews it,
@@ -464,6 +468,8 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 // updateStatus changes status.json (and the ConfigMap's other keys) by a
 // function, creating the ConfigMap if there is none.
 func (e *executor) updateStatus(ctx context.Context, change func(st *api.Status, data map[string]string)) error {
+	e.statusMu.Lock()
+	defer e.statusMu.Unlock()
 	cm := e.cache.statusObject()
 	create := cm == nil
 	if create {

@@ -326,9 +326,9 @@ func TestTheNotifierPostsEachNewsOfASwapInOrderToEveryURL(t *testing.T) {
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	n.register(reg)
-	stop := make(chan struct{})
-	defer close(stop)
-	go n.run(stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go n.run(ctx, nil)
 
 	rec := &api.SwapRecord{ID: "20261201-100000-v2", Out: "v2", In: "s1", Origin: api.OriginAutomatic}
 	ended := *rec
@@ -357,11 +357,16 @@ func TestTheNotifierPostsEachNewsOfASwapInOrderToEveryURL(t *testing.T) {
 			assert.Contains(t, got, want[i])
 		}
 	}
-	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP fleet_role_notifications_total Notifications of a swap's start, end, rollback, abandon and stuck, by outcome: sent, failed (by a URL) or dropped (the queue full).
+	// Note: a send is counted once its webhook has answered.
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fleet_role_notifications_total Notifications to each URL by outcome: sent; failed (a send that failed, tried again after a backoff); dropped (the oldest, the queue full, or its URL no longer configured).
 # TYPE fleet_role_notifications_total counter
+fleet_role_notifications_total{outcome="dropped"} 0
+fleet_role_notifications_total{outcome="failed"} 0
 fleet_role_notifications_total{outcome="sent"} 6
 `), "fleet_role_notifications_total"))
+	}, 10*time.Second, 10*time.Millisecond)
 }
 
 func TestANotificationURLShoutrrrDoesNotKnowIsABadConfigurationThatDoesNotShowTheURL(t *testing.T) {

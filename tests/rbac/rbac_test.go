@@ -167,6 +167,8 @@ func controllerUses() []request {
 		{verb: "watch", resource: "configmaps", namespace: ns, name: api.StatusConfigMap, why: "controller/cache.go newCache: the status ConfigMap's informer"},
 		{verb: "create", resource: "configmaps", namespace: ns, why: "controller/execute.go updateStatus: the status ConfigMap where there is none"},
 		{verb: "update", resource: "configmaps", namespace: ns, name: api.StatusConfigMap, why: "controller/execute.go updateStatus: status.json written"},
+		{verb: "create", resource: "configmaps", namespace: ns, why: "controller/notify.go saveNotifyQueue: the status ConfigMap where there is none, with notify-queue.json"},
+		{verb: "update", resource: "configmaps", namespace: ns, name: api.StatusConfigMap, why: "controller/notify.go saveNotifyQueue: notify-queue.json, the notifications not sent yet, written"},
 		{verb: "get", resource: "configmaps", namespace: ns, name: api.StatusConfigMap, why: "cmd/fleet-role run in the controller's Pod (kubectl exec, docs/controller-and-cli.md): swap, pause, resume and status read the status by get (cmd/fleet-role/status.go, pause.go, controller.go)"},
 		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: ns, name: api.LeaseName, why: "cmd/fleet-role run in the controller's Pod: swap reads the regrade Lease by get (cmd/fleet-role/controller.go)"},
 		{verb: "create", resource: "events", namespace: metav1.NamespaceDefault, why: "controller/controller.go: Events on Nodes, which client-go puts in default (tools/record/event.go makeEvent)"},
