@@ -449,20 +449,35 @@ var cases = []struct {
 		expect(t, "FleetRoleHeldLong", firing(t, series, "FleetRoleHeldLong", 120*time.Minute, 370*time.Minute, 500*time.Minute),
 			map[time.Duration][]string{120 * time.Minute: {}, 370 * time.Minute: {}, 500 * time.Minute: {}})
 	}},
-	{"ANotificationGivenUpOnFiresAtOnceAndClearsHalfAnHourAfter", func(t *testing.T) {
+	{"ANotificationDroppedFiresAtOnceAndClearsHalfAnHourAfter", func(t *testing.T) {
 		series := `
-  fleet_role_notifications_failed_total{job="fleet-role-controller", instance="a"} 0x9 1x60
+  fleet_role_notifications_total{job="fleet-role-controller", instance="a", outcome="dropped"} 0x9 1x60
+  fleet_role_notifications_total{job="fleet-role-controller", instance="a", outcome="sent"} 0x9 5x60
 `
 		want := `{alertname="FleetRoleNotificationsFailing", instance="a", job="fleet-role-controller", severity="warning"}`
 		expect(t, "FleetRoleNotificationsFailing", firing(t, series, "FleetRoleNotificationsFailing", 9*time.Minute, 10*time.Minute, 38*time.Minute, 39*time.Minute),
 			map[time.Duration][]string{9 * time.Minute: {}, 10 * time.Minute: {want}, 38 * time.Minute: {want}, 39 * time.Minute: {}})
 	}},
-	{"NotificationsThatDoNotFailAreQuiet", func(t *testing.T) {
+	{"SendsFailingForTwentyMinutesFireUntilOneSucceedsAndTheFailuresStop", func(t *testing.T) {
+		// A webhook refuses from minute 6, tried again every 6 minutes
+		// (about the backoff's cap); its last refusal is at minute 48, it
+		// answers at minute 50.
 		series := `
-  fleet_role_notifications_failed_total{job="fleet-role-controller", instance="a"} 0x60
+  fleet_role_notifications_total{job="fleet-role-controller", instance="a", outcome="failed"} 0x5 1x5 2x5 3x5 4x5 5x5 6x5 7x5 8x40
+  fleet_role_notifications_total{job="fleet-role-controller", instance="a", outcome="sent"} 0x50 1x40
 `
-		expect(t, "FleetRoleNotificationsFailing", firing(t, series, "FleetRoleNotificationsFailing", 10*time.Minute, 60*time.Minute),
-			map[time.Duration][]string{10 * time.Minute: {}, 60 * time.Minute: {}})
+		want := `{alertname="FleetRoleNotificationsFailing", instance="a", job="fleet-role-controller", severity="warning"}`
+		expect(t, "FleetRoleNotificationsFailing", firing(t, series, "FleetRoleNotificationsFailing", 20*time.Minute, 26*time.Minute, 55*time.Minute, 61*time.Minute),
+			map[time.Duration][]string{20 * time.Minute: {}, 26 * time.Minute: {want}, 55 * time.Minute: {want}, 61 * time.Minute: {}})
+	}},
+	{"NotificationsThatFailOnceAndAreThenSentAreQuiet", func(t *testing.T) {
+		series := `
+  fleet_role_notifications_total{job="fleet-role-controller", instance="a", outcome="failed"} 0x9 1x60
+  fleet_role_notifications_total{job="fleet-role-controller", instance="a", outcome="sent"} 0x10 1x60
+  fleet_role_notifications_total{job="fleet-role-controller", instance="a", outcome="dropped"} 0x70
+`
+		expect(t, "FleetRoleNotificationsFailing", firing(t, series, "FleetRoleNotificationsFailing", 10*time.Minute, 20*time.Minute, 60*time.Minute),
+			map[time.Duration][]string{10 * time.Minute: {}, 20 * time.Minute: {}, 60 * time.Minute: {}})
 	}},
 	{"AnAgentActionFailingForAQuarterOfAnHourFiresByAgentAndAction", func(t *testing.T) {
 		// s1's promote fails from minute 5, tried again every minute; v1's

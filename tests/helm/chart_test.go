@@ -320,6 +320,26 @@ func TestThePrometheusHoldsIgnoreValuesReachTheirKeysAnEmptyRegexpIncludedAndNul
 	assert.Equal(t, def.AlertIgnoreOutgoing, h.AlertIgnoreOutgoing)
 }
 
+func TestTheNotificationsRetryValuesReachTheirKeysAndUnsetLeaveTheDefaults(t *testing.T) {
+	notify := func(values map[string]any) config.Notify {
+		t.Helper()
+		_, objs := render(t, api.Namespace, map[string]any{"notify": values})
+		c, err := config.ParseController([]byte(controllerTOML(t, objs, api.Namespace)))
+		require.NoError(t, err)
+		return c.Notify
+	}
+	n := notify(map[string]any{"urls": []any{"generic://hooks.example/fleet"}, "retryBackoff": "10s", "maxRetryBackoff": "15m", "maxQueued": 20})
+	assert.Equal(t, []string{"generic://hooks.example/fleet"}, n.URLs)
+	assert.Equal(t, 10*time.Second, n.RetryBackoff)
+	assert.Equal(t, 15*time.Minute, n.MaxRetryBackoff)
+	assert.Equal(t, 20, n.MaxQueued)
+	n = notify(map[string]any{"urls": []any{"generic://hooks.example/fleet"}})
+	def := config.DefaultController().Notify
+	assert.Equal(t, def.RetryBackoff, n.RetryBackoff)
+	assert.Equal(t, def.MaxRetryBackoff, n.MaxRetryBackoff)
+	assert.Equal(t, def.MaxQueued, n.MaxQueued)
+}
+
 func TestAKeyOrTableOfConfigExtraThatTheValuesSetTooFailsTheRenderNamingIt(t *testing.T) {
 	for _, c := range []struct {
 		name   string

@@ -184,6 +184,9 @@ urls = [{{ range $i, $u := .Values.notify.urls }}{{ if $i }}, {{ end }}{{ $u | q
 {{- if .Values.notify.secretName }}
 urls_file = "/etc/fleet-role-notify/urls"
 {{- end }}
+{{- with .Values.notify }}
+{{- include "fleet-role.tomlKeys" (dict "retry_backoff" .retryBackoff "max_retry_backoff" .maxRetryBackoff "max_queued" .maxQueued) }}
+{{- end }}
 {{- end }}
 {{- end }}
 
