@@ -2,11 +2,14 @@ package helm_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -187,7 +190,7 @@ func TestTwoReleasesInstallSideBySideEachBindingItsOwnAccount(t *testing.T) {
 	}
 }
 
-func TestHelmTestsPodIsAdmittedUnderTheRestrictedProfileAndMayReadTheStatus(t *testing.T) {
+func TestHelmTestsPodIsAdmittedUnderTheRestrictedProfileAndFailsUntilTheControllerPublishedAStatus(t *testing.T) {
 	kube, _ := install(t, packagedValues)
 	ctx := context.Background()
 	ns, err := kube.Client.CoreV1().Namespaces().Get(ctx, api.Namespace, metav1.GetOptions{})
@@ -205,4 +208,59 @@ func TestHelmTestsPodIsAdmittedUnderTheRestrictedProfileAndMayReadTheStatus(t *t
 	account := "system:serviceaccount:" + api.Namespace + ":" + pod.Spec.ServiceAccountName
 	assert.True(t, allowed(t, kube.Client, account, authorizationv1.ResourceAttributes{
 		Verb: "get", Resource: "configmaps", Namespace: api.Namespace, Name: api.StatusConfigMap}), "its account reads the status, as fleet-role status does")
+
+	// No kubelet runs here: the test runs the Pod's command as its
+	// container would, the fleet-role binary with the Pod's arguments,
+	// its configuration volume's files where it mounts them, as its
+	// ServiceAccount.
+	run := func() (string, int) {
+		t.Helper()
+		require.Len(t, pod.Spec.Containers, 1)
+		c := pod.Spec.Containers[0]
+		dir := t.TempDir()
+		args := append([]string(nil), c.Args...)
+		for _, m := range c.VolumeMounts {
+			for _, v := range pod.Spec.Volumes {
+				if v.Name != m.Name || v.ConfigMap == nil {
+					continue
+				}
+				cm, err := kube.Client.CoreV1().ConfigMaps(api.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+				require.NoError(t, err, "the volume's ConfigMap")
+				at := filepath.Join(dir, m.Name)
+				require.NoError(t, os.MkdirAll(at, 0o755))
+				for k, data := range cm.Data {
+					require.NoError(t, os.WriteFile(filepath.Join(at, k), []byte(data), 0o644))
+				}
+				for i, a := range args {
+					if rest, ok := strings.CutPrefix(a, m.MountPath+"/"); ok {
+						args[i] = filepath.Join(at, rest)
+					}
+				}
+			}
+		}
+		kc := filepath.Join(dir, "kubeconfig")
+		require.NoError(t, kube.WriteImpersonatingKubeconfig(kc, account))
+		cmd := exec.Command(binary, append(args, "--kubeconfig", kc)...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return string(out), ee.ExitCode()
+		}
+		require.NoError(t, err)
+		return string(out), 0
+	}
+	out, code := run()
+	assert.Equal(t, 1, code, "no controller has published a status: the test fails: %s", out)
+	assert.Contains(t, out, "is the controller running?")
+
+	st, err := json.Marshal(api.Status{Voters: []string{"v1", "v2", "v3"}, UpdatedAt: time.Now().UTC()})
+	require.NoError(t, err)
+	_, err = kube.Client.CoreV1().ConfigMaps(api.Namespace).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: api.Namespace, Name: api.StatusConfigMap},
+		Data:       map[string]string{api.StatusKey: string(st)}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	out, code = run()
+	assert.Equal(t, 0, code, "a published status: the test passes: %s", out)
+	assert.Contains(t, out, "SWAP     none under way", "it prints the status")
+	assert.Regexp(t, `(?m)^v3 `, out, "with each voter")
 }
