@@ -4,21 +4,27 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -190,7 +196,7 @@ func TestTwoReleasesInstallSideBySideEachBindingItsOwnAccount(t *testing.T) {
 	}
 }
 
-func TestHelmTestsPodIsAdmittedUnderTheRestrictedProfileAndFailsUntilTheControllerPublishedAStatus(t *testing.T) {
+func TestHelmTestsPodIsAdmittedUnderTheRestrictedProfileAndMayReadTheStatus(t *testing.T) {
 	kube, _ := install(t, packagedValues)
 	ctx := context.Background()
 	ns, err := kube.Client.CoreV1().Namespaces().Get(ctx, api.Namespace, metav1.GetOptions{})
@@ -208,59 +214,124 @@ func TestHelmTestsPodIsAdmittedUnderTheRestrictedProfileAndFailsUntilTheControll
 	account := "system:serviceaccount:" + api.Namespace + ":" + pod.Spec.ServiceAccountName
 	assert.True(t, allowed(t, kube.Client, account, authorizationv1.ResourceAttributes{
 		Verb: "get", Resource: "configmaps", Namespace: api.Namespace, Name: api.StatusConfigMap}), "its account reads the status, as fleet-role status does")
+}
 
-	// No kubelet runs here: the test runs the Pod's command as its
-	// container would, the fleet-role binary with the Pod's arguments,
-	// its configuration volume's files where it mounts them, as its
-	// ServiceAccount.
-	run := func() (string, int) {
-		t.Helper()
-		require.Len(t, pod.Spec.Containers, 1)
-		c := pod.Spec.Containers[0]
-		dir := t.TempDir()
-		args := append([]string(nil), c.Args...)
-		for _, m := range c.VolumeMounts {
-			for _, v := range pod.Spec.Volumes {
-				if v.Name != m.Name || v.ConfigMap == nil {
-					continue
+// runPod runs a Pod's one container as a kubelet would, here with no
+// kubelet: the fleet-role binary (the image's) with the container's
+// arguments, the files of its ConfigMap volumes where it mounts them, as
+// the Pod's ServiceAccount. It returns the output and the exit code.
+func runPod(ctx context.Context, kube *kubeapi.Server, pod *corev1.Pod) (string, int, error) {
+	if len(pod.Spec.Containers) != 1 {
+		return "", 0, fmt.Errorf("pod %s: %d containers, want 1", pod.Name, len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+	dir, err := os.MkdirTemp("", "fleet-role-pod-")
+	if err != nil {
+		return "", 0, err
+	}
+	defer os.RemoveAll(dir)
+	args := slices.Clone(c.Args)
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name != m.Name || v.ConfigMap == nil {
+				continue
+			}
+			cm, err := kube.Client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+			if err != nil {
+				return "", 0, fmt.Errorf("the volume %s's ConfigMap: %w", v.Name, err)
+			}
+			at := filepath.Join(dir, m.Name)
+			if err := os.MkdirAll(at, 0o755); err != nil {
+				return "", 0, err
+			}
+			for k, data := range cm.Data {
+				if err := os.WriteFile(filepath.Join(at, k), []byte(data), 0o644); err != nil {
+					return "", 0, err
 				}
-				cm, err := kube.Client.CoreV1().ConfigMaps(api.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
-				require.NoError(t, err, "the volume's ConfigMap")
-				at := filepath.Join(dir, m.Name)
-				require.NoError(t, os.MkdirAll(at, 0o755))
-				for k, data := range cm.Data {
-					require.NoError(t, os.WriteFile(filepath.Join(at, k), []byte(data), 0o644))
-				}
-				for i, a := range args {
-					if rest, ok := strings.CutPrefix(a, m.MountPath+"/"); ok {
-						args[i] = filepath.Join(at, rest)
-					}
+			}
+			for i, a := range args {
+				if rest, ok := strings.CutPrefix(a, m.MountPath+"/"); ok {
+					args[i] = filepath.Join(at, rest)
 				}
 			}
 		}
-		kc := filepath.Join(dir, "kubeconfig")
-		require.NoError(t, kube.WriteImpersonatingKubeconfig(kc, account))
-		cmd := exec.Command(binary, append(args, "--kubeconfig", kc)...)
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return string(out), ee.ExitCode()
-		}
-		require.NoError(t, err)
-		return string(out), 0
 	}
-	out, code := run()
-	assert.Equal(t, 1, code, "no controller has published a status: the test fails: %s", out)
-	assert.Contains(t, out, "is the controller running?")
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := kube.WriteImpersonatingKubeconfig(kc, "system:serviceaccount:"+pod.Namespace+":"+pod.Spec.ServiceAccountName); err != nil {
+		return "", 0, err
+	}
+	out, err := exec.CommandContext(ctx, binary, append(args, "--kubeconfig", kc)...).CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode(), nil
+	}
+	return string(out), 0, err
+}
+
+// kubelet plays the kubelet for helm test's Pods in namespace until ctx
+// ends: each Pod created Pending is run (runPod) and its phase set by how
+// its command exited, as a kubelet reports a container that ran to its
+// end.
+func kubelet(ctx context.Context, t *testing.T, kube *kubeapi.Server, namespace string) {
+	w, err := kube.Client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("watch the Pods: %v", err)
+		return
+	}
+	defer w.Stop()
+	for e := range w.ResultChan() {
+		pod, ok := e.Object.(*corev1.Pod)
+		if !ok || e.Type != watch.Added || pod.Status.Phase != "" && pod.Status.Phase != corev1.PodPending {
+			continue
+		}
+		out, code, err := runPod(ctx, kube, pod)
+		if err != nil {
+			t.Errorf("run the Pod %s: %v", pod.Name, err)
+			return
+		}
+		t.Logf("pod %s exited %d: %s", pod.Name, code, out)
+		pod.Status.Phase = corev1.PodSucceeded
+		if code != 0 {
+			pod.Status.Phase = corev1.PodFailed
+		}
+		if _, err := kube.Client.CoreV1().Pods(namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("the Pod %s's status: %v", pod.Name, err)
+			return
+		}
+	}
+}
+
+func TestHelmTestFailsWhileNoStatusIsPublishedAndPassesOnceOneIs(t *testing.T) {
+	kube := kubeapi.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := api.Namespace
+	getter := genericclioptions.NewConfigFlags(false)
+	getter.KubeConfig, getter.Namespace = &kube.Kubeconfig, &ns
+	cfg := new(action.Configuration)
+	require.NoError(t, cfg.Init(getter, ns, "secret", t.Logf))
+	ch, err := loader.Load(helm.ChartDir())
+	require.NoError(t, err)
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace, install.CreateNamespace = helm.ReleaseName, ns, true // helm install --create-namespace
+	_, err = install.Run(ch, helm.WithTag(nil))
+	require.NoError(t, err, "helm install")
+	go kubelet(ctx, t, kube, ns)
+
+	test := action.NewReleaseTesting(cfg)
+	test.Namespace, test.Timeout = ns, time.Minute
+	_, err = test.Run(helm.ReleaseName)
+	require.Error(t, err, "no controller has published a status")
+	assert.Contains(t, err.Error(), "failed")
 
 	st, err := json.Marshal(api.Status{Voters: []string{"v1", "v2", "v3"}, UpdatedAt: time.Now().UTC()})
 	require.NoError(t, err)
-	_, err = kube.Client.CoreV1().ConfigMaps(api.Namespace).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: api.Namespace, Name: api.StatusConfigMap},
+	_, err = kube.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: api.StatusConfigMap},
 		Data:       map[string]string{api.StatusKey: string(st)}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	out, code = run()
-	assert.Equal(t, 0, code, "a published status: the test passes: %s", out)
-	assert.Contains(t, out, "SWAP     none under way", "it prints the status")
-	assert.Regexp(t, `(?m)^v3 `, out, "with each voter")
+	rel, err := test.Run(helm.ReleaseName)
+	require.NoError(t, err, "helm test")
+	require.Len(t, rel.Hooks, 1)
+	assert.Equal(t, "Succeeded", string(rel.Hooks[0].LastRun.Phase))
 }
