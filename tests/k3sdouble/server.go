@@ -93,7 +93,12 @@ func startServer(ctx context.Context, o options, cfg config, kube kubernetes.Int
 		return nil, err
 	}
 	initial, state := "", embed.ClusterStateFlagExisting
-	_, statErr := os.Stat(filepath.Join(s.dir, "member"))
+	// k3s: pkg/etcd/etcd.go, (*ETCD).IsInitialized stats walDir,
+	// <data-dir>/server/db/etcd/member/wal. A join that failed before etcd
+	// wrote its WAL (etcd's "member count is unequal" while a peer has not
+	// applied the learner's addition yet) leaves member/ without wal/: the
+	// next start joins again, finding its unstarted member.
+	_, statErr := os.Stat(filepath.Join(s.dir, "member", "wal"))
 	switch {
 	case statErr == nil:
 		initial = s.name + "=" + peerURL(o.nodeIP)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -104,6 +105,28 @@ func TestTheServersStartAsK3sDoes(t *testing.T) {
 	blist, err := b.cli.MemberList(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, list.Header.ClusterId, blist.Header.ClusterId, "one cluster")
+
+	t.Run("a server whose join failed before etcd wrote its WAL joins again at its next start, finding its unstarted member", func(t *testing.T) {
+		// As after etcd's "member count is unequal": the learner added,
+		// member/ made, no wal/ in it.
+		dir := t.TempDir()
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "server", "db", "etcd", "member", "snap"), 0o700))
+		var err error
+		var added *clientv3.MemberAddResponse
+		require.Eventually(t, func() bool {
+			// etcd refuses a member while one joined of late is not
+			// active long enough (its strict reconfiguration check).
+			added, err = a.cli.MemberAddAsLearner(context.Background(), []string{peerURL(subnet + ".16")})
+			return err == nil
+		}, 30*time.Second, 200*time.Millisecond, "add the learner: %v", err)
+		f, err := testServerIn(t, dir, "srv-f", 16, config{Server: join, Token: "secret"})
+		require.NoError(t, err, "joined again, not started as an existing member")
+		assert.Equal(t, added.Member.ID, uint64(f.e.Server.MemberID()), "the member added before, not another")
+		tickUntil(t, "the member votes", func() bool { return !f.e.Server.IsLearner() }, a, b, f)
+		f.close()
+		_, err = a.cli.MemberRemove(context.Background(), added.Member.ID)
+		require.NoError(t, err)
+	})
 
 	t.Run("another incarnation of a member's node is refused as a duplicate, its name file removed", func(t *testing.T) {
 		dir := t.TempDir()
