@@ -158,7 +158,7 @@ func ValuesREADME() ([]byte, error) {
 	}
 	var meta struct{ Name, Description, Version string }
 	if err := yaml.Unmarshal(chart, &meta); err != nil {
-		return nil, fmt.Errorf("Chart.yaml: %w", err)
+		return nil, fmt.Errorf("read the chart's metadata, Chart.yaml: %w", err)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s\n\n", meta.Name)
