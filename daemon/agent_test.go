@@ -212,6 +212,15 @@ func (f *fixture) write(path, content string) {
 func (f *fixture) staged()         { f.write(f.cfg.StagedFiles[0], "cluster-init: false\n") }
 func (f *fixture) role(r string)   { f.write(f.cfg.RoleFile, r+"\n") }
 func (f *fixture) etcdDir() string { return filepath.Join(f.cfg.DataDir, "server", "db", "etcd") }
+
+// tombstone writes k3s's tombstone in the datastore, an empty file made
+// in place as k3s makes it: by a rename (f.write), the fsync of the
+// directory after it would race the agent moving that directory aside.
+func (f *fixture) tombstone() {
+	f.t.Helper()
+	require.NoError(f.t, os.MkdirAll(f.etcdDir(), 0o755))
+	require.NoError(f.t, os.WriteFile(filepath.Join(f.etcdDir(), "tombstone"), nil, 0o600))
+}
 func (f *fixture) datastore(name string) {
 	f.write(filepath.Join(f.etcdDir(), "name"), name+"\n")
 	f.write(filepath.Join(f.etcdDir(), "member", "snap", "db"), "x")
@@ -392,7 +401,7 @@ func TestATombstoneWrittenFinishesTheDemotion(t *testing.T) {
 	stepDown(t, f)
 	time.Sleep(100 * time.Millisecond)
 	assert.Zero(t, f.calls("start", platform.Agent), "waiting for the member to be gone")
-	f.write(filepath.Join(f.etcdDir(), "tombstone"), "")
+	f.tombstone()
 	r := f.waitReport(api.ReportFinish, api.StateDone)
 	require.NotNil(t, r.StartedAt)
 	assert.Equal(t, "s1", r.Swap)
@@ -445,7 +454,7 @@ func TestACorruptRoleFileIsReportedAndNothingIsDone(t *testing.T) {
 	f.staged()
 	f.write(f.cfg.RoleFile, "sever\n")
 	f.datastore("h2-0a1b2c3d")
-	f.write(filepath.Join(f.etcdDir(), "tombstone"), "")
+	f.tombstone()
 	f.plat.Set(platform.Server, true, time.Now().Add(-time.Hour))
 	f.start()
 	require.Eventually(t, func() bool { return len(f.events("CorruptRoleFile")) == 1 }, 5*time.Second, 20*time.Millisecond)
@@ -463,7 +472,7 @@ func TestAnAgentKilledMidFinishAndRestartedFinishesOnce(t *testing.T) {
 	f := newFixture(t)
 	stepDown(t, f)
 	release := f.plat.Block("start", platform.Agent)
-	f.write(filepath.Join(f.etcdDir(), "tombstone"), "")
+	f.tombstone()
 	require.Eventually(t, func() bool { return len(f.removedDirs()) == 1 }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
 	f.stop() // killed while starting the agent unit
@@ -760,7 +769,7 @@ func TestGarbageOverAGoodRoleFileKeepsTheLastGoodRoleAndSaysSoUntilItIsMended(t 
 
 	// A tombstone would have a host whose role file says agent finish a
 	// demotion; with a corrupt one, nothing is done.
-	f.write(filepath.Join(f.etcdDir(), "tombstone"), "")
+	f.tombstone()
 	time.Sleep(3 * f.cfg.ResyncPeriod)
 	assert.Empty(t, f.plat.Calls(), "no step from garbage: the server runs on")
 	assert.Len(t, f.events(api.EventCorruptRoleFile), 1, "told once, not every resync")

@@ -3,7 +3,6 @@ package daemon
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -40,7 +39,7 @@ func BenchmarkEventToPlatformCall(b *testing.B) {
 			f.role("agent")
 			f.datastore("h2-0a1b2c3d")
 		}, func(f *fixture, i int) (platform.Unit, string) {
-			f.write(filepath.Join(f.etcdDir(), "tombstone"), "")
+			f.tombstone()
 			return platform.Server, "stop"
 		}, func(f *fixture, i int) {
 			deadline := time.Now().Add(5 * time.Second)

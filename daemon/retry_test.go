@@ -204,7 +204,7 @@ func TestAServerThatCannotStartFinishesAsAnAgentByK3sOwnSigns(t *testing.T) {
 		name string
 		sign func(f *fixture)
 	}{
-		{"its tombstone", func(f *fixture) { f.write(filepath.Join(f.etcdDir(), "tombstone"), "") }},
+		{"its tombstone", func(f *fixture) { f.tombstone() }},
 		{"removed-node-name naming its member", func(f *fixture) { f.annotate(api.AnnotationEtcdRemovedNodeName, "h2-0a1b2c3d") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
