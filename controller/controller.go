@@ -30,7 +30,6 @@ import (
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/config"
-	"github.com/fleet-role/fleet-role/controller/adapt"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -336,11 +335,10 @@ func (c *Controller) pass(ctx context.Context) {
 		c.metrics.failures.WithLabelValues(actionMark, failureKind(merr)).Inc()
 		c.log.Warn("the swap's marks for other tools are repeated next pass", logkey.Err, merr)
 	}
-	if cm := c.cache.statusObject(); plan.Action.Type == api.ActionEnd && err == nil && cm != nil && plan.Swap != nil {
-		// The steps of the swap that ended, from the status just written.
-		if st, _, serr := adapt.Status(cm); serr == nil && len(st.History) > 0 && st.History[0].ID == plan.Swap.ID {
-			c.metrics.ended(st.History[0])
-		}
+	if r := c.exec.ended; plan.Action.Type == api.ActionEnd && err == nil && plan.Swap != nil && r != nil && r.ID == plan.Swap.ID {
+		// The steps and the write cost of the swap that ended, as the
+		// end just wrote them (the cache may not hold that write yet).
+		c.metrics.ended(*r)
 	}
 	a := plan.Action
 	log := c.log.With(logkey.Step, plan.Step, logkey.Action, a.Type, logkey.Node, a.Node)

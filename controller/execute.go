@@ -61,6 +61,9 @@ type executor struct {
 	// statusMu makes the pass's writes of the status ConfigMap and the
 	// notifier's one at a time, each from the copy the last one left.
 	statusMu sync.Mutex
+	// ended is the result the last end wrote in the history, for the
+	// pass's metrics: the cache may not hold that write yet.
+	ended *api.SwapResult
 }
 
 // renew writes the plan's swap record to the regrade Lease and renews it,
@@ -455,6 +458,8 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 			st.History = append([]api.SwapResult{*st.Last}, st.History...)
 		}
 		st.History = st.History[:min(len(st.History), api.HistoryLength)]
+		ended := st.History[0]
+		e.ended = &ended
 		if v, ok := data[api.CancelKey]; ok {
 			var c api.Cancel
 			if json.Unmarshal([]byte(v), &c) == nil && c.Swap == rec.ID {
