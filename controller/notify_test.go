@@ -124,6 +124,10 @@ func counted(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 	return 0
 }
 
+// Note: the notifier's tests wait at most 10 s for sends that take some
+// hundred milliseconds of backoff against a local webhook: an outer limit
+// for a busy 2-core machine, not a bound.
+
 func TestAFailedSendIsTriedAgainAfterABackoffThatDoublesAndIsCountedUntilItIsSentOnce(t *testing.T) {
 	hook := newFlakyWebhook(t, 2)
 	n, reg := newTestNotifier(t, config.Notify{URLs: []string{hook.url()}, RetryBackoff: 100 * time.Millisecond, MaxRetryBackoff: time.Second, MaxQueued: 10})

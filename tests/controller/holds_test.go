@@ -221,6 +221,9 @@ func TestADryRunSaysItWouldWaitForAnAlertButNotForWatchdogOrTheOutgoingVotersOwn
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 35 })
 	e.start()
 
+	// Note: the decision needs a window of samples at the probe period
+	// and a pass; 30 s are an outer limit for a busy machine, here and
+	// below (a pass a second).
 	var st api.Status
 	require.Eventually(t, func() bool {
 		st, _ = e.status()

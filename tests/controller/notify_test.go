@@ -77,6 +77,10 @@ func TestADryRunDecisionAndAPauseAWebhookRefusedAreKeptInTheStatusConfigMapAcros
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 40 })
 	e.start()
 
+	// Note: the decision needs a window of 3 samples at the probe period
+	// (2 s) and a pass (1 s): some 10 s; 60 s, and 30 s for what follows
+	// within a pass or a retry (200 ms to 1 s), are outer limits for a
+	// busy 2-core machine, not bounds these steps must meet.
 	var q []api.QueuedNotification
 	require.Eventually(t, func() bool { q = e.notifyQueue(); return len(q) == 1 && q[0].Attempts > 1 }, 60*time.Second, 50*time.Millisecond,
 		"the dry run's decision, refused and kept: %+v", q)
@@ -99,7 +103,7 @@ func TestADryRunDecisionAndAPauseAWebhookRefusedAreKeptInTheStatusConfigMapAcros
 	// window of samples makes the decision again, it would tell it.
 	require.Eventually(t, func() bool { return e.metric("fleet_role_dry_run_would_swap") == "fleet_role_dry_run_would_swap 1" },
 		60*time.Second, 50*time.Millisecond, "the restarted controller makes the decision again")
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // two passes and more than one retry: a send told again would be here
 	taken := hook.taken()
 	require.Len(t, taken, 2, "each sent once: the restarted controller does not tell again what it found told: %q", taken)
 	assert.Contains(t, taken[0], "a swap of v2 out for s1 in")

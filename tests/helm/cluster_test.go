@@ -319,6 +319,8 @@ func TestHelmTestFailsWhileNoStatusIsPublishedAndPassesOnceOneIs(t *testing.T) {
 	go kubelet(ctx, t, kube, ns)
 
 	test := action.NewReleaseTesting(cfg)
+	// The Pod runs as soon as it is created (kubelet here); a minute is
+	// Helm's wait's outer limit on a busy machine.
 	test.Namespace, test.Timeout = ns, time.Minute
 	_, err = test.Run(helm.ReleaseName)
 	require.Error(t, err, "no controller has published a status")

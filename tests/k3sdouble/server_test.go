@@ -115,7 +115,9 @@ func TestTheServersStartAsK3sDoes(t *testing.T) {
 		var added *clientv3.MemberAddResponse
 		require.Eventually(t, func() bool {
 			// etcd refuses a member while one joined of late is not
-			// active long enough (its strict reconfiguration check).
+			// active long enough (its strict reconfiguration check, some
+			// seconds at these 1 s elections); 30 s is the outer limit
+			// tickUntil gives too.
 			added, err = a.cli.MemberAddAsLearner(context.Background(), []string{peerURL(subnet + ".16")})
 			return err == nil
 		}, 30*time.Second, 200*time.Millisecond, "add the learner: %v", err)
