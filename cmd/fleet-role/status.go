@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -148,20 +149,9 @@ func isTerminal(w io.Writer) bool {
 }
 
 func readStatus(ctx context.Context, client kubernetes.Interface, ns string) (api.Status, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return api.Status{}, fmt.Errorf("no %s/%s: is the controller running?", ns, api.StatusConfigMap)
-	}
+	cm, st, err := readStatusConfigMap(ctx, client, ns)
 	if err != nil {
-		return api.Status{}, fmt.Errorf("read %s/%s: %w", ns, api.StatusConfigMap, err)
-	}
-	var st api.Status
-	if v := cm.Data[api.StatusKey]; v != "" {
-		if err := json.Unmarshal([]byte(v), &st); err != nil {
-			return st, fmt.Errorf("%s/%s: %s: %w", ns, api.StatusConfigMap, api.StatusKey, err)
-		}
+		return st, err
 	}
 	if v := cm.Data[api.RequestKey]; v != "" && st.Request == nil {
 		var q api.ManualRequest
@@ -170,6 +160,27 @@ func readStatus(ctx context.Context, client kubernetes.Interface, ns string) (ap
 		}
 	}
 	return st, nil
+}
+
+// readStatusConfigMap reads the fleet-role-status ConfigMap and the
+// status the controller published in it.
+func readStatusConfigMap(ctx context.Context, client kubernetes.Interface, ns string) (*corev1.ConfigMap, api.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var st api.Status
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, st, fmt.Errorf("no %s/%s: is the controller running?", ns, api.StatusConfigMap)
+	}
+	if err != nil {
+		return nil, st, fmt.Errorf("read %s/%s: %w", ns, api.StatusConfigMap, err)
+	}
+	if v := cm.Data[api.StatusKey]; v != "" {
+		if err := json.Unmarshal([]byte(v), &st); err != nil {
+			return nil, st, fmt.Errorf("%s/%s: %s: %w", ns, api.StatusConfigMap, api.StatusKey, err)
+		}
+	}
+	return cm, st, nil
 }
 
 func ago(now, t time.Time) string {

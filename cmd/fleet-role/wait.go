@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fleet-role/fleet-role/api"
@@ -91,20 +89,9 @@ func waitForSwap(ctx context.Context, w io.Writer, client kubernetes.Interface, 
 // readRequestStatus reads the status the controller publishes and the
 // request as it stands in the ConfigMap (nil: none).
 func readRequestStatus(ctx context.Context, client kubernetes.Interface, ns string) (api.Status, *api.ManualRequest, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return api.Status{}, nil, fmt.Errorf("no %s/%s", ns, api.StatusConfigMap)
-	}
+	cm, st, err := readStatusConfigMap(ctx, client, ns)
 	if err != nil {
-		return api.Status{}, nil, fmt.Errorf("read %s/%s: %w", ns, api.StatusConfigMap, err)
-	}
-	var st api.Status
-	if v := cm.Data[api.StatusKey]; v != "" {
-		if err := json.Unmarshal([]byte(v), &st); err != nil {
-			return st, nil, fmt.Errorf("%s/%s: %s: %w", ns, api.StatusConfigMap, api.StatusKey, err)
-		}
+		return st, nil, err
 	}
 	var q *api.ManualRequest
 	if v, ok := cm.Data[api.RequestKey]; ok && v != "" {
