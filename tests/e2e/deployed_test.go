@@ -103,7 +103,7 @@ func TestFailedWritesAreSortedByTheDisruptionThatGivesThemAndAnyOtherReasonIsKep
 	assert.Equal(t, []string{"rpc error: code = PermissionDenied desc = etcdserver: permission denied"}, other)
 }
 
-func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhenTheDryRunIsTurnedOffAndSwapsOnItsOwn(t *testing.T) {
+func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunThroughAControllersPodAndFromTheCLI(t *testing.T) {
 	start := time.Now()
 	lap := start
 	took := func(what string) {
@@ -199,67 +199,4 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunKeepsTheClustersRolesWhe
 	d.ended(t, res, api.ResultCompleted)
 	writesAcross(t, d, c, count, 1)
 	took("the swap of v3 for v1")
-
-	// A voter turned slow: the dry run only reports the decision.
-	d.WaitFit(3 * time.Minute)
-	d.Wait(3*time.Minute, "v3 is eligible", func() error { return d.Eligible("v3") })
-	d.Hosts["v2"].SlowDisk(10)
-	t.Log("v2's disk throttled to 10 writes a second")
-	d.Wait(3*time.Minute, "the decision to swap v2 out is reported", func() error {
-		st := d.Status()
-		if st.Decision == nil || st.Decision.Out != "v2" {
-			return fmt.Errorf("decision %+v; v2: %+v; %s; v3: %v", st.Decision, st.Verdicts["v2"], st.Reason, d.Eligible("v3"))
-		}
-		// Note: the decision is reported while the cooldown of the swap
-		// before holds it too; the dry run is what holds it once that ends.
-		if !strings.HasPrefix(st.Reason, "dry run: would swap v2 for v3") {
-			return fmt.Errorf("reason %q", st.Reason)
-		}
-		return nil
-	})
-	st = d.Status()
-	t.Logf("reported: %s", st.Reason)
-	assert.True(t, strings.HasPrefix(st.Reason, "dry run: would swap v2 for v3"), st.Reason)
-	d.noSwapStarts(t)
-	prev = d.Status().Last
-	took("the decision reported")
-
-	// The playbook turns the dry run off: it changes the controller's
-	// configuration alone, keeps each role as the cluster has it, and the
-	// configuration's checksum rolls the controller, whose new replicas
-	// swap v2 out.
-	gen := d.ControllerDeployment().Generation
-	out, _ = d.Playbook("-e", "dry_run=false")
-	assert.Equal(t, []string{"localhost: fleet_role_controller : Apply the manifests (a server-side dry run in check mode)"},
-		changedTasks(out), "only the controller's configuration changed")
-	assert.Equal(t, map[string]string{"v1": api.RoleVoter, "v2": api.RoleVoter, "v3": api.RoleStandby, "s1": api.RoleVoter}, d.roles(),
-		"the roles as the cluster has them")
-	assert.Contains(t, out, "s1's role on the cluster is voter, its inventory group's standby: the cluster's is kept")
-	assert.Contains(t, out, "v3's role on the cluster is standby, its inventory group's voter: the cluster's is kept")
-	second := d.WaitRolledOut(3 * time.Minute)
-	dep := d.ControllerDeployment()
-	assert.Greater(t, dep.Generation, gen, "the pod template changed")
-	require.Len(t, second, 2)
-	for _, r := range second {
-		assert.NotContains(t, pods(first), r.Pod, "the replicas were replaced")
-	}
-	assert.Subset(t, pods(d.Controller.Stopped()), pods(first), "the first replicas stopped")
-	took("the playbook with dry_run=false and the rollout")
-	res = d.waitEnd(t, prev, 6*time.Minute)
-	t.Logf("automatic: %s out, %s in: %s: %s", res.Out, res.In, res.Result, res.Reason)
-	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
-	assert.Equal(t, api.OriginAutomatic, res.Origin)
-	assert.Equal(t, "v2", res.Out)
-	assert.Equal(t, "v3", res.In)
-	require.NoError(t, d.Check(api.ResultCompleted))
-	took("the automatic swap")
-
-	// The same run again changes nothing and rolls nothing.
-	out, changed := d.Playbook("-e", "dry_run=false")
-	assert.Zero(t, changed, "a third run changes nothing: %q", changedTasks(out))
-	assert.Equal(t, dep.Generation, d.ControllerDeployment().Generation, "no rollout")
-	third := d.Controller.Replicas()
-	assert.ElementsMatch(t, pods(second), pods(third), "the same replicas run")
-	assert.False(t, slices.ContainsFunc(third, func(r deployment.Replica) bool { return !r.Ready }), "and are ready: %+v", third)
-	took("the third run")
 }
