@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/deployment"
@@ -32,33 +30,37 @@ func pods(rs []deployment.Replica) []string {
 	return out
 }
 
-// writesAcross checks the writes across swaps: each failed write is the
-// one in flight at one of a swap's disruptions, at most one at each,
-// every write that succeeded took under twice the election timeout, and
-// the cluster takes a write once the swap ended.
-// Note: raft drops a proposal while its leader hands leadership over
-// (etcd's MoveLeader, the outgoing voter's step-down: "raft proposal
-// dropped", "leader changed", and one a follower forwarded then waits
-// for its request timeout); the outgoing member, as its k3s stops,
-// fails the proposal it holds ("etcdserver: server stopped", or "raft:
-// stopped" when its raft node stopped first), and the
-// write sent next on a connection to it ends with that connection (EOF,
-// reset, the transport closing), the client going on through the other
-// endpoints after. Real k3s showed each of these, two in one swap. The
-// writes go one at a time, so each costs at most the one write in flight.
-func writesAcross(t *testing.T, d *Fleet, c *clientv3.Client, count WriteCount, swaps int) {
+// writesAcross is the write oracle: it checks the writes across swaps.
+// Every write, failed or not, took under one election timeout; each
+// failed write is the one in flight at one of a swap's disruptions, at
+// most one at each; the cluster takes a write once the swaps ended; and
+// every write acknowledged is read back after them.
+// Note: a write's stall is what its users see of quorum lost or of a
+// leader stopped with its leadership not handed over, which stalls
+// writes for at least an election timeout (k3s-io/k3s#12908): so the
+// slowest write is held, failed or not, and a write that the client gave
+// up on ("context deadline exceeded") is never a disruption's.
+// Raft drops a proposal while its leader hands leadership over (etcd's
+// MoveLeader, the outgoing voter's step-down: "raft proposal dropped",
+// "leader changed"); the outgoing member, as its k3s stops, fails the
+// proposal it holds ("etcdserver: server stopped", or "raft: stopped"
+// when its raft node stopped first), and the write sent next on a
+// connection to it ends with that connection (EOF, reset, the transport
+// closing), the client going on through the other endpoints after. Real
+// k3s showed each of these, two in one swap. The writes go one at a
+// time, so each costs at most the one write in flight.
+func writesAcross(t *testing.T, d *Fleet, count WriteCount, swaps int) {
 	t.Helper()
-	require.Len(t, count.Errors, count.Failed, "every failed write's error is kept: %s", count)
+	require.Len(t, count.Errors, min(count.Failed, 20), "every failed write's error is kept: %s", count)
 	byKind, other := disruptions(count.Errors)
 	assert.Empty(t, other, "no write fails for a reason no disruption of the swap gives")
 	for kind, n := range byKind {
 		assert.LessOrEqual(t, n, swaps, "no failed write but the one in flight as %s, in each of %d swaps: %s", kind, swaps, count)
 	}
-	assert.Less(t, count.SlowestOK, 2*d.electionTimeout(), "every write that succeeded took under twice the election timeout: %s", count)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*d.electionTimeout())
-	defer cancel()
-	_, err := c.Put(ctx, "/e2e/writes/after", time.Now().Format(time.RFC3339Nano))
-	assert.NoError(t, err, "the cluster takes a write once the swap ended")
+	assert.Less(t, count.Slowest, d.electionTimeout(), "every write, failed or not, took under one election timeout: %s", count)
+	assert.NoError(t, count.After, "the cluster takes a write once the swaps ended")
+	require.NoError(t, count.ReadBack, "the writes are read back")
+	assert.Empty(t, count.Lost, "every write acknowledged is read back: %s", count)
 }
 
 // The disruptions of a swap that fail the write in flight.
@@ -74,8 +76,10 @@ func disruptions(errs []string) (byKind map[string]int, other []string) {
 	byKind = map[string]int{}
 	for _, e := range errs {
 		switch {
+		case strings.Contains(e, "context deadline exceeded"):
+			other = append(other, e) // the client gave up: a stall, whatever stalled it
 		case strings.Contains(e, "raft proposal dropped") || strings.Contains(e, "leader changed") ||
-			strings.Contains(e, "request timed out") || strings.Contains(e, "context deadline exceeded"):
+			strings.Contains(e, "request timed out"):
 			byKind[leaderMoved]++
 		case strings.Contains(e, "etcdserver: server stopped") || strings.Contains(e, "raft: stopped"):
 			byKind[memberStopped]++
@@ -97,10 +101,12 @@ func TestFailedWritesAreSortedByTheDisruptionThatGivesThemAndAnyOtherReasonIsKep
 		"rpc error: code = Unavailable desc = error reading from server: read tcp 10.0.0.1:1->10.0.0.10:2379: read: connection reset by peer",
 		"rpc error: code = Unavailable desc = etcdserver: request timed out",
 		"rpc error: code = PermissionDenied desc = etcdserver: permission denied",
+		"context deadline exceeded after 20s",
 	})
 	assert.Equal(t, map[string]int{leaderMoved: 3, memberStopped: 2, connectionEnded: 1}, byKind,
 		"a proposal forwarded as the leader moved waits for its request timeout")
-	assert.Equal(t, []string{"rpc error: code = PermissionDenied desc = etcdserver: permission denied"}, other)
+	assert.Equal(t, []string{"rpc error: code = PermissionDenied desc = etcdserver: permission denied", "context deadline exceeded after 20s"}, other,
+		"a write the client gave up on is no disruption's")
 }
 
 func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunThroughAControllersPodAndFromTheCLI(t *testing.T) {
@@ -155,7 +161,7 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunThroughAControllersPodAn
 	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Equal(t, api.OriginManual, res.Origin)
 	require.NoError(t, d.Check(api.ResultCompleted))
-	writesAcross(t, d, c, count, 1)
+	writesAcross(t, d, count, 1)
 	// What a user sees of v1, v2 and s1 now is what real k3s showed.
 	d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "s1")
 	// fleet-role members: each voter's member as its agent sampled it from
@@ -197,6 +203,6 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunThroughAControllersPodAn
 	count = w.Count()
 	t.Logf("v3 out, v1 (the bootstrap host) in again: %s: %s; writes: %s", res.Result, res.Reason, count)
 	d.ended(t, res, api.ResultCompleted)
-	writesAcross(t, d, c, count, 1)
+	writesAcross(t, d, count, 1)
 	took("the swap of v3 for v1")
 }

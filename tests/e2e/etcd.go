@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -95,16 +96,22 @@ func (f *Fleet) membersFrom(h *Host) (Membership, error) {
 	return m, nil
 }
 
-// Writes puts a key every few milliseconds until Stop, one write at a
-// time, timing each: a write that stalls hurts its users as much as one
-// that fails, so the slowest write is counted beside the failed ones.
+// Writes writes a new key every few milliseconds until Count, one write
+// at a time, timing each: a write that stalls hurts its users as much as
+// one that fails, so the slowest write, failed or not, is counted beside
+// the failed ones. Every key a write was acknowledged for is read back
+// once the writes stop: an acknowledged write that is gone is lost.
 type Writes struct {
-	put     func(ctx context.Context, i int) error
-	timeout time.Duration
+	put      func(ctx context.Context, i int) error
+	readBack func(ctx context.Context) (map[int]bool, error)
+	timeout  time.Duration
+	// after is what a write after the writes stopped is given.
+	after   time.Duration
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
-	ok      int
+	next    int
+	acked   []int
 	failed  int
 	slowest time.Duration
 	at      time.Time // when the slowest write was started
@@ -112,21 +119,39 @@ type Writes struct {
 	slowestOK time.Duration
 	last      bool // the last write failed
 	errs      []string
+	count     *WriteCount
 }
 
-// StartWrites starts writing; each write is given four times the fleet's
-// election timeout before it counts as failed, so that a write which
-// succeeds slower than the bound writesAcross holds (twice the election
+// StartWrites starts writing to etcd, each write a key of its own under
+// a prefix of this run's, its value its number; each write is given four
+// times the fleet's election timeout before it counts as failed, so that
+// a write which stalls past the bound writesAcross holds (one election
 // timeout) is measured, not cut off.
 func (f *Fleet) StartWrites(c *clientv3.Client) *Writes {
+	prefix := fmt.Sprintf("/e2e/writes/%d/", time.Now().UnixNano())
 	return f.startWrites(func(ctx context.Context, i int) error {
-		_, err := c.Put(ctx, fmt.Sprintf("/e2e/writes/%d", i%100), time.Now().Format(time.RFC3339Nano))
+		_, err := c.Put(ctx, fmt.Sprintf("%s%08d", prefix, i), strconv.Itoa(i))
 		return err
+	}, func(ctx context.Context) (map[int]bool, error) {
+		resp, err := c.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			return nil, err
+		}
+		got := map[int]bool{}
+		for _, kv := range resp.Kvs {
+			i, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), prefix))
+			if err != nil || string(kv.Value) != strconv.Itoa(i) {
+				return nil, fmt.Errorf("%s holds %q", kv.Key, kv.Value)
+			}
+			got[i] = true
+		}
+		return got, nil
 	})
 }
 
-func (f *Fleet) startWrites(put func(ctx context.Context, i int) error) *Writes {
-	w := &Writes{put: put, timeout: 4 * f.electionTimeout(), stop: make(chan struct{}), done: make(chan struct{})}
+func (f *Fleet) startWrites(put func(ctx context.Context, i int) error, readBack func(ctx context.Context) (map[int]bool, error)) *Writes {
+	w := &Writes{put: put, readBack: readBack, timeout: 4 * f.electionTimeout(), after: 2 * f.electionTimeout(),
+		stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	f.t.Cleanup(w.Stop)
 	return w
@@ -134,33 +159,43 @@ func (f *Fleet) startWrites(put func(ctx context.Context, i int) error) *Writes 
 
 func (w *Writes) run() {
 	defer close(w.done)
-	for i := 0; ; i++ {
+	for {
 		select {
 		case <-w.stop:
 			return
 		case <-time.After(20 * time.Millisecond):
 		}
-		began := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
-		err := w.put(ctx, i)
-		cancel()
-		took := time.Since(began)
-		w.mu.Lock()
-		if took > w.slowest {
-			w.slowest, w.at = took, began
-		}
-		w.last = err != nil
-		if err != nil {
-			w.failed++
-			if len(w.errs) < 20 {
-				w.errs = append(w.errs, err.Error())
-			}
-		} else {
-			w.ok++
-			w.slowestOK = max(w.slowestOK, took)
-		}
-		w.mu.Unlock()
+		w.write(w.timeout)
 	}
+}
+
+// write makes the next write, given timeout, and counts it.
+func (w *Writes) write(timeout time.Duration) error {
+	w.mu.Lock()
+	i := w.next
+	w.next++
+	w.mu.Unlock()
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := w.put(ctx, i)
+	cancel()
+	took := time.Since(began)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if took > w.slowest {
+		w.slowest, w.at = took, began
+	}
+	w.last = err != nil
+	if err != nil {
+		w.failed++
+		if len(w.errs) < 20 {
+			w.errs = append(w.errs, fmt.Sprintf("%s after %s", err, took.Round(time.Millisecond)))
+		}
+	} else {
+		w.acked = append(w.acked, i)
+		w.slowestOK = max(w.slowestOK, took)
+	}
+	return err
 }
 
 // Stop stops writing.
@@ -184,7 +219,16 @@ type WriteCount struct {
 	SlowestOK time.Duration
 	// Unanswered is set when the last write failed.
 	Unanswered bool
-	Errors     []string
+	// Errors are the failed writes' errors, each with how long it took.
+	Errors []string
+	// After is the error of one more write, made once the writes
+	// stopped: nil when the cluster took it.
+	After error
+	// Lost are the writes acknowledged, that one made after them
+	// included, whose keys the read back after them did not find;
+	// ReadBack is why the read failed, if it did.
+	Lost     []int
+	ReadBack error
 }
 
 func (c WriteCount) String() string {
@@ -196,15 +240,47 @@ func (c WriteCount) String() string {
 	if len(c.Errors) > 0 {
 		s += " (" + strings.Join(c.Errors, "; ") + ")"
 	}
+	if c.After != nil {
+		s += fmt.Sprintf("; the write after them failed: %v", c.After)
+	}
+	switch {
+	case c.ReadBack != nil:
+		s += fmt.Sprintf("; reading them back failed: %v", c.ReadBack)
+	case len(c.Lost) > 0:
+		s += fmt.Sprintf("; %d acknowledged writes lost, the first %d", len(c.Lost), c.Lost[0])
+	default:
+		s += "; every acknowledged write read back"
+	}
 	return s
 }
 
-// Count stops the writes and counts them.
+// Count stops the writes, makes one more (WriteCount.After), reads back
+// every write acknowledged and counts them. A second call returns the
+// first's count.
 func (w *Writes) Count() WriteCount {
 	w.Stop()
+	if w.count != nil {
+		return *w.count
+	}
+	// Note: the write after is not among those counted before it.
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return WriteCount{OK: w.ok, Failed: w.failed, Slowest: w.slowest, At: w.at, SlowestOK: w.slowestOK, Unanswered: w.last, Errors: w.errs}
+	c := WriteCount{OK: len(w.acked), Failed: w.failed, Slowest: w.slowest, At: w.at, SlowestOK: w.slowestOK, Unanswered: w.last,
+		Errors: slices.Clone(w.errs)}
+	w.mu.Unlock()
+	c.After = w.write(w.after)
+	ctx, cancel := context.WithTimeout(context.Background(), w.after)
+	defer cancel()
+	got, err := w.readBack(ctx)
+	c.ReadBack = err
+	w.mu.Lock()
+	for _, i := range w.acked {
+		if err == nil && !got[i] {
+			c.Lost = append(c.Lost, i)
+		}
+	}
+	w.mu.Unlock()
+	w.count = &c
+	return c
 }
 
 // Check is what must hold after every scenario: the etcd cluster is the

@@ -81,7 +81,7 @@ func (f *Fleet) writeThroughout(t *testing.T, fn func()) {
 	}
 	count := f.writing.w.Count()
 	t.Logf("writes across the scenario, %d swaps ended: %s", f.writing.swaps, count)
-	writesAcross(t, f, c, count, f.writing.swaps)
+	writesAcross(t, f, count, f.writing.swaps)
 }
 
 // actionSteps are steps of a swap's happy path at which the controller

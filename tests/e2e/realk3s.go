@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -555,13 +555,14 @@ func (f *Fleet) readyz(ip string) error {
 	return err
 }
 
-// apiWrites is the ConfigMap StartAPIWrites writes.
+// apiWrites is the namespace StartAPIWrites writes in.
 const apiWrites = "e2e-writes"
 
 // StartAPIWrites writes to the API as a client in the cluster does,
-// through the kubernetes Service (apiService), one write at a time (a
-// merge patch of a ConfigMap of the default namespace), each given k3s's
-// election timeout twice over, until Count.
+// through the kubernetes Service (apiService), one write at a time: each
+// a ConfigMap of its own, labelled with the run and holding its number,
+// given k3s's election timeout four times over (StartWrites), until
+// Count, which lists them back.
 func (f *Fleet) StartAPIWrites() *Writes {
 	f.t.Helper()
 	rc, err := clientcmd.BuildConfigFromFlags(fmt.Sprintf("https://%s:%d", f.k3sAPI.svc.Host, f.k3sAPI.svc.Port), f.Kubeconfig)
@@ -573,13 +574,37 @@ func (f *Fleet) StartAPIWrites() *Writes {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: apiWrites}}
-	if _, err := f.Client.CoreV1().ConfigMaps(cm.Namespace).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: apiWrites}}
+	if _, err := f.Client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		f.t.Fatal(err)
 	}
+	run := strconv.FormatInt(time.Now().UnixNano(), 10)
+	cms := c.CoreV1().ConfigMaps(apiWrites)
 	return f.startWrites(func(ctx context.Context, i int) error {
-		patch := fmt.Sprintf(`{"data":{"write":"%d","at":%q}}`, i, time.Now().Format(time.RFC3339Nano))
-		_, err := c.CoreV1().ConfigMaps(metav1.NamespaceDefault).Patch(ctx, apiWrites, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("w-%s-%08d", run, i), Labels: map[string]string{"e2e-run": run}},
+			Data:       map[string]string{"write": strconv.Itoa(i)},
+		}
+		_, err := cms.Create(ctx, cm, metav1.CreateOptions{})
 		return err
+	}, func(ctx context.Context) (map[int]bool, error) {
+		got := map[int]bool{}
+		opts := metav1.ListOptions{LabelSelector: "e2e-run=" + run, Limit: 500}
+		for {
+			list, err := f.Client.CoreV1().ConfigMaps(apiWrites).List(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			for _, cm := range list.Items {
+				i, err := strconv.Atoi(cm.Data["write"])
+				if err != nil || cm.Name != fmt.Sprintf("w-%s-%08d", run, i) {
+					return nil, fmt.Errorf("%s holds %q", cm.Name, cm.Data["write"])
+				}
+				got[i] = true
+			}
+			if opts.Continue = list.Continue; opts.Continue == "" {
+				return got, nil
+			}
+		}
 	})
 }

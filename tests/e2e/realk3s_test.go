@@ -322,7 +322,7 @@ func TestOnRealK3s(t *testing.T) {
 		require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 		require.NoError(t, d.Check(api.ResultCompleted))
 		d.threeVotersNoLearner(t)
-		writesAcross(t, d, c, count, 1)
+		writesAcross(t, d, count, 1)
 		d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "s1")
 		took("the swap of the bootstrap server v1 for s1")
 
@@ -455,7 +455,7 @@ func TestOnRealK3s(t *testing.T) {
 			swapTook.Round(time.Second), res.Reason, count, apiCount, timedWrites(res))
 		d.ended(t, res, api.ResultCompleted)
 		d.threeVotersNoLearner(t)
-		writesAcross(t, d, c, count, 1)
+		writesAcross(t, d, count, 1)
 
 		listed, voted, snap := watch.seen()
 		require.False(t, listed.IsZero(), "%s's member was seen as a learner", in)

@@ -371,7 +371,7 @@ func (f *Fleet) slowVoterSwapped(t *testing.T, out, in string, dryRun bool) {
 	assert.Equal(t, in, res.In)
 	require.NoError(t, f.Check(api.ResultCompleted))
 	f.threeVotersNoLearner(t)
-	writesAcross(t, f, c, count, 1)
+	writesAcross(t, f, count, 1)
 }
 
 // dryRunTurnedOff runs the playbook with -e dry_run=false, checking that
