@@ -122,6 +122,8 @@ type Host struct {
 	dir       string
 	f         *Fleet
 	dropped   bool
+	// slow keeps the host's disk slow (SlowDisk) while set.
+	slow *poller
 	// etcd is a client of this host's member alone.
 	etcd *clientv3.Client
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/distribution/reference"
 	"golang.org/x/sys/unix"
@@ -111,11 +113,18 @@ func (h *Host) KillAgent() {
 }
 
 // SlowDisk throttles the host's writes to the machine's disk, which
-// holds its k3s data dir (Deploy), to iops writes a second (the blkio
-// cgroup of the host's container, which holds its units' and its
-// engine's containers' cgroups), so that each fdatasync waits: a disk
-// turned slow, for the agent's probe and the host's etcd member alike. 0
-// lifts it.
+// holds its k3s data dir (Deploy), to iops writes a second, so that each
+// fdatasync waits: a disk turned slow, for the agent's probe and the
+// host's etcd member alike. 0 lifts it.
+// Note: the limit is put on the blkio cgroup of the host's container and
+// on every cgroup below it, and again every second on those made since,
+// until lifted: the machine's cgroup v1 blkio throttles each cgroup on
+// its own (without sane_behavior a child is not held by its parent's
+// limit: a dd in a child of a cgroup limited to 10 writes a second synced
+// 30 writes in 10 ms, in the cgroup itself in 9 s), and the host's
+// systemd makes a cgroup below for each unit that delegates its cgroups
+// (k3s.service, Delegate=yes), again each time it starts, as do the
+// kubelet and a Docker host's engine for theirs.
 func (h *Host) SlowDisk(iops int) {
 	h.f.t.Helper()
 	dev, err := deviceOf(h.dir)
@@ -123,9 +132,31 @@ func (h *Host) SlowDisk(iops int) {
 		h.f.t.Fatal(err)
 	}
 	id := testhost.Docker(h.f.t, "inspect", "-f", "{{.Id}}", h.Container)
-	file := filepath.Join("/sys/fs/cgroup/blkio/docker", id, "blkio.throttle.write_iops_device")
-	if err := os.WriteFile(file, []byte(fmt.Sprintf("%s %d\n", dev, iops)), 0o644); err != nil {
+	root := filepath.Join("/sys/fs/cgroup/blkio/docker", id)
+	limit := []byte(fmt.Sprintf("%s %d\n", dev, iops))
+	apply := func() error {
+		return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil // a cgroup removed meanwhile
+			}
+			if err := os.WriteFile(filepath.Join(path, "blkio.throttle.write_iops_device"), limit, 0o644); err != nil && path == root {
+				return err
+			}
+			return nil
+		})
+	}
+	if h.slow != nil {
+		h.slow.stop()
+		h.slow = nil
+	}
+	if err := apply(); err != nil {
 		h.f.t.Fatalf("throttle %s's disk: %v", h.Name, err)
+	}
+	if iops > 0 {
+		h.slow = h.f.every(time.Second, func() bool {
+			_ = apply()
+			return true
+		})
 	}
 }
 
