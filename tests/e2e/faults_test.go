@@ -89,6 +89,18 @@ func (f *Fleet) writeThroughout(t *testing.T, fn func()) {
 // each of them while the controller runs throughout.
 var actionSteps = []string{api.StepPromote, api.StepStepDown, api.StepRemoveMember, api.StepMemberGone, api.StepCleanUp, api.StepUncordon}
 
+// publishedSteps are the steps a swap's record says it went through,
+// each once, in the order first entered.
+func publishedSteps(res *api.SwapResult) []string {
+	var out []string
+	for _, s := range res.Steps {
+		if !slices.Contains(out, s.Step) {
+			out = append(out, s.Step)
+		}
+	}
+	return out
+}
+
 // startedThisBoot says the unit left the inactive state since the host
 // booted: systemd keeps no timestamp for a unit it has not started.
 func (h *Host) startedThisBoot(unit string) bool {
@@ -296,7 +308,10 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			f.ended(t, res, api.ResultCompleted)
 			// Note: a replica killed after an action and before the status
 			// write that publishes its step leaves the step to its
-			// successor, which may find it done and publish the next.
+			// successor, which may find it done and publish the next: the
+			// steps killed at are those the swap published, as its record
+			// has them.
+			assert.Equal(t, publishedSteps(res), killed, "killed at every step the swap published")
 			assert.GreaterOrEqual(t, len(killed), 5, "killed at most steps")
 			f.WaitRolledOut(time.Minute)
 		}},
@@ -311,6 +326,7 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			})
 			t.Logf("both agents killed at %d steps: %v", len(killed), killed)
 			f.ended(t, res, api.ResultCompleted)
+			assert.Equal(t, publishedSteps(res), killed, "killed at every step the swap published")
 			assert.Subset(t, killed, actionSteps, "killed at every step the controller acts at")
 		}},
 		scenario{"TheCandidatesPeerPortDroppedRollsTheSwapBackLeavingNothingBehind", func(t *testing.T) {

@@ -112,8 +112,9 @@ func (h *Host) KillAgent() {
 	h.Exec("systemctl", "kill", "--signal=SIGKILL", "fleet-role-agent.service")
 }
 
-// SlowDisk throttles the host's writes to the machine's disk, which
-// holds its k3s data dir (Deploy), to iops writes a second, so that each
+// SlowDisk throttles the host's writes to the disk that holds its k3s
+// data dir (the machine's on the double, its own on real k3s: ownDisk),
+// to iops writes a second, so that each
 // fdatasync waits: a disk turned slow, for the agent's probe and the
 // host's etcd member alike. 0 lifts it.
 // Note: the limit is put on the blkio cgroup of the host's container and
@@ -127,7 +128,7 @@ func (h *Host) KillAgent() {
 // kubelet and a Docker host's engine for theirs.
 func (h *Host) SlowDisk(iops int) {
 	h.f.t.Helper()
-	dev, err := deviceOf(h.dir)
+	dev, err := deviceOf(filepath.Join(h.dir, "data"))
 	if err != nil {
 		h.f.t.Fatal(err)
 	}

@@ -252,6 +252,11 @@ func (f *Fleet) startK3sHost(t testhost.T, h *Host) error {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return err
 	}
+	if h.staged() {
+		if err := ownDisk(t, data, filepath.Join(h.dir, "disk.img")); err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+	}
 	// Note: the kubelet's root dir too, which the kubelet's cAdvisor
 	// must find the filesystem of (a container's own root, on this
 	// machine's engine fuse-overlayfs, fails the kubelet's start: "failed
@@ -294,6 +299,53 @@ func (f *Fleet) startK3sHost(t testhost.T, h *Host) error {
 		return fmt.Errorf("%s: daemon-reload: %v: %s", h.Name, err, out)
 	}
 	return nil
+}
+
+// diskSize is the size of a server's own disk (ownDisk): a database of
+// 240 MB, its WAL and the swap's snapshot of it fit several times over.
+// The file is sparse: it takes what is written.
+const diskSize = 4 << 30
+
+// ownDisk mounts at dir a file system of its own, ext4 on a loop device
+// over a sparse file at img (direct I/O: the machine's page cache does
+// not stand between), and undoes it as the test ends, after the host's
+// container is gone. A server's data dir is on one, as a server's data is
+// on a disk of its own: a disk slowed (Host.SlowDisk) then slows that
+// host alone. Note: on the machine's one file system the hosts share one
+// journal, and a throttled host's writes held it: every host's fsync
+// waited behind them, and etcd's writes, the API's and the other agents'
+// reports stalled for 8.4 s at once (a follower's disk slowed, on real
+// k3s), which no slow disk of one server does to the others; a loop
+// device's writes, throttled before its file system's journal, held a
+// dd's synced writes on the machine's disk to under 1 ms each.
+func ownDisk(t testhost.T, dir, img string) error {
+	run := func(name string, args ...string) (string, error) {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		return err
+	}
+	if err := os.Truncate(img, diskSize); err != nil {
+		return err
+	}
+	dev, err := run("losetup", "--find", "--show", "--direct-io=on", img)
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() {
+		_, _ = run("umount", "--lazy", dir)
+		_, _ = run("losetup", "--detach", dev)
+		_ = os.Remove(img)
+	})
+	if _, err := run("mkfs.ext4", "-q", "-E", "nodiscard", dev); err != nil {
+		return err
+	}
+	_, err = run("mount", dev, dir)
+	return err
 }
 
 // k3sDropIn runs the real binary under the unit with the arguments, the

@@ -323,6 +323,7 @@ func TestOnRealK3s(t *testing.T) {
 		require.NoError(t, d.Check(api.ResultCompleted))
 		d.threeVotersNoLearner(t)
 		writesAcross(t, d, count, 1)
+		writesAcross(t, d, apiCount, 1)
 		d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "s1")
 		took("the swap of the bootstrap server v1 for s1")
 
@@ -456,6 +457,7 @@ func TestOnRealK3s(t *testing.T) {
 		d.ended(t, res, api.ResultCompleted)
 		d.threeVotersNoLearner(t)
 		writesAcross(t, d, count, 1)
+		writesAcross(t, d, apiCount, 1)
 
 		listed, voted, snap := watch.seen()
 		require.False(t, listed.IsZero(), "%s's member was seen as a learner", in)

@@ -372,6 +372,7 @@ func (f *Fleet) slowVoterSwapped(t *testing.T, out, in string, dryRun bool) {
 	require.NoError(t, f.Check(api.ResultCompleted))
 	f.threeVotersNoLearner(t)
 	writesAcross(t, f, count, 1)
+	writesAcross(t, f, apiCount, 1)
 }
 
 // dryRunTurnedOff runs the playbook with -e dry_run=false, checking that
