@@ -157,15 +157,22 @@ func main() {
 // fleet-role's .deb, a real etcd member per server, the controller from
 // its Deployment.
 func containers(r *runner) fleet {
-	d := e2e.Deploy(r, e2e.Options{
+	opts := e2e.Options{
 		Hosts:         e2e.DeployedHosts,
 		VerdictWindow: 5,
 		// k3s's etcd timing: 5 s election timeout, 500 ms heartbeat.
 		ElectionTimeout: e2e.K3sElectionTimeout,
 		Log:             func(format string, args ...any) { say(format, args...) },
-	})
+	}
+	// On the real k3s binary where make setup found one (FLEET_ROLE_K3S),
+	// its fleet of native hosts; else on the k3s double.
+	deploy := e2e.Deploy
+	if os.Getenv(testhost.K3sEnv) != "" {
+		opts.Hosts, deploy = e2e.RealK3sHosts, e2e.DeployOnK3s
+	}
+	d := deploy(r, opts)
 	return fleet{
-		bin: d.Bin, kubeconfig: d.API.Kubeconfig, client: d.API.Client, hosts: e2e.DeployedHosts,
+		bin: d.Bin, kubeconfig: d.Kubeconfig, client: d.Client, hosts: opts.Hosts,
 		dryRunOff: func() {
 			say("ansible-playbook deploy.yml -e dry_run=false: the configuration's checksum rolls the controller's Deployment")
 			_, changed := d.Playbook("-e", "dry_run=false")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -17,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -78,14 +76,25 @@ const doubleKubeconfig = "/etc/k3s-double/kubeconfig"
 // controllerName is the controller's Deployment.
 const controllerName = "fleet-role-controller"
 
-// Deploy builds fleet-role's package and image, starts the API server and
-// the hosts with k3s's side, runs the playbook once from nothing, and
-// waits until every voter votes, every Node is Ready with a probe and the
-// controller's Deployment is available.
+// Deploy deploys the fleet from nothing, on the k3s double or, where
+// Options.K3s names a binary, on real k3s: it builds fleet-role's
+// package and image, starts the hosts with k3s as its installer leaves
+// it (on the double, the real kube-apiserver behind them first), runs
+// the playbook once from nothing, and waits until every voter votes,
+// every Node is Ready with a probe and the controller's Deployment is
+// available. Every scenario is written once against the Fleet it
+// returns, whichever k3s runs under it.
 func Deploy(t testhost.T, opts Options) *Fleet {
 	t.Helper()
 	testhost.RequireImage(t, testhost.SystemdImage)
-	testhost.RequireImage(t, testhost.DockerHostImage)
+	if opts.K3s == "" {
+		testhost.RequireImage(t, testhost.DockerHostImage)
+	}
+	for _, h := range opts.Hosts {
+		if h.Docker && opts.K3s != "" {
+			t.Fatalf("%s: the real-k3s tier has native hosts only", h.Name)
+		}
+	}
 	if _, err := exec.LookPath("ansible-playbook"); err != nil {
 		testhost.Unavailable(t, "ansible-playbook is not installed: apt-get install ansible python3-kubernetes python3-docker (.ci/setup does)")
 	}
@@ -97,53 +106,74 @@ func Deploy(t testhost.T, opts Options) *Fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	f := &Fleet{t: t, opts: opts, Dir: dir, Hosts: map[string]*Host{}, BinDir: filepath.Join(dir, "bin"), logs: filepath.Join(dir, "logs")}
+	f := &Fleet{t: t, opts: opts, Dir: dir, Hosts: map[string]*Host{}, BinDir: filepath.Join(dir, "bin"), logs: filepath.Join(dir, "logs"), k3s: opts.K3s}
 	if err := os.MkdirAll(f.logs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-
-	f.logf("building fleet-role's package and image (make package image) and the k3s double")
+	if f.k3s != "" {
+		out, _ := exec.Command(f.k3s, "--version").CombinedOutput()
+		f.logf("real k3s: %s (%s)", strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0]), f.k3s)
+	}
+	f.logf("building fleet-role's package and image (make package image)")
 	began := time.Now()
 	if err := f.make(); err != nil {
 		t.Fatal(err)
 	}
-	if f.double, err = testhost.Build(dir, "k3s", "./tests/k3sdouble"); err != nil {
-		t.Fatal(err)
-	}
-	f.image = testhost.ImageOf(t, "fleet-role-test/k3s-double:latest", f.double, "/bin/k3s")
 	f.logf("built in %s", time.Since(began).Round(time.Second))
-
 	f.Net = testhost.NewNetwork(t)
-	f.logf("starting a real kube-apiserver on %s, the gateway of the hosts' network %s", f.Net.Gateway, f.Net.Name)
-	f.API = kubeapi.StartOn(t, f.Net.Gateway)
-	f.Client, f.Kubeconfig = f.API.Client, f.API.Kubeconfig
-	f.kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := f.API.WriteEmbeddedKubeconfig(f.kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	f.objects()
 	for i, spec := range opts.Hosts {
 		h := &Host{HostSpec: spec, IP: f.Net.Addr(10 + i), f: f, dir: filepath.Join(dir, spec.Name)}
 		f.Hosts[spec.Name], f.Order = h, append(f.Order, spec.Name)
 	}
 
-	f.logf("starting the hosts with k3s as its installer leaves it: %s", strings.Join(f.describe(), ", "))
-	began = time.Now()
-	var wg sync.WaitGroup
-	errs := make([]error, len(f.Order))
-	for i, name := range f.Order {
-		wg.Go(func() {
-			g := &onGoroutine{t: t}
-			defer func() {
-				if errs[i] == nil {
-					errs[i] = g.err
-				}
-			}()
-			errs[i] = f.startHost(g, f.Hosts[name])
-		})
+	if f.k3s != "" {
+		f.startOnK3s()
+	} else {
+		f.startOnDouble()
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+
+	if err := f.writeInventory(); err != nil {
+		t.Fatal(err)
+	}
+	f.logf("ansible-playbook -i %s deploy.yml: fleet-role from nothing", f.inventory)
+	began = time.Now()
+	if _, changed := f.Playbook(); changed == 0 {
+		t.Fatalf("the first run of the playbook changed nothing")
+	}
+	f.logf("the playbook ran in %s", time.Since(began).Round(time.Second))
+	f.requireRolesLabelled()
+	if f.API != nil {
+		f.requireNoNodeWrittenByTheHarness()
+	}
+	f.logf("waiting for etcd's members to vote, every Node to be Ready with a probe and the controller to be available")
+	f.waitUp(6 * time.Minute)
+	f.WaitRolledOut(3 * time.Minute)
+	return f
+}
+
+// startOnDouble starts the real kube-apiserver and the hosts with the k3s
+// double as k3s's installer leaves them, and the controller's
+// Deployment's stand-in.
+func (f *Fleet) startOnDouble() {
+	t := f.t
+	var err error
+	if f.double, err = testhost.Build(f.Dir, "k3s", "./tests/k3sdouble"); err != nil {
+		t.Fatal(err)
+	}
+	f.image = testhost.ImageOf(t, "fleet-role-test/k3s-double:latest", f.double, "/bin/k3s")
+
+	f.logf("starting a real kube-apiserver on %s, the gateway of the hosts' network %s", f.Net.Gateway, f.Net.Name)
+	f.API = kubeapi.StartOn(t, f.Net.Gateway)
+	f.Client, f.Kubeconfig = f.API.Client, f.API.Kubeconfig
+	f.kubeconfig = filepath.Join(f.Dir, "kubeconfig")
+	if err := f.API.WriteEmbeddedKubeconfig(f.kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	f.objects()
+
+	f.logf("starting the hosts with k3s as its installer leaves it: %s", strings.Join(f.describe(), ", "))
+	began := time.Now()
+	if err := f.eachHost(f.startHost); err != nil {
 		t.Fatal(err)
 	}
 	f.logf("the hosts are up in %s", time.Since(began).Round(time.Second))
@@ -177,26 +207,9 @@ func Deploy(t testhost.T, opts Options) *Fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replicas := filepath.Join(dir, "replicas")
 	f.Controller = deployment.Start(t, deployment.Options{Client: f.Client, Namespace: api.Namespace, Name: controllerName,
-		Network: f.Net.Name, APIHost: svc.Host, APIPort: svc.Port, CA: ca, Dir: replicas, Log: f.logf,
+		Network: f.Net.Name, APIHost: svc.Host, APIPort: svc.Port, CA: ca, Dir: filepath.Join(f.Dir, "replicas"), Log: f.logf,
 		NodeImages: f.nodeImages})
-
-	if err := f.writeInventory(); err != nil {
-		t.Fatal(err)
-	}
-	f.logf("ansible-playbook -i %s deploy.yml: fleet-role from nothing", f.inventory)
-	began = time.Now()
-	if _, changed := f.Playbook(); changed == 0 {
-		t.Fatalf("the first run of the playbook changed nothing")
-	}
-	f.logf("the playbook ran in %s", time.Since(began).Round(time.Second))
-	f.requireRolesLabelled()
-	f.requireNoNodeWrittenByTheHarness()
-	f.logf("waiting for etcd's members to vote, every Node to be Ready with a probe and the controller to be available")
-	f.waitUp(4 * time.Minute)
-	f.WaitRolledOut(2 * time.Minute)
-	return f
 }
 
 // make builds the binary, the .deb and the controller's image as a user

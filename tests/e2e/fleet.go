@@ -63,6 +63,9 @@ type Options struct {
 	// ElectionTimeout is the members' etcd election timeout; 0 means
 	// ElectionTimeout.
 	ElectionTimeout time.Duration
+	// K3s is the real k3s binary the hosts run (DeployOnK3s); "" runs
+	// the k3s double.
+	K3s string
 	// Log, when set, gets what the harness does, as it does it.
 	Log func(format string, args ...any)
 }

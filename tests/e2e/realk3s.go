@@ -104,52 +104,20 @@ const k3sYAML = hostRancher + "/k3s.yaml"
 // k3sEtcdTLS are real k3s's etcd client files under a server's data dir.
 var k3sEtcdTLS = struct{ CA, Cert, Key string }{"server/tls/etcd/server-ca.crt", "server/tls/etcd/client.crt", "server/tls/etcd/client.key"}
 
-// DeployOnK3s is Deploy on real k3s: it builds fleet-role's package and
-// image, starts the hosts with k3s as its installer leaves it (the
-// bootstrap server first, then the others), waits until every kubelet has
-// registered its Node Ready and every voter's member votes, runs the
-// playbook once from nothing, and waits until every Node has a probe and
-// the controller's Deployment is available.
+// DeployOnK3s is Deploy on the real k3s binary testhost.K3sBinary names.
 func DeployOnK3s(t testhost.T, opts Options) *Fleet {
 	t.Helper()
-	bin := testhost.K3sBinary(t)
-	testhost.RequireImage(t, testhost.SystemdImage)
-	if _, err := exec.LookPath("ansible-playbook"); err != nil {
-		testhost.Unavailable(t, "ansible-playbook is not installed: apt-get install ansible python3-kubernetes python3-docker (.ci/setup does)")
-	}
-	for _, h := range opts.Hosts {
-		if h.Docker {
-			t.Fatalf("%s: the real-k3s tier has native hosts only", h.Name)
-		}
-	}
-	if opts.ProbePeriod == 0 {
-		opts.ProbePeriod = 2 * time.Second
-	}
-	dir, err := os.MkdirTemp("", "fleet-role-k3s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	f := &Fleet{t: t, opts: opts, Dir: dir, Hosts: map[string]*Host{}, BinDir: filepath.Join(dir, "bin"), logs: filepath.Join(dir, "logs"), k3s: bin}
-	if err := os.MkdirAll(f.logs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out, _ := exec.Command(bin, "--version").CombinedOutput()
-	f.logf("real k3s: %s (%s)", strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0]), bin)
+	opts.K3s = testhost.K3sBinary(t)
+	return Deploy(t, opts)
+}
 
-	f.logf("building fleet-role's package and image (make package image)")
-	began := time.Now()
-	if err := f.make(); err != nil {
-		t.Fatal(err)
-	}
-	f.logf("built in %s", time.Since(began).Round(time.Second))
-
-	f.Net = testhost.NewNetwork(t)
+// startOnK3s starts the hosts with real k3s as its installer leaves it
+// (the bootstrap server first, then the others), waits until every
+// kubelet has registered its Node Ready and every voter's member votes,
+// and starts the controller's Deployment's stand-in.
+func (f *Fleet) startOnK3s() {
+	t := f.t
 	f.k3sAPI = &k3sAPI{}
-	for i, spec := range opts.Hosts {
-		h := &Host{HostSpec: spec, IP: f.Net.Addr(10 + i), f: f, dir: filepath.Join(dir, spec.Name)}
-		f.Hosts[spec.Name], f.Order = h, append(f.Order, spec.Name)
-	}
 	for _, s := range f.servers() {
 		f.k3sAPI.servers = append(f.k3sAPI.servers, s.IP)
 	}
@@ -159,8 +127,8 @@ func DeployOnK3s(t testhost.T, opts Options) *Fleet {
 	f.k3sAPI.svc = svc
 
 	f.logf("starting the hosts' containers on %s: %s", f.Net.Name, strings.Join(f.describe(), ", "))
-	began = time.Now()
-	if err := f.eachHost(func(g testhost.T, h *Host) error { return f.startK3sHost(g, h) }); err != nil {
+	began := time.Now()
+	if err := f.eachHost(f.startK3sHost); err != nil {
 		t.Fatal(err)
 	}
 	// Note: after the hosts' own cleanups, so that it runs before them,
@@ -204,23 +172,8 @@ func DeployOnK3s(t testhost.T, opts Options) *Fleet {
 		t.Fatal(err)
 	}
 	f.Controller = deployment.Start(t, deployment.Options{Client: f.Client, Namespace: api.Namespace, Name: controllerName,
-		Network: f.Net.Name, APIHost: svc.Host, APIPort: svc.Port, CA: ca, Dir: filepath.Join(dir, "replicas"), Log: f.logf,
+		Network: f.Net.Name, APIHost: svc.Host, APIPort: svc.Port, CA: ca, Dir: filepath.Join(f.Dir, "replicas"), Log: f.logf,
 		NodeImages: f.nodeImages})
-
-	if err := f.writeInventory(); err != nil {
-		t.Fatal(err)
-	}
-	f.logf("ansible-playbook -i %s deploy.yml: fleet-role from nothing", f.inventory)
-	began = time.Now()
-	if _, changed := f.Playbook(); changed == 0 {
-		t.Fatalf("the first run of the playbook changed nothing")
-	}
-	f.logf("the playbook ran in %s", time.Since(began).Round(time.Second))
-	f.requireRolesLabelled()
-	f.logf("waiting for every Node to have a probe and the controller to be available")
-	f.waitUp(6 * time.Minute)
-	f.WaitRolledOut(3 * time.Minute)
-	return f
 }
 
 // eachHost runs fn for every host at once, each on a goroutine of its
