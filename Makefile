@@ -154,7 +154,7 @@ fmt: ## format the code
 setup: ## set up a fresh machine for make test and make demo: Docker, Debian's packages, the test images and binaries
 	bash .ci/setup
 
-demo: setup ## fleet-role on a local simulated fleet of containers over real etcd (without Docker, simulated hosts): a voter turns slow and is swapped out
+demo: setup ## fleet-role on a local fleet of containers, on real k3s where setup found it (else over real etcd; without Docker, simulated hosts): a voter turns slow and is swapped out
 	$(GO) run ./tests/demo
 
 demo-plan: build ## plan the example clusters of docs/examples, as an operator would
