@@ -19,10 +19,14 @@ import (
 
 // Etcd is a client of the fleet's etcd cluster through every server's
 // endpoint.
-func (f *Fleet) Etcd() *clientv3.Client {
+func (f *Fleet) Etcd() *clientv3.Client { return f.etcdThrough(f.servers()...) }
+
+// etcdThrough is a client of the fleet's etcd cluster through the
+// servers' endpoints.
+func (f *Fleet) etcdThrough(servers ...*Host) *clientv3.Client {
 	f.t.Helper()
 	var eps []string
-	for _, s := range f.servers() {
+	for _, s := range servers {
 		eps = append(eps, f.etcdURL(s.IP))
 	}
 	c, err := clientv3.New(f.etcdConfig(eps, 2*time.Second))
@@ -127,13 +131,17 @@ type Writes struct {
 // times the fleet's election timeout before it counts as failed, so that
 // a write which stalls past the bound writesAcross holds (one election
 // timeout) is measured, not cut off.
-func (f *Fleet) StartWrites(c *clientv3.Client) *Writes {
+func (f *Fleet) StartWrites(c *clientv3.Client) *Writes { return f.startEtcdWrites(c, c) }
+
+// startEtcdWrites writes through c and reads the writes back through
+// read.
+func (f *Fleet) startEtcdWrites(c, read *clientv3.Client) *Writes {
 	prefix := fmt.Sprintf("/e2e/writes/%d/", time.Now().UnixNano())
 	return f.startWrites(func(ctx context.Context, i int) error {
 		_, err := c.Put(ctx, fmt.Sprintf("%s%08d", prefix, i), strconv.Itoa(i))
 		return err
 	}, func(ctx context.Context) (map[int]bool, error) {
-		resp, err := c.Get(ctx, prefix, clientv3.WithPrefix())
+		resp, err := read.Get(ctx, prefix, clientv3.WithPrefix())
 		if err != nil {
 			return nil, err
 		}

@@ -569,8 +569,13 @@ const apiWrites = "e2e-writes"
 // given k3s's election timeout four times over (StartWrites), until
 // Count, which lists them back.
 func (f *Fleet) StartAPIWrites() *Writes {
+	return f.startAPIWrites(fmt.Sprintf("%s:%d", f.k3sAPI.svc.Host, f.k3sAPI.svc.Port))
+}
+
+// startAPIWrites is StartAPIWrites through the API at addr (host:port).
+func (f *Fleet) startAPIWrites(addr string) *Writes {
 	f.t.Helper()
-	rc, err := clientcmd.BuildConfigFromFlags(fmt.Sprintf("https://%s:%d", f.k3sAPI.svc.Host, f.k3sAPI.svc.Port), f.Kubeconfig)
+	rc, err := clientcmd.BuildConfigFromFlags("https://"+addr, f.Kubeconfig)
 	if err != nil {
 		f.t.Fatal(err)
 	}
