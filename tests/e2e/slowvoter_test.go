@@ -371,19 +371,29 @@ func (f *Fleet) slowVoterSwapped(t *testing.T, out, in string, dryRun bool) {
 	})
 	// Note: a server whose disk is slow may be restarting (k3s exits as
 	// its controller manager loses its lease, and systemd starts it
-	// again): its metrics answer again within a minute, counting from
-	// its start.
+	// again): its metrics answer again within seconds, counting from its
+	// start, and its member fsyncs its WAL once it runs again. A minute is
+	// the outer limit for ten fsyncs counted; a leader's k3s restarted
+	// more than once in it, and its fsyncs are then not counted.
 	var after *dto.Histogram
-	f.Wait(time.Minute, out+"'s etcd metrics answer", func() error {
-		after, err = h.etcdHistogram(walFsync)
-		return err
-	})
-	walP99, fsyncs := quantileBetween(0.99, before, after)
-	walP50, _ := quantileBetween(0.5, before, after)
+	var fsyncs uint64
+	counted := time.Now().Add(time.Minute)
+	for time.Now().Before(counted) && fsyncs < 10 {
+		if after, err = h.etcdHistogram(walFsync); err == nil {
+			_, fsyncs = quantileBetween(0.5, before, after)
+		}
+		time.Sleep(time.Second)
+	}
 	unfit, _, _, verdict := watch.seen()
-	t.Logf("%s judged unfit %s after its disk turned slow: %s (agent's fsync p99 %.1f ms); etcd's own WAL fsyncs meanwhile: %d, p50 %s, p99 %s",
-		out, unfit.Sub(slowed).Round(time.Second), verdict.Reason, verdict.FsyncP99Ms, fsyncs, walP50.Round(time.Millisecond), walP99.Round(time.Millisecond))
-	assert.Greater(t, walP99, 10*time.Millisecond, "etcd's own WAL fsync p99 is over etcd's 10 ms guidance once the disk is slow")
+	t.Logf("%s judged unfit %s after its disk turned slow: %s (agent's fsync p99 %.1f ms)", out, unfit.Sub(slowed).Round(time.Second), verdict.Reason, verdict.FsyncP99Ms)
+	if fsyncs >= 10 {
+		walP99, _ := quantileBetween(0.99, before, after)
+		walP50, _ := quantileBetween(0.5, before, after)
+		t.Logf("etcd's own WAL fsyncs since the slowdown (or %s's k3s's last start): %d, p50 %s, p99 %s", out, fsyncs, walP50.Round(time.Millisecond), walP99.Round(time.Millisecond))
+		assert.Greater(t, walP99, 10*time.Millisecond, "etcd's own WAL fsync p99 is over etcd's 10 ms guidance once the disk is slow")
+	} else {
+		t.Logf("etcd's own WAL fsyncs not counted: %d counted in a minute (%s's k3s restarting: %v)", fsyncs, out, err)
+	}
 
 	if dryRun {
 		f.Wait(3*time.Minute, "the dry run reports the decision to swap "+out+" for "+in, func() error {
