@@ -113,10 +113,10 @@ func (h *Host) KillAgent() {
 }
 
 // SlowDisk throttles the host's writes to the disk that holds its k3s
-// data dir (the machine's on the double, its own on real k3s: ownDisk),
-// to iops writes a second, so that each
-// fdatasync waits: a disk turned slow, for the agent's probe and the
-// host's etcd member alike. 0 lifts it.
+// data dir (the machine's on the double, its own on real k3s: ownDisk)
+// to iops writes a second, so that each fdatasync waits: a disk turned
+// slow, for the agent's probe and the host's etcd member alike. 0 lifts
+// it.
 // Note: the limit is put on the blkio cgroup of the host's container and
 // on every cgroup below it, and again every second on those made since,
 // until lifted: the machine's cgroup v1 blkio throttles each cgroup on
