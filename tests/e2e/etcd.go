@@ -123,14 +123,16 @@ type Writes struct {
 	slowestOK time.Duration
 	last      bool // the last write failed
 	errs      []string
+	tooks     []time.Duration // each of errs took
 	count     *WriteCount
 }
 
 // StartWrites starts writing to etcd, each write a key of its own under
-// a prefix of this run's, its value its number; each write is given four
-// times the fleet's election timeout before it counts as failed, so that
-// a write which stalls past the bound writesAcross holds (one election
-// timeout) is measured, not cut off.
+// a prefix of this run's, its value its number; each write is given
+// etcd's request timeout and an election timeout more before it counts
+// as failed (writeTimeout), so that a write which stalls past the bounds
+// writesAcross holds is measured, not cut off, and one etcd holds until
+// its own request timeout ends with etcd's error, not the client's.
 func (f *Fleet) StartWrites(c *clientv3.Client) *Writes { return f.startEtcdWrites(c, c) }
 
 // startEtcdWrites writes through c and reads the writes back through
@@ -158,12 +160,19 @@ func (f *Fleet) startEtcdWrites(c, read *clientv3.Client) *Writes {
 }
 
 func (f *Fleet) startWrites(put func(ctx context.Context, i int) error, readBack func(ctx context.Context) (map[int]bool, error)) *Writes {
-	w := &Writes{put: put, readBack: readBack, timeout: 4 * f.electionTimeout(), after: 2 * f.electionTimeout(),
+	w := &Writes{put: put, readBack: readBack, timeout: f.reqTimeout() + f.electionTimeout(), after: 2 * f.electionTimeout(),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	f.t.Cleanup(w.Stop)
 	return w
 }
+
+// reqTimeout is etcd's request timeout at the fleet's election timeout:
+// how long a member holds a write it took before it fails it
+// ("etcdserver: request timed out"): 5 s, and two election timeouts for
+// an election (etcd server/config, (*ServerConfig).ReqTimeout). k3s's:
+// 15 s.
+func (f *Fleet) reqTimeout() time.Duration { return 5*time.Second + 2*f.electionTimeout() }
 
 func (w *Writes) run() {
 	defer close(w.done)
@@ -198,6 +207,7 @@ func (w *Writes) write(timeout time.Duration) error {
 		w.failed++
 		if len(w.errs) < 20 {
 			w.errs = append(w.errs, fmt.Sprintf("%s after %s", err, took.Round(time.Millisecond)))
+			w.tooks = append(w.tooks, took)
 		}
 	} else {
 		w.acked = append(w.acked, i)
@@ -227,8 +237,10 @@ type WriteCount struct {
 	SlowestOK time.Duration
 	// Unanswered is set when the last write failed.
 	Unanswered bool
-	// Errors are the failed writes' errors, each with how long it took.
+	// Errors are the failed writes' errors, each with how long it took,
+	// the first 20; Took, how long each took.
 	Errors []string
+	Took   []time.Duration
 	// After is the error of one more write, made once the writes
 	// stopped: nil when the cluster took it.
 	After error
@@ -273,7 +285,7 @@ func (w *Writes) Count() WriteCount {
 	// Note: the write after is not among those counted before it.
 	w.mu.Lock()
 	c := WriteCount{OK: len(w.acked), Failed: w.failed, Slowest: w.slowest, At: w.at, SlowestOK: w.slowestOK, Unanswered: w.last,
-		Errors: slices.Clone(w.errs)}
+		Errors: slices.Clone(w.errs), Took: slices.Clone(w.tooks)}
 	w.mu.Unlock()
 	c.After = w.write(w.after)
 	ctx, cancel := context.WithTimeout(context.Background(), w.after)
