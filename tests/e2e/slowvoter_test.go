@@ -133,33 +133,36 @@ func TestTheQuantileOfAHistogramBetweenTwoReadingsIsTheDeltasAsPrometheusEstimat
 func (f *Fleet) leader() (string, error) {
 	var errs []string
 	for _, h := range f.servers() {
-		if _, err := f.membersFrom(h); err != nil {
-			errs = append(errs, h.Name+": "+err.Error())
-			continue
+		name, err := f.leaderSaidBy(h)
+		if err == nil {
+			return name, nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*f.electionTimeout())
-		st, err := h.etcd.Status(ctx, f.etcdURL(h.IP))
-		if err == nil && st.Leader != 0 {
-			resp, lerr := h.etcd.MemberList(ctx)
-			cancel()
-			if lerr != nil {
-				errs = append(errs, h.Name+": "+lerr.Error())
-				continue
-			}
-			for _, m := range resp.Members {
-				if m.ID == st.Leader {
-					return strings.SplitN(m.Name, "-", 2)[0], nil
-				}
-			}
-			errs = append(errs, fmt.Sprintf("%s: the leader %x is not listed", h.Name, st.Leader))
-			continue
-		}
-		cancel()
-		if err != nil {
-			errs = append(errs, h.Name+": "+err.Error())
-		}
+		errs = append(errs, h.Name+": "+err.Error())
 	}
 	return "", fmt.Errorf("no member says who leads: %s", strings.Join(errs, "; "))
+}
+
+// leaderSaidBy is the host whose member leads etcd, as h's member says.
+func (f *Fleet) leaderSaidBy(h *Host) (string, error) {
+	if _, err := f.membersFrom(h); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*f.electionTimeout())
+	defer cancel()
+	st, err := h.etcd.Status(ctx, f.etcdURL(h.IP))
+	if err != nil {
+		return "", err
+	}
+	resp, err := h.etcd.MemberList(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range resp.Members {
+		if m.ID == st.Leader {
+			return strings.SplitN(m.Name, "-", 2)[0], nil
+		}
+	}
+	return "", fmt.Errorf("the leader %x is not listed", st.Leader)
 }
 
 // gaps keeps, for each key, the last time seen and the longest gap
@@ -242,7 +245,6 @@ func (f *Fleet) watchObjects(watchFn func(ctx context.Context, opts metav1.ListO
 // replicas' election Lease renewals and in each host's probe samples on
 // its Node (its agent's reports).
 type slowVoterWatch struct {
-	out                     string
 	status                  *poller
 	lease, probes           *poller
 	mu                      sync.Mutex
@@ -252,7 +254,7 @@ type slowVoterWatch struct {
 }
 
 func (f *Fleet) watchSlowVoter(out string) *slowVoterWatch {
-	w := &slowVoterWatch{out: out, renewals: newGaps(), reports: newGaps()}
+	w := &slowVoterWatch{renewals: newGaps(), reports: newGaps()}
 	w.status = f.every(250*time.Millisecond, func() bool {
 		st := f.Status()
 		now := time.Now()
