@@ -146,6 +146,9 @@ func Deploy(t testhost.T, opts Options) *Fleet {
 		f.requireNoNodeWrittenByTheHarness()
 	}
 	f.logf("waiting for etcd's members to vote, every Node to be Ready with a probe and the controller to be available")
+	// Note: outer limits, not assertions, the real tier's (the double's
+	// were 4 and 2 minutes): five real k3s on two cores, the first group
+	// of packages beside them, took up to 7m10s to deploy here.
 	f.waitUp(6 * time.Minute)
 	f.WaitRolledOut(3 * time.Minute)
 	return f

@@ -515,6 +515,8 @@ func TestOnRealK3s(t *testing.T) {
 	t.Run("ALeaderWhoseDiskTurnsSlowIsSwappedOnItsOwnAndThePlaybookRunAgainChangesNothing", func(t *testing.T) {
 		st := d.Status()
 		require.True(t, st.Controller != nil && !st.Controller.DryRun, "the dry run is off, as the follower's scenario left it (run the two together)")
+		// Note: the 10-minute waits are outer limits, as above: the
+		// standby was eligible 45 s-1m04s after the swap before.
 		in := d.hostWithRole(api.RoleStandby)
 		d.WaitFit(10 * time.Minute)
 		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -74,7 +75,7 @@ func quantileBetween(q float64, before, after *dto.Histogram) (time.Duration, ui
 	for _, b := range before.GetBucket() {
 		prev[b.GetUpperBound()] = b.GetCumulativeCount()
 	}
-	buckets := after.GetBucket()
+	buckets := slices.Clone(after.GetBucket())
 	sort.Slice(buckets, func(i, j int) bool { return buckets[i].GetUpperBound() < buckets[j].GetUpperBound() })
 	rank := q * float64(n)
 	lower, below := 0.0, uint64(0)
@@ -193,11 +194,7 @@ func (g *gaps) see(key string, at time.Time) {
 func (g *gaps) Longest() map[string]time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := map[string]time.Duration{}
-	for k, d := range g.longest {
-		out[k] = d
-	}
-	return out
+	return maps.Clone(g.longest)
 }
 
 // watchObjects watches one kind of object from now until the poller
@@ -398,6 +395,8 @@ func (f *Fleet) slowVoterSwapped(t *testing.T, out, in string, dryRun bool) {
 	}
 
 	if dryRun {
+		// Note: 3 minutes is an outer limit: the decision is reported
+		// in the pass after the verdict (seen the same second).
 		f.Wait(3*time.Minute, "the dry run reports the decision to swap "+out+" for "+in, func() error {
 			st := f.Status()
 			if st.Decision == nil || st.Decision.Out != out || !strings.HasPrefix(st.Reason, "dry run: would swap "+out+" for "+in) {
@@ -476,6 +475,8 @@ func (f *Fleet) dryRunTurnedOff(t *testing.T) {
 			assert.Contains(t, out, fmt.Sprintf("%s's role on the cluster is %s, its inventory group's %s: the cluster's is kept", n, roles[n], group))
 		}
 	}
+	// Note: an outer limit: the rollout's replicas were ready within a
+	// minute on real k3s.
 	second := f.WaitRolledOut(3 * time.Minute)
 	assert.Greater(t, f.ControllerDeployment().Generation, gen, "the pod template changed")
 	for _, r := range second {
@@ -493,13 +494,8 @@ func since(from, at time.Time) string {
 }
 
 func roundAll(m map[string]time.Duration) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var parts []string
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s %s", k, m[k].Round(time.Millisecond)))
 	}
 	return strings.Join(parts, ", ")
