@@ -26,8 +26,11 @@ FUZZ_TARGETS = api:FuzzRoleFile api:FuzzWireDocuments \
 	controller/adapt:FuzzStatusConfigMap controller/adapt:FuzzLease \
 	config:FuzzAgentConfig config:FuzzControllerConfig
 # The version from the git tags (packaging/version.sh: v0.3.0 is 0.3.0, a
-# pre-release v0.4.0-rc.1 is 0.4.0~rc.1), the commit and the build time,
+# pre-release v0.4.0-rc.1 is 0.4.0~rc.1), the commit and the build date,
 # linked into the binary (fleet-role --version) and carried by the packages.
+# The build date is the commit's (in UTC), not the clock's: one commit
+# builds one binary, byte for byte, and so one image under its one tag;
+# a second make image of it leaves the image a host was given unchanged.
 # Note: each is read once per make run (:=), so that the binary, the
 # packages and the image of one run carry the same version however long
 # the run takes (a commit meanwhile would change it).
@@ -38,7 +41,7 @@ ifndef COMMIT
 COMMIT      := $(shell git rev-parse HEAD 2>/dev/null)
 endif
 ifndef BUILD_DATE
-BUILD_DATE  := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUILD_DATE  := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
 endif
 LDFLAGS     = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
 # An image tag has neither "~" nor "+".
