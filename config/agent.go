@@ -39,10 +39,10 @@ type Agent struct {
 	Kubeconfig string `toml:"kubeconfig"`
 	// FollowServers: the agent reaches the API through any live server,
 	// not only the kubeconfig's: the servers of the inventory, then those
-	// the `kubernetes` EndpointSlice lists, the one that answered last
-	// first, never this host's own (a host's k3s goes with its etcd
-	// member). Off, the kubeconfig's server is used as given: a fixed
-	// registration address in front of every server.
+	// the `kubernetes` EndpointSlice lists, each checked (/readyz every
+	// 2 s), the healthiest first, never this host's own (a host's k3s
+	// goes with its etcd member). Off, the kubeconfig's server is used as
+	// given: a fixed registration address in front of every server.
 	FollowServers bool `toml:"follow_servers"`
 	// TokenFile is the ServiceAccount token the kubeconfig reads (its
 	// user's tokenFile). The agent renews it by a TokenRequest for its own

@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"path/filepath"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	typeddiscoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -109,8 +107,8 @@ func newPlatform(cfg config.Agent) (platform.Platform, error) {
 // making alone pages in megabytes of the binary (docs/figures.md).
 //
 // With follow_servers, the client dials any live server
-// (daemon/apiservers), and follow keeps their list from the `kubernetes`
-// EndpointSlice until its context ends; nil otherwise.
+// (daemon/apiservers), and follow checks them and keeps their list from
+// the `kubernetes` EndpointSlice until its context ends; nil otherwise.
 func agentClient(cfg config.Agent, log *slog.Logger) (typedcorev1.CoreV1Interface, func(context.Context), error) {
 	var rc *rest.Config
 	var err error
@@ -129,12 +127,9 @@ func agentClient(cfg config.Agent, log *slog.Logger) (typedcorev1.CoreV1Interfac
 		if err != nil {
 			return nil, nil, err
 		}
-		servers.Configure(rc)
-		disc, err := typeddiscoveryv1.NewForConfig(rc)
-		if err != nil {
-			return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		if follow, err = followServers(rc, servers); err != nil {
+			return nil, nil, err
 		}
-		follow = func(ctx context.Context) { servers.Watch(ctx, disc) }
 	}
 	core, err := typedcorev1.NewForConfig(rc)
 	if err != nil {
@@ -147,15 +142,11 @@ func agentClient(cfg config.Agent, log *slog.Logger) (typedcorev1.CoreV1Interfac
 // state dir, then the kubeconfig's, then every server of the inventory
 // at k3s's port, never this host's own.
 func agentServers(cfg config.Agent, rc *rest.Config, log *slog.Logger) (*apiservers.Servers, error) {
-	u, err := url.Parse(rc.Host)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("kubernetes client: the kubeconfig's server %q is no URL", rc.Host)
+	first, err := serverAddress(rc)
+	if err != nil {
+		return nil, err
 	}
-	port := u.Port()
-	if port == "" {
-		port = "443"
-	}
-	seed := []string{net.JoinHostPort(u.Hostname(), port)}
+	seed := []string{first}
 	var own []string
 	for _, s := range cfg.Servers {
 		if s.Name == cfg.NodeName {

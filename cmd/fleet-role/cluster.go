@@ -1,20 +1,28 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"maps"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
+	typeddiscoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/homedir"
+
+	"github.com/fleet-role/fleet-role/api/logkey"
+	"github.com/fleet-role/fleet-role/daemon/apiservers"
 )
 
 // k3sKubeconfig is the administrator's kubeconfig k3s writes on a server
@@ -200,4 +208,53 @@ func withOurDefaults(rc *rest.Config) *rest.Config {
 	// that renews the Lease, acts and publishes its status wait on itself.
 	rc.QPS, rc.Burst = 50, 100
 	return rc
+}
+
+// followServers makes rc reach the API through the servers
+// (daemon/apiservers): their dialer, what leaves a server that fails its
+// requests, every request bounded. follow checks every server's /readyz
+// and keeps their list from the `kubernetes` EndpointSlice, until its
+// context ends.
+func followServers(rc *rest.Config, servers *apiservers.Servers) (follow func(context.Context), err error) {
+	check, err := apiservers.ReadyzCheck(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	servers.Configure(rc)
+	disc, err := typeddiscoveryv1.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return func(ctx context.Context) {
+		go servers.Run(ctx, check)
+		servers.Watch(ctx, disc)
+	}, nil
+}
+
+// controllerServers are the apiservers the controller reaches the API
+// through: the one its configuration names (in a Pod, the `kubernetes`
+// Service's ClusterIP), kept as the last fallback, and those the
+// `kubernetes` EndpointSlice lists, each checked: a slow or lost
+// apiserver is left within a health check, rather than holding the
+// controller's one connection through the ClusterIP (kube-proxy keeps a
+// connection on the endpoint it chose).
+func controllerServers(rc *rest.Config, log *slog.Logger) (*apiservers.Servers, error) {
+	first, err := serverAddress(rc)
+	if err != nil {
+		return nil, err
+	}
+	return apiservers.New("", []string{first}, nil, log.With(logkey.Component, "controller", logkey.Part, "apiservers")), nil
+}
+
+// serverAddress is the host:port of the server rc names.
+func serverAddress(rc *rest.Config) (string, error) {
+	u, err := url.Parse(rc.Host)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("kubernetes client: the server %q is no URL", rc.Host)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
 }

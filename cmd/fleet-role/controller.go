@@ -134,7 +134,19 @@ func newControllerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := o.client()
+			rc, err := findCluster(o.kubeconfig, o.context)
+			if err != nil {
+				return err
+			}
+			servers, err := controllerServers(rc, log)
+			if err != nil {
+				return err
+			}
+			follow, err := followServers(rc, servers)
+			if err != nil {
+				return err
+			}
+			client, err := newKubeClient(rc)
 			if err != nil {
 				return err
 			}
@@ -146,6 +158,7 @@ func newControllerCommand() *cobra.Command {
 			}
 			ctx, cancel := context.WithCancelCause(cmd.Context())
 			defer cancel(nil)
+			go follow(ctx)
 			path := controllerConfigPath(o.config)
 			if path != "" {
 				w := newConfigWatch(path, cfg, log.With(logkey.Component, "config"))

@@ -208,7 +208,7 @@ func TestARenderInAnotherNamespacePutsEverythingAndTheConfigurationThere(t *test
 	_, objs := render(t, "ops", map[string]any{"config": map[string]any{"dryRun": false, "extra": "[verdicts]\nwindow = 10\n"}})
 	for _, o := range objs {
 		m := o.(metav1.Object)
-		if m.GetNamespace() != "" && m.GetNamespace() != api.NodeLeaseNamespace {
+		if m.GetNamespace() != "" && m.GetNamespace() != api.NodeLeaseNamespace && m.GetNamespace() != metav1.NamespaceDefault {
 			assert.Equal(t, "ops", m.GetNamespace(), "%T %s", o, m.GetName())
 		}
 		if b, ok := o.(*rbacv1.RoleBinding); ok {
@@ -430,11 +430,12 @@ func TestTheHoldsAndNotificationsAreConfiguredAndGrantedOnlyWhenAsked(t *testing
 	}
 	assert.True(t, mounted, "urls_file %s is where the Secret is mounted", c.Notify.URLsFile)
 
-	// Asked for none, the chart grants nothing outside its namespaces.
+	// Asked for none, the chart grants nothing outside its namespaces,
+	// the heartbeats' and the apiservers' slice (default).
 	_, objs = render(t, api.Namespace, nil)
 	for _, o := range objs {
 		if r, ok := o.(*rbacv1.Role); ok {
-			assert.Contains(t, []string{api.Namespace, api.NodeLeaseNamespace}, r.Namespace, r.Name)
+			assert.Contains(t, []string{api.Namespace, api.NodeLeaseNamespace, metav1.NamespaceDefault}, r.Namespace, r.Name)
 		}
 	}
 }

@@ -155,6 +155,9 @@ func controllerUses() []request {
 		{verb: "create", resource: "pods/eviction", namespace: "apps", name: "web", why: "controller/execute.go drain: the drain helper's evictPods (PolicyV1().Evictions, k8s.io/kubectl/pkg/drain, drain.go)"},
 		{verb: "get", group: "apps", resource: "daemonsets", namespace: "monitoring", name: "node-exporter", why: "the drain helper's daemonSetFilter reads a DaemonSet Pod's owner, in any namespace (k8s.io/kubectl/pkg/drain, filters.go)"},
 		{verb: "get", path: "/api/v1", why: "the drain helper's CheckEvictionSupport reads the core API's resources (discovery, k8s.io/kubectl/pkg/drain, drain.go)"},
+		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices", namespace: metav1.NamespaceDefault, name: "kubernetes", why: "daemon/apiservers Watch (cmd/fleet-role/cluster.go followServers): the apiservers, field selector metadata.name"},
+		{verb: "watch", group: "discovery.k8s.io", resource: "endpointslices", namespace: metav1.NamespaceDefault, name: "kubernetes", why: "daemon/apiservers Watch: the apiservers, field selector metadata.name"},
+		{verb: "get", path: "/readyz", why: "daemon/apiservers ReadyzCheck: every apiserver's health checked (Kubernetes' system:public-info-viewer)"},
 		{verb: "list", group: "coordination.k8s.io", resource: "leases", namespace: beats, why: "controller/cache.go newCache: the kubelets' heartbeats informer"},
 		{verb: "watch", group: "coordination.k8s.io", resource: "leases", namespace: beats, why: "controller/cache.go newCache: the kubelets' heartbeats informer"},
 		{verb: "list", group: "coordination.k8s.io", resource: "leases", namespace: ns, name: api.LeaseName, why: "controller/cache.go newCache: the regrade Lease's informer, field selector metadata.name=regrade"},
@@ -255,6 +258,7 @@ func agentUses(node string) []request {
 		{verb: "create", resource: "serviceaccounts/token", namespace: api.Namespace, name: "fleet-role-agent-" + node, why: "daemon/token.go renew: a TokenRequest for its own ServiceAccount"},
 		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices", namespace: metav1.NamespaceDefault, name: "kubernetes", why: "daemon/apiservers Watch: the apiservers, field selector metadata.name"},
 		{verb: "watch", group: "discovery.k8s.io", resource: "endpointslices", namespace: metav1.NamespaceDefault, name: "kubernetes", why: "daemon/apiservers Watch: the apiservers, field selector metadata.name"},
+		{verb: "get", path: "/readyz", why: "daemon/apiservers ReadyzCheck: every apiserver's health checked (Kubernetes' system:public-info-viewer)"},
 	}
 }
 
