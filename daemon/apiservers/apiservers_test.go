@@ -2,11 +2,13 @@ package apiservers
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,4 +266,127 @@ func TestAServerDroppedFromTheSliceHasItsConnectionsClosed(t *testing.T) {
 		t.Fatal("a kept server's connection closed")
 	default:
 	}
+}
+
+// states is the servers' states by address.
+func states(s *Servers) map[string]State {
+	out := map[string]State{}
+	for _, st := range s.States() {
+		out[st.Addr] = st.State
+	}
+	return out
+}
+
+// A server that fails a check is failed at once and its connections
+// closed; once it passes again it comes back by steps, recovering then
+// preferred, and does not take the connections back from the server
+// that serves meanwhile (k3s: recordSuccess, recordFailure).
+func TestAServerThatFailsACheckIsLeftAtOnceAndComesBackByStepsWithoutTakingTheClientsBack(t *testing.T) {
+	a := newBackend(t, http.StatusOK, false, false)
+	b := newBackend(t, http.StatusOK, false, false)
+	s := New("", []string{a.addr(), b.addr()}, nil, nil)
+	c := clientOf(s, nil)
+	var mu sync.Mutex
+	failing := map[string]bool{}
+	check := func(_ context.Context, addr string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing[addr] {
+			return errors.New("not ready")
+		}
+		return nil
+	}
+	setFailing := func(addr string, f bool) {
+		mu.Lock()
+		failing[addr] = f
+		mu.Unlock()
+	}
+	ctx := context.Background()
+
+	_, err := get(t, ctx, c, "http")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]State{a.addr(): Recovering, b.addr(): Unchecked}, states(s), "dialled once: recovering")
+	s.CheckAll(ctx, check)
+	assert.Equal(t, map[string]State{a.addr(): Active, b.addr(): Recovering}, states(s), "checked with its connection: active")
+	s.CheckAll(ctx, check)
+	assert.Equal(t, map[string]State{a.addr(): Active, b.addr(): Preferred}, states(s), "checked again without one: preferred")
+
+	setFailing(a.addr(), true)
+	s.CheckAll(ctx, check)
+	assert.Equal(t, []string{b.addr(), a.addr()}, s.List())
+	assert.Equal(t, Failed, states(s)[a.addr()])
+	select {
+	case <-a.closed:
+	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
+		t.Fatal("the failed server's connection is not closed")
+	}
+	_, err = get(t, ctx, c, "http")
+	require.NoError(t, err)
+	assert.Equal(t, Active, states(s)[b.addr()], "the next server dialled: active")
+
+	setFailing(a.addr(), false)
+	s.CheckAll(ctx, check)
+	assert.Equal(t, Recovering, states(s)[a.addr()], "one good check: recovering, not yet dialled first")
+	assert.Equal(t, []string{b.addr(), a.addr()}, s.List())
+	s.CheckAll(ctx, check)
+	assert.Equal(t, map[string]State{a.addr(): Preferred, b.addr(): Active}, states(s), "a second: preferred, the clients kept where they are")
+	select {
+	case <-b.closed:
+		t.Fatal("the active server's connection closed as the other came back")
+	default:
+	}
+}
+
+// A 429 counts against the server as a 5xx does: an apiserver whose
+// storage is (re)initializing answers it.
+func TestA429PutsItsServerLast(t *testing.T) {
+	busy := newBackend(t, http.StatusTooManyRequests, false, false)
+	serving := newBackend(t, http.StatusOK, false, false)
+	s := New("", []string{busy.addr(), serving.addr()}, nil, nil)
+	c := clientOf(s, nil)
+	code, err := get(t, context.Background(), c, "http")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, code)
+	assert.Equal(t, []string{serving.addr(), busy.addr()}, s.List())
+	assert.Equal(t, Failed, states(s)[busy.addr()])
+	for _, code := range []int{http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented} {
+		assert.Empty(t, failure(&http.Response{StatusCode: code, Status: http.StatusText(code)}, nil), "%d is the request's, not the server's", code)
+	}
+}
+
+// A request whose caller set no deadline is bounded by the request
+// timeout, and fails its server; a watch is not bounded.
+func TestARequestWithNoDeadlineIsBoundedAndAWatchIsNot(t *testing.T) {
+	held := newBackend(t, 0, true, false)
+	serving := newBackend(t, http.StatusOK, false, false)
+	s := New("", []string{held.addr(), serving.addr()}, nil, nil)
+	s.requestTimeout = 500 * time.Millisecond
+	c := clientOf(s, nil)
+
+	watched := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://ignored/api/v1/nodes?watch=true", nil)
+		if err == nil {
+			var resp *http.Response
+			if resp, err = c.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+		watched <- err
+	}()
+	select {
+	case err := <-watched:
+		t.Fatalf("the watch ended: %v", err)
+	case <-time.After(4 * s.requestTimeout):
+	}
+	cancel()
+	require.ErrorIs(t, <-watched, context.Canceled)
+
+	_, err := get(t, context.Background(), c, "http")
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the request not answered within the bound")
+	assert.Equal(t, []string{serving.addr(), held.addr()}, s.List(), "and its server put last")
+	code, err := get(t, context.Background(), c, "http")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, code)
 }

@@ -2,9 +2,12 @@ package apiservers_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,4 +82,175 @@ func TestAClientReachesTheAPIThroughTheNextServerAndLearnsTheServersFromTheEndpo
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return slices.Equal(servers.List(), want[1:]) }, 20*time.Second, 50*time.Millisecond,
 		"a server gone from the slice, and configured nowhere, is dropped: %v", servers.List())
+}
+
+// slowProxy passes TCP connections to an address, each chunk the server
+// sends held for the delay set: an apiserver that answers, slowly, as one
+// over a member whose disk stalls.
+type slowProxy struct {
+	l     net.Listener
+	delay atomic.Int64
+}
+
+func newSlowProxy(t *testing.T, to string) *slowProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &slowProxy{l: l}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c, to)
+		}
+	}()
+	return p
+}
+
+func (p *slowProxy) serve(c net.Conn, to string) {
+	defer c.Close()
+	up, err := net.Dial("tcp", to)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() { _, _ = io.Copy(up, c); up.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := up.Read(buf)
+		if n > 0 {
+			time.Sleep(time.Duration(p.delay.Load()))
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *slowProxy) addr() string { return p.l.Addr().String() }
+
+// write is one write of the loop: when it began, how long it took, how it
+// failed.
+type write struct {
+	at   time.Time
+	took time.Duration
+	err  error
+}
+
+// writeLoop updates a ConfigMap through core, one write after another,
+// until ctx ends.
+func writeLoop(ctx context.Context, t *testing.T, core typedcorev1.CoreV1Interface) <-chan []write {
+	out := make(chan []write, 1)
+	cm, err := core.ConfigMaps(metav1.NamespaceDefault).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "writes"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	go func() {
+		var ws []write
+		for i := 0; ctx.Err() == nil; i++ {
+			began := time.Now()
+			cm.Data = map[string]string{"n": strconv.Itoa(i)}
+			next, err := core.ConfigMaps(metav1.NamespaceDefault).Update(context.Background(), cm, metav1.UpdateOptions{})
+			if err == nil {
+				cm = next
+			} else if got, gerr := core.ConfigMaps(metav1.NamespaceDefault).Get(context.Background(), cm.Name, metav1.GetOptions{}); gerr == nil {
+				cm = got
+			}
+			ws = append(ws, write{at: began, took: time.Since(began), err: err})
+			time.Sleep(50 * time.Millisecond)
+		}
+		out <- ws
+	}()
+	return out
+}
+
+// firstSuccessAfter is how long after from the first write that began
+// after it succeeded, or -1.
+func firstSuccessAfter(ws []write, from time.Time) time.Duration {
+	for _, w := range ws {
+		if w.at.After(from) && w.err == nil {
+			return w.at.Add(w.took).Sub(from)
+		}
+	}
+	return -1
+}
+
+// stateOf is addr's state among the servers'.
+func stateOf(s *apiservers.Servers, addr string) apiservers.State {
+	for _, st := range s.States() {
+		if st.Addr == addr {
+			return st.State
+		}
+	}
+	return 0
+}
+
+// Two real kube-apiservers over one etcd: a client whose server turns
+// slow, still answering, leaves it within a health check, and a client
+// whose server stops answering (its process stopped) leaves it too; the
+// writes go on through the other. Without the checks each would wait for
+// the request's bound: a write loop's next success comes later than
+// RequestTimeout after the fault. A server back does not take the
+// clients back from the one serving.
+func TestThroughRealAPIServersAClientLeavesOneTurnedSlowAndOneStoppedWithinAHealthCheck(t *testing.T) {
+	s := kubeapi.Start(t)
+	u, err := url.Parse(s.URL)
+	require.NoError(t, err)
+	first := newSlowProxy(t, u.Host)
+	other := s.StartAnother(t)
+
+	servers := apiservers.New("", []string{first.addr(), other.Addr}, nil, nil)
+	rc := rest.CopyConfig(s.Config)
+	rc.Host = "https://" + first.addr()
+	check, err := apiservers.ReadyzCheck(rc)
+	require.NoError(t, err)
+	servers.Configure(rc)
+	core, err := typedcorev1.NewForConfig(rc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go servers.Run(ctx, check)
+	wctx, stopWrites := context.WithCancel(ctx)
+	done := writeLoop(wctx, t, core)
+	// An outer limit: two checks, two seconds apart, make it active.
+	require.Eventually(t, func() bool { return stateOf(servers, first.addr()) == apiservers.Active }, 30*time.Second, 100*time.Millisecond,
+		"the first server active: %v", servers.States())
+
+	// Every answer of the first held 3 s: under the request bound,
+	// over the check's.
+	slowed := time.Now()
+	first.delay.Store(int64(3 * time.Second))
+	require.Eventually(t, func() bool { return stateOf(servers, other.Addr) == apiservers.Active }, 30*time.Second, 100*time.Millisecond,
+		"the other server active: %v", servers.States())
+	assert.Equal(t, apiservers.Failed, stateOf(servers, first.addr()))
+
+	// The first fast again: it recovers, and is preferred, not active.
+	first.delay.Store(0)
+	require.Eventually(t, func() bool { return stateOf(servers, first.addr()) == apiservers.Preferred }, 30*time.Second, 100*time.Millisecond,
+		"the first server preferred once it passes its checks again: %v", servers.States())
+	assert.Equal(t, apiservers.Active, stateOf(servers, other.Addr), "the clients stay where they are")
+
+	// The other stopped: it answers nothing.
+	stopped := time.Now()
+	require.NoError(t, other.Pause())
+	require.Eventually(t, func() bool { return stateOf(servers, first.addr()) == apiservers.Active }, 30*time.Second, 100*time.Millisecond,
+		"the first server active again: %v", servers.States())
+	require.NoError(t, other.Resume())
+	time.Sleep(time.Second)
+	stopWrites()
+	ws := <-done
+
+	for _, f := range []struct {
+		what string
+		at   time.Time
+	}{{"slowed", slowed}, {"stopped", stopped}} {
+		took := firstSuccessAfter(ws, f.at)
+		t.Logf("a server %s: the next write that succeeded ended %s after", f.what, took.Round(time.Millisecond))
+		require.GreaterOrEqual(t, took, time.Duration(0), "no write succeeded after the server %s", f.what)
+		assert.Less(t, took, apiservers.RequestTimeout, "the server %s was left by its check, not by the request's bound", f.what)
+	}
 }
