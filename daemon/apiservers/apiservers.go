@@ -23,8 +23,8 @@
 // passed while another serves: one good answer does not make a flapping
 // server active again. Run checks every server every HealthInterval
 // (an authenticated GET /readyz bounded by HealthTimeout, ReadyzCheck);
-// a server that fails a check, or a request (429, 500, 502, 503, 504,
-// no answer in time, a connection cut), fails at once and its
+// a server in use that fails a check, or a request (429, 500, 502, 503,
+// 504, no answer in time, a connection cut), fails at once and its
 // connections are closed, so the client's next request dials the next
 // server (k3s: runHealthChecks and closeAll). Every request but a watch
 // is bounded by RequestTimeout. The host's own address is never dialled:
@@ -304,12 +304,14 @@ func (s *Servers) answered(addr string, c net.Conn) net.Conn {
 func (s *Servers) Failed(addr, why string) { s.record(addr, false, byRequest, why) }
 
 // record moves addr's state after a success or a failure told by r, as
-// k3s's load balancer does (recordSuccess, recordFailure), with this
-// difference: any failure fails a server in any state but standby, and
-// closes its connections. k3s leaves an unchecked or recovering server
-// as it is when its check fails, its check being its tunnel's state,
-// which may lag; /readyz does not, and a server that fails it is not
-// dialled before one that passes.
+// k3s's load balancer does (recordSuccess, recordFailure): a failed
+// check fails a healthy, preferred or active server and closes its
+// connections, and leaves an unchecked or recovering one as it is, with
+// its connections: when every apiserver is slow (a slow etcd leader
+// slows them all) the one dialled is all there is, and closing its
+// connections at each check would only cut the requests it carries. A
+// dial's or a request's failure fails any server but a standby one (a
+// request's closes the standby server's connections too).
 func (s *Servers) record(addr string, ok bool, r reason, why string) {
 	s.mu.Lock()
 	srv := s.find(addr)
@@ -334,9 +336,14 @@ func (s *Servers) record(addr string, ok bool, r reason, why string) {
 			}
 		}
 	} else {
-		closing = append(closing, srv.take())
-		if srv.state != Standby {
+		switch {
+		case srv.state == Standby:
+			if r == byRequest {
+				closing = append(closing, srv.take())
+			}
+		case srv.state >= Healthy || r != byCheck:
 			next = Failed
+			closing = append(closing, srv.take())
 		}
 	}
 	if next != 0 && next != srv.state {

@@ -390,3 +390,40 @@ func TestARequestWithNoDeadlineIsBoundedAndAWatchIsNot(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, code)
 }
+
+// When every apiserver fails its checks (a slow etcd leader slows them
+// all), the one dialled is all there is: its connections are kept, not
+// cut at each check (k3s: recordFailure leaves an unchecked or recovering
+// server as it is).
+func TestWhenEveryServerFailsItsChecksTheOneDialledKeepsItsConnections(t *testing.T) {
+	a := newBackend(t, http.StatusOK, false, false)
+	b := newBackend(t, http.StatusOK, false, false)
+	s := New("", []string{a.addr(), b.addr()}, nil, nil)
+	c := clientOf(s, nil)
+	ctx := context.Background()
+	ok := func(context.Context, string) error { return nil }
+	slow := func(context.Context, string) error { return context.DeadlineExceeded }
+
+	_, err := get(t, ctx, c, "http")
+	require.NoError(t, err)
+	s.CheckAll(ctx, ok)
+	require.Equal(t, Active, states(s)[a.addr()])
+	s.CheckAll(ctx, slow)
+	assert.Equal(t, map[string]State{a.addr(): Failed, b.addr(): Recovering}, states(s), "the active server fails its check")
+	select {
+	case <-a.closed:
+	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
+		t.Fatal("the failed server's connection is not closed")
+	}
+	_, err = get(t, ctx, c, "http")
+	require.NoError(t, err)
+	for range 3 {
+		s.CheckAll(ctx, slow)
+	}
+	assert.Equal(t, map[string]State{a.addr(): Failed, b.addr(): Recovering}, states(s))
+	select {
+	case <-b.closed:
+		t.Fatal("the connection of the server dialled when every one fails its checks was closed")
+	default:
+	}
+}
