@@ -51,6 +51,8 @@ const (
 	Servers = "servers"
 	// Listed are the apiservers the kubernetes EndpointSlice lists.
 	Listed = "listed"
+	// Leaving are the apiservers of the voters a swap takes out.
+	Leaving = "leaving"
 )
 
 // The controller's fields.

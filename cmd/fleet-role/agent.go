@@ -127,7 +127,7 @@ func agentClient(cfg config.Agent, log *slog.Logger) (typedcorev1.CoreV1Interfac
 		if err != nil {
 			return nil, nil, err
 		}
-		if follow, err = followServers(rc, servers); err != nil {
+		if follow, err = followServers(rc, servers, inventoryAddress(cfg)); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -136,6 +136,20 @@ func agentClient(cfg config.Agent, log *slog.Logger) (typedcorev1.CoreV1Interfac
 		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return core, follow, nil
+}
+
+// inventoryAddress is a server's apiserver address by its Node's name,
+// from the inventory (the configuration's servers), at k3s's port; ""
+// for a host the inventory does not name.
+func inventoryAddress(cfg config.Agent) func(string) string {
+	return func(node string) string {
+		for _, s := range cfg.Servers {
+			if s.Name == node {
+				return net.JoinHostPort(s.Address, "6443")
+			}
+		}
+		return ""
+	}
 }
 
 // agentServers are the apiservers the agent may reach: those kept in its

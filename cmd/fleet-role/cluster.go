@@ -15,12 +15,14 @@ import (
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
+	typedcoordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typeddiscoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/homedir"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/daemon/apiservers"
 )
@@ -214,8 +216,10 @@ func withOurDefaults(rc *rest.Config) *rest.Config {
 // (daemon/apiservers): their dialer, what leaves a server that fails its
 // requests, every request bounded. follow checks every server's /readyz
 // and keeps their list from the `kubernetes` EndpointSlice, until its
-// context ends.
-func followServers(rc *rest.Config, servers *apiservers.Servers) (follow func(context.Context), err error) {
+// context ends; with address (a Node's apiserver address), it also
+// leaves the apiserver of the voter a swap takes out, as the regrade
+// Lease in fleet-role's namespace names it.
+func followServers(rc *rest.Config, servers *apiservers.Servers, address func(node string) string) (follow func(context.Context), err error) {
 	check, err := apiservers.ReadyzCheck(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
@@ -225,8 +229,15 @@ func followServers(rc *rest.Config, servers *apiservers.Servers) (follow func(co
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
+	coord, err := typedcoordinationv1.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
 	return func(ctx context.Context) {
 		go servers.Run(ctx, check)
+		if address != nil {
+			go servers.FollowSwaps(ctx, coord, api.Namespace, address)
+		}
 		servers.Watch(ctx, disc)
 	}, nil
 }

@@ -142,7 +142,7 @@ func newControllerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			follow, err := followServers(rc, servers)
+			follow, err := followServers(rc, servers, nil)
 			if err != nil {
 				return err
 			}

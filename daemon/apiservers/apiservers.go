@@ -50,16 +50,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	typedcoordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typeddiscoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/api/logkey"
+	"github.com/fleet-role/fleet-role/controller/adapt"
 	"github.com/fleet-role/fleet-role/platform"
 )
 
@@ -148,6 +152,9 @@ type Servers struct {
 	seed   []string
 	file   string
 	saved  []string
+	// leaving are the servers a swap takes out (Leave): failed, and kept
+	// so until the swap no longer names them.
+	leaving []string
 	log    *slog.Logger
 	dialer net.Dialer
 	// requestTimeout is RequestTimeout (shorter in tests).
@@ -321,7 +328,9 @@ func (s *Servers) record(addr string, ok bool, r reason, why string) {
 	}
 	var next State
 	var closing []map[*conn]struct{}
-	if ok {
+	if ok && slices.Contains(s.leaving, addr) {
+		next = 0
+	} else if ok {
 		next = s.improved(srv, r)
 		if next == Active {
 			for _, o := range s.servers {
@@ -633,7 +642,11 @@ func (s *Servers) Set(addrs []string) {
 	}
 	for _, a := range next {
 		if !slices.ContainsFunc(kept, func(srv *server) bool { return srv.addr == a }) {
-			kept = append(kept, &server{addr: a, state: Unchecked, since: time.Now(), conns: map[*conn]struct{}{}})
+			st := Unchecked
+			if slices.Contains(s.leaving, a) {
+				st = Failed
+			}
+			kept = append(kept, &server{addr: a, state: st, since: time.Now(), conns: map[*conn]struct{}{}})
 		}
 	}
 	for _, a := range s.seed {
@@ -651,6 +664,92 @@ func (s *Servers) Set(addrs []string) {
 	for _, c := range closing {
 		closeAll(c)
 	}
+}
+
+// Leave makes the servers at addrs leaving, those of a voter a swap is
+// taking out, whose k3s (its apiserver with it) the swap will stop: each
+// is failed and its connections closed now, while the others serve, and
+// stays failed however it answers until a later Leave no longer names
+// it; then it is unchecked again. A leaving server is still dialled, last,
+// when no other answers.
+func (s *Servers) Leave(addrs []string) {
+	s.mu.Lock()
+	addrs = s.merge(nil, addrs)
+	if slices.Equal(addrs, s.leaving) {
+		s.mu.Unlock()
+		return
+	}
+	var closing []map[*conn]struct{}
+	for _, srv := range s.servers {
+		was, now := slices.Contains(s.leaving, srv.addr), slices.Contains(addrs, srv.addr)
+		switch {
+		case now && !was:
+			if srv.state != Standby {
+				srv.state, srv.since = Failed, time.Now()
+			}
+			closing = append(closing, srv.take())
+		case was && !now && srv.state == Failed:
+			srv.state, srv.since = Unchecked, time.Now()
+		}
+	}
+	s.leaving = addrs
+	s.sort()
+	s.log.Info("apiservers a swap takes out left", logkey.Leaving, addrs, logkey.Servers, s.addrs())
+	s.mu.Unlock()
+	for _, c := range closing {
+		closeAll(c)
+	}
+}
+
+// FollowSwaps makes the servers leave the apiserver of the voter a swap
+// takes out, from the swap's start until it ends or rolls back, as the
+// controller's swap record on the regrade Lease (namespace) names it,
+// until ctx ends: address maps a Node's name to its apiserver's address
+// ("" when unknown). A swap's step-down stops its outgoing voter's k3s,
+// apiserver and all; its clients leave it before, while the others serve,
+// rather than lose their requests and watches as it stops. A Lease that
+// cannot be read leaves the servers as they are.
+func (s *Servers) FollowSwaps(ctx context.Context, client typedcoordinationv1.CoordinationV1Interface, namespace string, address func(node string) string) {
+	own := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", api.LeaseName).String()
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			own(&o)
+			return client.Leases(namespace).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			own(&o)
+			return client.Leases(namespace).Watch(ctx, o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, &coordinationv1.Lease{}, 0, cache.Indexers{})
+	update := func() {
+		var leaving []string
+		for _, o := range inf.GetStore().List() {
+			l, ok := o.(*coordinationv1.Lease)
+			if !ok {
+				continue
+			}
+			lease, err := adapt.Lease(l)
+			if err != nil {
+				s.log.Warn("the regrade Lease not read; the servers left as they are", logkey.Err, err)
+				return
+			}
+			if r := lease.Swap; r != nil && r.Phase == "" && r.EndedAt == nil {
+				if a := address(r.Out); a != "" {
+					leaving = append(leaving, a)
+				}
+			}
+		}
+		s.Leave(leaving)
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { update() },
+		UpdateFunc: func(any, any) { update() },
+		DeleteFunc: func(any) { update() },
+	})
+	inf.RunWithContext(ctx)
 }
 
 // save writes the list, atomically; a write that fails is logged, the list

@@ -427,3 +427,40 @@ func TestWhenEveryServerFailsItsChecksTheOneDialledKeepsItsConnections(t *testin
 	default:
 	}
 }
+
+// The apiserver of a voter a swap takes out is left at once, its
+// connections closed, and stays failed however it answers until the swap
+// no longer names it; then it is unchecked again.
+func TestTheServerASwapTakesOutIsLeftUntilTheSwapNoLongerNamesIt(t *testing.T) {
+	out := newBackend(t, http.StatusOK, false, false)
+	other := newBackend(t, http.StatusOK, false, false)
+	s := New("", []string{out.addr(), other.addr()}, nil, nil)
+	c := clientOf(s, nil)
+	ctx := context.Background()
+	ok := func(context.Context, string) error { return nil }
+	_, err := get(t, ctx, c, "http")
+	require.NoError(t, err)
+	s.CheckAll(ctx, ok)
+	require.Equal(t, Active, states(s)[out.addr()])
+
+	s.Leave([]string{out.addr()})
+	assert.Equal(t, []string{other.addr(), out.addr()}, s.List())
+	assert.Equal(t, Failed, states(s)[out.addr()])
+	select {
+	case <-out.closed:
+	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
+		t.Fatal("the leaving server's connection is not closed")
+	}
+	for range 3 {
+		s.CheckAll(ctx, ok)
+	}
+	assert.Equal(t, Failed, states(s)[out.addr()], "it answers, and stays failed while the swap names it")
+	_, err = get(t, ctx, c, "http")
+	require.NoError(t, err)
+	assert.Equal(t, []string{other.addr(), out.addr()}, s.List(), "the requests go to the other")
+
+	s.Leave(nil)
+	assert.Equal(t, Unchecked, states(s)[out.addr()])
+	s.CheckAll(ctx, ok)
+	assert.Equal(t, Recovering, states(s)[out.addr()], "back by steps, as any failed server")
+}

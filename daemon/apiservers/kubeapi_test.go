@@ -2,6 +2,7 @@ package apiservers_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/daemon/apiservers"
 	"github.com/fleet-role/fleet-role/tests/kubeapi"
 )
@@ -253,4 +256,46 @@ func TestThroughRealAPIServersAClientLeavesOneTurnedSlowAndOneStoppedWithinAHeal
 		require.GreaterOrEqual(t, took, time.Duration(0), "no write succeeded after the server %s", f.what)
 		assert.Less(t, took, apiservers.RequestTimeout, "the server %s was left by its check, not by the request's bound", f.what)
 	}
+}
+
+// Against a real kube-apiserver: the regrade Lease's swap record, as the
+// controller writes it, makes the servers leave the outgoing voter's
+// apiserver from the swap's start, and come back to it once the swap
+// rolls back; a host the inventory does not name changes nothing.
+func TestTheRegradeLeasesSwapRecordMakesTheServersLeaveTheOutgoingVotersAPIServer(t *testing.T) {
+	s := kubeapi.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: api.Namespace}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	servers := apiservers.New("", []string{"10.255.0.1:6443", "10.255.0.2:6443"}, nil, nil)
+	address := map[string]string{"v1": "10.255.0.1:6443", "v2": "10.255.0.2:6443"}
+	go servers.FollowSwaps(ctx, s.Client.CoordinationV1(), api.Namespace, func(n string) string { return address[n] })
+
+	record := func(r api.SwapRecord) string {
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		return string(b)
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: api.LeaseName, Namespace: api.Namespace,
+		Annotations: map[string]string{api.AnnotationSwap: record(api.SwapRecord{V: 1, ID: "x", Out: "v1", In: "s1", Origin: api.OriginManual, StartedAt: time.Now()})}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(api.ControllerHolder)}}
+	lease, err = s.Client.CoordinationV1().Leases(api.Namespace).Create(ctx, lease, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return stateOf(servers, "10.255.0.1:6443") == apiservers.Failed }, 20*time.Second, 50*time.Millisecond,
+		"the outgoing voter's apiserver left: %v", servers.States())
+	assert.Equal(t, []string{"10.255.0.2:6443", "10.255.0.1:6443"}, servers.List())
+
+	lease.Annotations[api.AnnotationSwap] = record(api.SwapRecord{V: 1, ID: "x", Out: "v1", In: "s1", Origin: api.OriginManual, StartedAt: time.Now(), Phase: api.PhaseRollback})
+	lease, err = s.Client.CoordinationV1().Leases(api.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return stateOf(servers, "10.255.0.1:6443") == apiservers.Unchecked }, 20*time.Second, 50*time.Millisecond,
+		"a swap rolling back keeps its outgoing voter: its apiserver back: %v", servers.States())
+
+	lease.Annotations[api.AnnotationSwap] = record(api.SwapRecord{V: 1, ID: "y", Out: "gone", In: "s1", Origin: api.OriginManual, StartedAt: time.Now()})
+	_, err = s.Client.CoordinationV1().Leases(api.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	assert.Equal(t, apiservers.Unchecked, stateOf(servers, "10.255.0.1:6443"))
+	assert.Equal(t, apiservers.Unchecked, stateOf(servers, "10.255.0.2:6443"), "a host the inventory does not name: nothing left")
 }

@@ -259,6 +259,8 @@ func agentUses(node string) []request {
 		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices", namespace: metav1.NamespaceDefault, name: "kubernetes", why: "daemon/apiservers Watch: the apiservers, field selector metadata.name"},
 		{verb: "watch", group: "discovery.k8s.io", resource: "endpointslices", namespace: metav1.NamespaceDefault, name: "kubernetes", why: "daemon/apiservers Watch: the apiservers, field selector metadata.name"},
 		{verb: "get", path: "/readyz", why: "daemon/apiservers ReadyzCheck: every apiserver's health checked (Kubernetes' system:public-info-viewer)"},
+		{verb: "list", group: "coordination.k8s.io", resource: "leases", namespace: api.Namespace, name: api.LeaseName, why: "daemon/apiservers FollowSwaps: the regrade Lease's swap record, field selector metadata.name"},
+		{verb: "watch", group: "coordination.k8s.io", resource: "leases", namespace: api.Namespace, name: api.LeaseName, why: "daemon/apiservers FollowSwaps: the regrade Lease's swap record, field selector metadata.name"},
 	}
 }
 
@@ -278,7 +280,9 @@ func agentMustNot(node, other string) []request {
 		{verb: "create", resource: "serviceaccounts/token", namespace: api.Namespace, name: "fleet-role-controller", why: "no token of the controller"},
 		{verb: "create", resource: "serviceaccounts/token", namespace: metav1.NamespaceDefault, name: "fleet-role-agent-" + node, why: "no token of a ServiceAccount of its name elsewhere"},
 		{verb: "get", resource: "configmaps", namespace: api.Namespace, name: api.StatusConfigMap, why: "the status is the controller's and people's"},
-		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: api.Namespace, name: api.LeaseName, why: "the regrade Lease is the controller's"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: api.Namespace, name: api.LeaseName, why: "the regrade Lease is the controller's, read and never written"},
+		{verb: "list", group: "coordination.k8s.io", resource: "leases", namespace: api.Namespace, why: "the regrade Lease alone, by name, not every Lease"},
+		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: api.Namespace, name: api.LeaderElectionLease, why: "not the replicas' election"},
 		{verb: "list", group: "coordination.k8s.io", resource: "leases", namespace: api.NodeLeaseNamespace, why: "the kubelets' heartbeats are the controller's to read"},
 		{verb: "create", resource: "pods/eviction", namespace: "apps", name: "web", why: "no drain"},
 		{verb: "list", resource: "pods", why: "no Pod read"},
