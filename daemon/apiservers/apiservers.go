@@ -363,7 +363,7 @@ func (s *Servers) record(addr string, ok bool, r reason, why string) {
 			s.log.Warn("apiserver failed; the next is dialled", logkey.Server, addr, logkey.State, was.String()+"->"+next.String(),
 				logkey.Reason, string(r)+": "+why, logkey.Servers, s.addrs())
 		} else {
-			s.log.Info("apiserver "+next.String(), logkey.Server, addr, logkey.State, was.String()+"->"+next.String(), logkey.Reason, string(r))
+			s.log.Info("apiserver better", logkey.Server, addr, logkey.State, was.String()+"->"+next.String(), logkey.Reason, string(r))
 		}
 	}
 	s.mu.Unlock()

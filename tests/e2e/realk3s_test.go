@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -119,7 +121,32 @@ func (f *Fleet) swapReporting(t *testing.T, out, in string, timeout time.Duratio
 	for _, n := range f.Order {
 		assert.LessOrEqual(t, seen[n].Read.Sub(stopped), time.Minute, "%s's first sample after %s's k3s stopped was read within a minute", n, out)
 	}
+	f.agentsLeftBefore(t, out, stopped)
 	return res, stopped, seen
+}
+
+// agentsLeftBefore checks that every other host's agent left out's
+// apiserver, as the swap record named it, before out's k3s stopped: the
+// first time its journal says so (daemon/apiservers Leave).
+func (f *Fleet) agentsLeftBefore(t *testing.T, out string, stopped time.Time) {
+	t.Helper()
+	addr := net.JoinHostPort(f.Hosts[out].IP, "6443")
+	for _, n := range f.Order {
+		if n == out {
+			continue
+		}
+		line, err := f.Hosts[n].exec("sh", "-c", "journalctl --no-pager -o short-unix -u fleet-role-agent | grep 'apiservers a swap takes out left' | grep -F '"+addr+"' | head -n 1")
+		require.NoError(t, err, line)
+		stamp, _, _ := strings.Cut(line, " ")
+		secs, err := strconv.ParseFloat(stamp, 64)
+		if !assert.NoError(t, err, "%s's agent never said it left %s's apiserver %s: %q", n, out, addr, line) {
+			continue
+		}
+		left := time.Unix(0, int64(secs*1e9))
+		t.Logf("%s's agent left %s's apiserver %s before its k3s stopped", n, out, (stopped.Sub(left)).Round(time.Millisecond))
+		assert.True(t, left.Before(stopped), "%s's agent left %s's apiserver at %s, not before its k3s stopped at %s", n, out,
+			left.Format("15:04:05.000"), stopped.Format("15:04:05.000"))
+	}
 }
 
 // threeVotersNoLearner checks etcd's member list: three voters, no
