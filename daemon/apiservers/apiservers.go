@@ -149,14 +149,14 @@ type Servers struct {
 	exclude []string
 	// seed are the servers configured, less the host's own: kept last, in
 	// standby, as a fallback when the slice no longer lists them.
-	seed   []string
-	file   string
-	saved  []string
+	seed  []string
+	file  string
+	saved []string
 	// leaving are the servers a swap takes out (Leave): failed, and kept
 	// so until the swap no longer names them.
 	leaving []string
-	log    *slog.Logger
-	dialer net.Dialer
+	log     *slog.Logger
+	dialer  net.Dialer
 	// requestTimeout is RequestTimeout (shorter in tests).
 	requestTimeout time.Duration
 }
