@@ -149,9 +149,13 @@ type Servers struct {
 	exclude []string
 	// seed are the servers configured, less the host's own: kept last, in
 	// standby, as a fallback when the slice no longer lists them.
-	seed  []string
-	file  string
-	saved []string
+	seed []string
+	file string
+	// saved is the order last marked for the file, unsaved the one not
+	// written yet (nil when none); saveMu orders the writes.
+	saved   []string
+	unsaved []string
+	saveMu  sync.Mutex
 	// leaving are the servers a swap takes out (Leave): failed, and kept
 	// so until the swap no longer names them.
 	leaving []string
@@ -367,6 +371,7 @@ func (s *Servers) record(addr string, ok bool, r reason, why string) {
 		}
 	}
 	s.mu.Unlock()
+	s.save()
 	for _, c := range closing {
 		closeAll(c)
 	}
@@ -410,13 +415,13 @@ func (srv *server) take() map[*conn]struct{} {
 }
 
 // sort orders the servers best state first, those of one state in the
-// order they had, and keeps the order in the file when it changed; s.mu
-// held.
+// order they had, and marks the order for the file when it changed (save
+// writes it, s.mu released); s.mu held.
 func (s *Servers) sort() {
 	slices.SortStableFunc(s.servers, func(a, b *server) int { return cmp.Compare(b.state, a.state) })
 	if addrs := s.addrs(); !slices.Equal(addrs, s.saved) {
 		s.saved = addrs
-		s.save()
+		s.unsaved = slices.Clone(addrs)
 	}
 }
 
@@ -661,6 +666,7 @@ func (s *Servers) Set(addrs []string) {
 		s.log.Info("apiservers learnt", logkey.Listed, next, logkey.Servers, s.addrs())
 	}
 	s.mu.Unlock()
+	s.save()
 	for _, c := range closing {
 		closeAll(c)
 	}
@@ -696,6 +702,7 @@ func (s *Servers) Leave(addrs []string) {
 	s.sort()
 	s.log.Info("apiservers a swap takes out left", logkey.Leaving, addrs, logkey.Servers, s.addrs())
 	s.mu.Unlock()
+	s.save()
 	for _, c := range closing {
 		closeAll(c)
 	}
@@ -752,13 +759,22 @@ func (s *Servers) FollowSwaps(ctx context.Context, client typedcoordinationv1.Co
 	inf.RunWithContext(ctx)
 }
 
-// save writes the list, atomically; a write that fails is logged, the list
-// kept in memory. s.mu held.
+// save writes the order sort marked last, atomically, if any; a write
+// that fails is logged, the list kept in memory. It runs with s.mu
+// released, so that a slow disk (the host's may be the slow voter's)
+// holds no dial nor request of another goroutine; writes follow each
+// other, the last order marked written last.
 func (s *Servers) save() {
-	if s.file == "" {
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	s.mu.Lock()
+	list := s.unsaved
+	s.unsaved = nil
+	s.mu.Unlock()
+	if s.file == "" || list == nil {
 		return
 	}
-	b, err := json.MarshalIndent(state{Servers: s.addrs()}, "", "  ")
+	b, err := json.MarshalIndent(state{Servers: list}, "", "  ")
 	if err == nil {
 		if err = os.MkdirAll(filepath.Dir(s.file), 0o700); err == nil {
 			err = platform.WriteFileAtomic(s.file, b, 0o600)
