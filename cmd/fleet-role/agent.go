@@ -127,7 +127,7 @@ func agentClient(cfg config.Agent, log *slog.Logger) (typedcorev1.CoreV1Interfac
 		if err != nil {
 			return nil, nil, err
 		}
-		if follow, err = followServers(rc, servers, inventoryAddress(cfg)); err != nil {
+		if follow, err = followServers(rc, servers, api.Namespace, inventoryAddress(cfg)); err != nil {
 			return nil, nil, err
 		}
 	}

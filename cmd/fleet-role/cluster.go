@@ -13,7 +13,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	typedcoordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typeddiscoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
@@ -22,7 +26,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/homedir"
 
-	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/daemon/apiservers"
 )
@@ -216,10 +219,10 @@ func withOurDefaults(rc *rest.Config) *rest.Config {
 // (daemon/apiservers): their dialer, what leaves a server that fails its
 // requests, every request bounded. follow checks every server's /readyz
 // and keeps their list from the `kubernetes` EndpointSlice, until its
-// context ends; with address (a Node's apiserver address), it also
-// leaves the apiserver of the voter a swap takes out, as the regrade
-// Lease in fleet-role's namespace names it.
-func followServers(rc *rest.Config, servers *apiservers.Servers, address func(node string) string) (follow func(context.Context), err error) {
+// context ends, and leaves the apiserver of the voter a swap takes out,
+// as the regrade Lease in the controller's namespace names it, address
+// giving a Node's apiserver address.
+func followServers(rc *rest.Config, servers *apiservers.Servers, namespace string, address func(node string) string) (follow func(context.Context), err error) {
 	check, err := apiservers.ReadyzCheck(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
@@ -235,9 +238,7 @@ func followServers(rc *rest.Config, servers *apiservers.Servers, address func(no
 	}
 	return func(ctx context.Context) {
 		go servers.Run(ctx, check)
-		if address != nil {
-			go servers.FollowSwaps(ctx, coord, api.Namespace, address)
-		}
+		go servers.FollowSwaps(ctx, coord, namespace, address)
 		servers.Watch(ctx, disc)
 	}, nil
 }
@@ -268,4 +269,37 @@ func serverAddress(rc *rest.Config) (string, error) {
 		port = "443"
 	}
 	return net.JoinHostPort(u.Hostname(), port), nil
+}
+
+// nodeAddresses gives a Node's apiserver address, its InternalIP at
+// k3s's port, as every k3s server advertises itself in the kubernetes
+// EndpointSlice by its node IP; each Node read once, when a swap first
+// names it. The controller's client is set before its first use.
+type nodeAddresses struct {
+	client kubernetes.Interface
+	mu     sync.Mutex
+	known  map[string]string
+}
+
+// address is node's apiserver address, "" when its Node cannot be read
+// (asked again next time) or has no InternalIP.
+func (n *nodeAddresses) address(node string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if a, ok := n.known[node]; ok {
+		return a
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := n.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, a := range got.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			n.known[node] = net.JoinHostPort(a.Address, "6443")
+			return n.known[node]
+		}
+	}
+	return ""
 }

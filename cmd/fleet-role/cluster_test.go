@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -241,4 +245,18 @@ func asNobody(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "--- PASS: "+t.Name(), "%s", out)
 	assert.NotContains(t, string(out), "--- SKIP", "%s", out)
+}
+
+// The controller finds a swap's outgoing voter's apiserver at its Node's
+// InternalIP, k3s's port; a Node it cannot read is asked again later.
+func TestANodesApiserverIsItsInternalIPAtK3sPortAndANodeNotFoundIsAskedAgain(t *testing.T) {
+	client := k8sfake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "v1"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "v1"}, {Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}})
+	n := &nodeAddresses{client: client, known: map[string]string{}}
+	assert.Equal(t, "10.0.0.1:6443", n.address("v1"))
+	assert.Empty(t, n.address("v2"))
+	_, err := client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "v2"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "fd00::2"}}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "[fd00::2]:6443", n.address("v2"))
 }

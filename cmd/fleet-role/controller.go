@@ -142,7 +142,8 @@ func newControllerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			follow, err := followServers(rc, servers, nil)
+			nodes := &nodeAddresses{known: map[string]string{}}
+			follow, err := followServers(rc, servers, cfg.Namespace, nodes.address)
 			if err != nil {
 				return err
 			}
@@ -150,6 +151,7 @@ func newControllerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			nodes.client = client
 			host, _ := os.Hostname()
 			c, err := controller.New(controller.Options{Config: cfg, Client: client, Log: log,
 				Identity: host + "-" + strconv.Itoa(os.Getpid()), Registry: newRegistry()})
