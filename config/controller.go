@@ -282,7 +282,8 @@ type Bounds struct {
 	// removal.
 	StepDown time.Duration `toml:"step_down"`
 	// RemoveMember: the removal of the outgoing voter's member, held while
-	// a remaining voter is unhealthy (silent among them: Ready, but its
+	// the remaining voters that vote are no majority of the members with
+	// it (a voter only slow votes; one silent does not: Ready, but its
 	// agent writes nothing, as one that cannot reach the API). Past it the
 	// swap still holds, names them, and says it is past its bound.
 	RemoveMember time.Duration `toml:"remove_member"`

@@ -299,3 +299,33 @@ func TestADeadVoterSwapWhoseCandidatesNodeIsDeletedOnceTheDeadVoterIsCordonedRol
 	assert.Empty(t, w.node("v2").CordonedBy)
 	assert.Equal(t, []string{"v1", "v2", "v3"}, w.membersOf(), "nothing was asked of its member")
 }
+
+// A dead voter's member is removed only once the other voters that vote
+// are a majority of the members with it: etcd could not commit the
+// removal otherwise. The removal waits while one of the two others does
+// not answer its agent, and goes on once it does.
+func TestADeadVotersRemovalWaitsWhileTheOtherVotersThatVoteAreNoMajorityOfTheMembersWithIt(t *testing.T) {
+	w := deadWorld(t)
+	w.cfg.DryRun = false
+	w.runUntil(300, acting(api.ActionStepDown, "v2"))
+	down := true
+	w.hooks = append(w.hooks, func(w *world) {
+		if p := w.node("v3").Probe; down && p != nil && p.Error == "" {
+			q := *p
+			q.Healthy, q.Error = false, "etcd did not answer within 2s"
+			w.node("v3").Probe = &q
+		}
+	})
+	var last swapplan.Plan
+	for range 20 {
+		last = w.pass()
+		require.NotEqual(t, api.ActionRemoveMember, last.Action.Type, last.Reason)
+		require.Equal(t, api.StepRemoveMember, last.Step, last.Reason)
+	}
+	assert.Contains(t, last.Reason, "removal held: 1 remaining voter(s) vote, not a majority (2) of the 3 members with v2's, which is down: "+
+		"v3's probe says unhealthy: etcd did not answer within 2s")
+	down = false
+	w.runUntil(20, acting(api.ActionRemoveMember, "v2"))
+	res := w.run(300)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+}

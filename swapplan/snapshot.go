@@ -83,8 +83,8 @@ type Bounds struct {
 	Join     time.Duration // rollback
 	Gates    time.Duration // hold, and say so
 	StepDown time.Duration // go on
-	// RemoveMember: the removal held while a remaining voter is
-	// unhealthy: hold, and say so.
+	// RemoveMember: the removal held while the remaining voters that
+	// vote are no majority of the members with OUT: hold, and say so.
 	RemoveMember time.Duration
 	MemberGone   time.Duration // clean up anyway; OUT left pending
 	Uncordon     time.Duration // end pending

@@ -427,19 +427,25 @@ func (p *planner) stepDownWait(in, out *Node) Plan {
 	return p.removeMember(in, out)
 }
 
-// removeMember asks k3s to remove OUT's member, held while a remaining
-// voter is unhealthy.
+// removeMember asks k3s to remove OUT's member once the remaining voters
+// can commit its removal: OUT's server is stopped by now (or OUT is
+// unreachable), and its member, down, counts among the members etcd needs
+// a majority of. A voter whose disk is only slow votes, and so counts.
 //
-// Note: etcd needs a majority of its members to commit. With R voters left
-// after the removal, quorum is R/2+1:
+// Note: the removal never lowers the failures the cluster survives, and
+// raises them when OUT is down: with M members (OUT among them) of which
+// U vote, etcd survives U - (M/2+1) more failures, and (M-1)/2+1 is never
+// more than M/2+1:
 //
-//	members before | left | quorum after | may be down after
-//	      4        |  3   |      2       |        1
-//	      5        |  4   |      3       |        1
-//	      6        |  5   |      3       |        2
+//	members | voting | survives | after the removal | survives
+//	   4    |   3    |    0     |     3 of 3        |    1
+//	   5    |   4    |    1     |     4 of 4        |    1
+//	   6    |   4    |    0     |     4 of 5        |    1
 //
-// Holding while any remaining voter is unhealthy keeps every one of them
-// up when OUT goes, so the removal can never leave fewer than a quorum.
+// Waiting for a slow or unhealthy remaining voter, as this did before,
+// kept the cluster at no failure to spare for as long as that voter was
+// unwell. Fewer voting than a majority of the members with OUT: the
+// removal cannot commit (nor can anything else), and it waits.
 func (p *planner) removeMember(in, out *Node) Plan {
 	remaining := p.remaining(in, out)
 	if in == nil {
@@ -448,15 +454,18 @@ func (p *planner) removeMember(in, out *Node) Plan {
 				"k3s removes the member of a deleted etcd Node, an operator must remove it if it does not", lister.Name, m.Name, p.rec.In)
 		}
 	}
-	healthy, held := p.voterHealth(remaining, false)
-	if len(held) > 0 {
-		return p.removalHeld("removal held while a remaining voter is unhealthy: %s", strings.Join(held, "; "))
+	voting, down := p.voterHealth(remaining, true)
+	if need := Quorum(len(remaining) + 1); voting < need {
+		return p.removalHeld("removal held: %d remaining voter(s) vote, not a majority (%d) of the %d members with %s's, which is down: %s",
+			voting, need, len(remaining)+1, out.Name, strings.Join(down, "; "))
 	}
-	if healthy < Quorum(len(remaining)) {
-		return p.removalHeld("removal held: %d healthy remaining voter(s) are not a quorum of %d", healthy, len(remaining))
+	if len(down) > 0 {
+		return p.act(api.StepRemoveMember, Action{Type: api.ActionRemoveMember, Node: out.Name},
+			"asking k3s to remove the member of %s; %d of %d remaining voter(s) vote, a majority of the %d members with it (not voting: %s)",
+			out.Name, voting, len(remaining), len(remaining)+1, strings.Join(down, "; "))
 	}
 	return p.act(api.StepRemoveMember, Action{Type: api.ActionRemoveMember, Node: out.Name},
-		"asking k3s to remove the member of %s; %d remaining voter(s) are healthy", out.Name, healthy)
+		"asking k3s to remove the member of %s; %d remaining voter(s) vote", out.Name, voting)
 }
 
 // voterHealth counts the named voters that are healthy, and says why each

@@ -63,16 +63,23 @@ func FuzzPlanInput(f *testing.F) {
 	})
 }
 
-// removalKeepsQuorum is the quorum oracle on a snapshot's own evidence:
-// for a removal, the voting members the Nodes' samples list (a member any
-// list says votes), less the one removed, must have a quorum whose Nodes
-// are Ready with a fresh (two periods) healthy sample. A learner counts
-// for nothing; a member with no Node is down.
+// removalKeepsQuorum is the quorum oracle on a snapshot's own evidence,
+// over the voting members the Nodes' samples list (a member any list says
+// votes). For the removal of a swap's outgoing voter, which is down (its
+// server stopped, or it unreachable), the members less it must be a
+// majority of the members with it, each a Node Ready with a fresh (two
+// periods) sample that says healthy or only slow (no error): etcd can
+// then commit the removal, which never lowers the failures it survives.
+// For any other removal (the candidate's, running), the members less the
+// one removed must have a quorum of their own, each with a fresh healthy
+// sample. A learner counts for nothing; a member with no Node is down.
 func removalKeepsQuorum(s swapplan.Snapshot, a swapplan.Action) error {
 	var gone string // the member removed, or its Node's name
+	outgoing := false
 	switch a.Type {
 	case api.ActionRemoveMember:
 		gone = a.Node
+		outgoing = s.Lease.Swap != nil && s.Lease.Swap.Out == a.Node
 	case api.ActionRemoveByVoter:
 		gone = a.Request.Member
 	default:
@@ -109,10 +116,13 @@ func removalKeepsQuorum(s swapplan.Snapshot, a swapplan.Action) error {
 	for m := range voting {
 		n := node(m)
 		if m == gone || (n != nil && n.Name == gone) {
+			if outgoing {
+				voters++ // a member still, down
+			}
 			continue
 		}
 		voters++
-		if n == nil || !n.Ready || n.Probe == nil || !n.Probe.Healthy {
+		if n == nil || !n.Ready || n.Probe == nil || (!n.Probe.Healthy && !(outgoing && n.Probe.Error == "")) {
 			continue
 		}
 		period := time.Duration(n.Probe.Period)
@@ -122,6 +132,9 @@ func removalKeepsQuorum(s swapplan.Snapshot, a swapplan.Action) error {
 		if s.Now.Sub(n.Probe.At) <= 2*period {
 			up++
 		}
+	}
+	if outgoing && up < swapplan.Quorum(voters) {
+		return fmt.Errorf("%d of the %d voting members with the outgoing one, down, are Ready with a fresh sample healthy or only slow, a majority is %d", up, voters, swapplan.Quorum(voters))
 	}
 	if up < swapplan.Quorum(voters) {
 		return fmt.Errorf("%d of the %d voting members left are Ready with a fresh healthy sample, a quorum is %d", up, voters, swapplan.Quorum(voters))

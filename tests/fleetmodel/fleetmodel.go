@@ -478,8 +478,10 @@ type QuorumCheck struct {
 	// agent's last probe sample, the time in which no planner can tell
 	// it from a host that answers; zero counts it down at once.
 	Grace time.Duration
-	// Healthy counts only the voters whose probes say healthy, as a
-	// removal needs (the planner holds it while one is unhealthy).
+	// Healthy counts only the voters whose probes say healthy, as the
+	// removal of a running candidate's member needs (the planner holds it
+	// while one is unhealthy); the outgoing voter's, down, needs only
+	// that the others vote (Stopped).
 	Healthy bool
 }
 

@@ -102,6 +102,12 @@ func (c *cluster) unhealthy(name string) {
 	c.probes[name].FsyncP99Ms = 48
 }
 
+// unanswering: the host's etcd does not answer its agent's probe.
+func (c *cluster) unanswering(name string) {
+	c.probes[name].Healthy = false
+	c.probes[name].Error = "etcd did not answer within 2s"
+}
+
 func (c *cluster) annotate(name, key string, v any) {
 	switch v := v.(type) {
 	case string:

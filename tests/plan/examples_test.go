@@ -70,15 +70,23 @@ var examples = []struct {
 		assertAction(t, p, api.ActionNone, "", api.StepStepDown, "the removal waits for the step-down while v1 is Ready")
 	}},
 	{"remove-member.json", steppedDown, func(t *testing.T, p swapplan.Plan) {
-		assertAction(t, p, api.ActionRemoveMember, "v1", api.StepRemoveMember, "asking k3s to remove the member of v1; 3 remaining voter(s) are healthy")
+		assertAction(t, p, api.ActionRemoveMember, "v1", api.StepRemoveMember, "asking k3s to remove the member of v1; 3 remaining voter(s) vote")
+	}},
+	{"removal-slow-voter.json", func() *cluster {
+		c := steppedDown()
+		c.unhealthy("v2")
+		return c
+	}, func(t *testing.T, p swapplan.Plan) {
+		assertAction(t, p, api.ActionRemoveMember, "v1", api.StepRemoveMember, "asking k3s to remove the member of v1; 3 remaining voter(s) vote")
 	}},
 	{"removal-held.json", func() *cluster {
 		c := steppedDown()
-		c.unhealthy("v2")
+		c.unanswering("v2")
 		c.unhealthy("v3")
 		return c
 	}, func(t *testing.T, p swapplan.Plan) {
-		assertAction(t, p, api.ActionNone, "", api.StepRemoveMember, "removal held while a remaining voter is unhealthy: v2's probe says unhealthy")
+		assertAction(t, p, api.ActionNone, "", api.StepRemoveMember,
+			"removal held: 2 remaining voter(s) vote, not a majority (3) of the 4 members with v1's, which is down: v2's probe says unhealthy: etcd did not answer within 2s")
 	}},
 }
 
