@@ -19,6 +19,7 @@ type metrics struct {
 	passes      prometheus.Histogram
 	reaction    prometheus.Histogram
 	voters      prometheus.Gauge
+	tolerates   prometheus.Gauge
 	leader      prometheus.Gauge
 	verdicts    *prometheus.GaugeVec
 	dryRun      *prometheus.CounterVec
@@ -53,6 +54,8 @@ func newMetrics(reg prometheus.Registerer, budget time.Duration) *metrics {
 			Help:    "From the change that woke a pass (or its start, when the period did) to the start of the action it led to: the controller's own share of a swap.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		voters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_voters", Help: "Nodes whose etcd members vote."}),
+		tolerates: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_failures_tolerated",
+			Help: "How many more member failures etcd survives now: the voting members up less a majority of them; a stopped member not yet removed counts down. Below 0: no quorum."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_leader", Help: "1 while this replica leads."}),
 		verdicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_verdict",
 			Help: "1 for each host's verdict; role is voter when the host's member votes, else standby."}, []string{"node", "role", "state"}),
@@ -81,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, budget time.Duration) *metrics {
 	budgetGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_role_swap_write_gap_budget_seconds",
 		Help: "write_gap_budget: the longest write gap a swap may cost before fleet_role_swaps_over_write_gap_budget_total counts it."})
 	budgetGauge.Set(budget.Seconds())
-	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.leader, m.verdicts, m.dryRun, m.wouldSwap, m.unfinished, m.spent,
+	reg.MustRegister(m.step, m.stepSeconds, m.actions, m.failures, m.passes, m.reaction, m.voters, m.tolerates, m.leader, m.verdicts, m.dryRun, m.wouldSwap, m.unfinished, m.spent,
 		m.stepTook, m.dead, m.writeGap, m.overBudget, m.writeFailed, budgetGauge, m.pausedSince)
 	return m
 }
@@ -95,6 +98,7 @@ func (m *metrics) observe(plan swapplan.Plan, stepSeconds float64, verdicts map[
 	m.step.WithLabelValues(step).Set(1)
 	m.stepSeconds.Set(stepSeconds)
 	m.voters.Set(float64(len(plan.Voters)))
+	m.tolerates.Set(float64(plan.Tolerates))
 	// Note: a host whose Node is gone is not counted: nothing is kept on
 	// it, and no finish can be reported to clear it.
 	unfinished := 0

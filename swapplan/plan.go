@@ -65,6 +65,9 @@ type Plan struct {
 	RetriesSpent bool `json:"retriesSpent,omitempty"`
 	// Voters are the Nodes whose members vote, by name.
 	Voters []string `json:"voters"`
+	// Tolerates is how many more member failures etcd survives now
+	// (Tolerates): below 0, it has no quorum.
+	Tolerates int `json:"tolerates"`
 	// Pending are the hosts whose demotion a swap that ended (or ends
 	// with this plan) left unfinished, by name: those whose Node keeps the
 	// swap's instruction until their agent reports the finish, and those
@@ -78,6 +81,7 @@ func Next(s Snapshot) Plan {
 	p := newPlanner(s)
 	plan := p.next()
 	plan.Voters = p.voterNames()
+	plan.Tolerates = p.tolerates()
 	plan.Domains = p.domains()
 	plan.Dead = p.deadVoters()
 	plan.Pending = p.unfinished(plan.Swap)
@@ -407,6 +411,39 @@ func (p *planner) membershipProblem(n *Node, expected []string) string {
 		return fmt.Sprintf("%s lists members [%s], expected [%s]", n.Name, strings.Join(members, " "), strings.Join(expected, " "))
 	}
 	return ""
+}
+
+// tolerates is how many more member failures etcd survives now: the
+// voting members up (each a Node Ready with a fresh sample, healthy or
+// only slow) less a majority of the voting members. The voting members
+// are those the voters' fresh lists name (the voter Nodes when none is
+// fresh). A member whose Node carries the step-down of the swap under
+// way counts down, stopped or stopping, until it is removed: etcd counts
+// a stopped member until then. Below 0: no quorum.
+func (p *planner) tolerates() int {
+	var members []string
+	for _, v := range p.voters {
+		if !p.fresh(v) {
+			continue
+		}
+		all, learners := p.listed(v)
+		for _, m := range all {
+			if !slices.Contains(learners, m) && !slices.Contains(members, m) {
+				members = append(members, m)
+			}
+		}
+	}
+	if len(members) == 0 {
+		members = p.voterNames()
+	}
+	var up []string
+	for _, m := range members {
+		if n := p.node(m); n != nil && (p.rec == nil || n.requested(p.rec.ID, api.RequestStepDown) == nil) {
+			up = append(up, m)
+		}
+	}
+	healthy, _ := p.voterHealth(up, true)
+	return healthy - Quorum(len(members))
 }
 
 // voterSet returns the voters' names with add added and drop left out, sorted.

@@ -283,6 +283,29 @@ var cases = []struct {
 		expect(t, "FleetRoleQuorumMarginZero", firing(t, series, "FleetRoleQuorumMarginZero", 15*time.Minute, 30*time.Minute),
 			map[time.Duration][]string{15 * time.Minute: {}, 30 * time.Minute: {}})
 	}},
+	{"NoFailureToSpareFiresAfterAMinuteAtZero", func(t *testing.T) {
+		// One failure to spare, then none from minute 9 on (a removal
+		// held); the stand-by replica never counts.
+		series := `
+  fleet_role_failures_tolerated{job="fleet-role-controller", instance="a"} 1x9 0x20
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x30
+  fleet_role_failures_tolerated{job="fleet-role-controller", instance="b"} 0x30
+  fleet_role_leader{job="fleet-role-controller", instance="b"} 0x30
+`
+		want := `{alertname="FleetRoleNoFailureToSpare", instance="a", job="fleet-role-controller", severity="critical"}`
+		expect(t, "FleetRoleNoFailureToSpare", firing(t, series, "FleetRoleNoFailureToSpare", 9*time.Minute, 10*time.Minute, 11*time.Minute),
+			map[time.Duration][]string{9 * time.Minute: {}, 10 * time.Minute: {}, 11 * time.Minute: {want}})
+	}},
+	{"OneFailureToSpareOrMoreAndAStopOfLessThanAMinuteAreQuiet", func(t *testing.T) {
+		// None to spare for one sample at minute 9 (a swap's outgoing
+		// voter stopped until its removal), then one, two, one.
+		series := `
+  fleet_role_failures_tolerated{job="fleet-role-controller", instance="a"} 1x8 0 1 2x10 1x9
+  fleet_role_leader{job="fleet-role-controller", instance="a"} 1x30
+`
+		expect(t, "FleetRoleNoFailureToSpare", firing(t, series, "FleetRoleNoFailureToSpare", 9*time.Minute, 10*time.Minute, 11*time.Minute, 30*time.Minute),
+			map[time.Duration][]string{9 * time.Minute: {}, 10 * time.Minute: {}, 11 * time.Minute: {}, 30 * time.Minute: {}})
+	}},
 	{"ASilentAgentFiresAfterFiveMinutes", func(t *testing.T) {
 		series := `
   fleet_role_verdict{` + ctl + `, node="v1", role="voter", state="fit"} 1x9 _x20

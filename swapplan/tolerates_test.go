@@ -1,0 +1,62 @@
+package swapplan_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/swapplan"
+)
+
+// The failures etcd survives now: three voters survive one, a slow one
+// among them too (it votes), one that does not answer its agent none; a
+// swap's outgoing voter counts down from its step-down until its member
+// is removed, which gives the failure back.
+func TestThePlanSaysHowManyMoreFailuresEtcdSurvivesCountingAStoppedUnremovedMemberDown(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	assert.Equal(t, 1, w.pass().Tolerates, "3 voters of 3 up")
+
+	w.Hosts["v3"].UnhealthyUntil = w.now.Add(time.Hour)
+	w.pass()
+	assert.Equal(t, 1, w.pass().Tolerates, "a voter only slow votes")
+	w.Hosts["v3"].UnhealthyUntil = w.now
+
+	down := true
+	w.hooks = append(w.hooks, func(w *world) {
+		if p := w.node("v3").Probe; down && p != nil && p.Error == "" {
+			q := *p
+			q.Healthy, q.Error = false, "etcd did not answer within 2s"
+			w.node("v3").Probe = &q
+		}
+	})
+	assert.Equal(t, 0, w.pass().Tolerates, "a voter that does not answer does not vote")
+	down = false
+	assert.Equal(t, 1, w.pass().Tolerates)
+
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
+	plan := w.pass()
+	require.Equal(t, api.StepRemoveMember, plan.Step, plan.Reason)
+	assert.Equal(t, 0, plan.Tolerates, "4 members, the outgoing one stopped: 3 up, a majority is 3")
+	w.runUntil(50, func(p swapplan.Plan) bool { return p.Step == api.StepMemberGone })
+	w.pass()
+	assert.Equal(t, 1, w.pass().Tolerates, "its member removed: 3 of 3")
+	assert.Equal(t, api.ResultCompleted, w.run(100).Result)
+	assert.Equal(t, 1, w.pass().Tolerates)
+}
+
+// A voter asked to step down counts down at once, stopping, though its
+// last sample still says it runs: the alert on no failure to spare must
+// not wait for its Node to turn NotReady.
+func TestAVoterAskedToStepDownCountsDownAtOnce(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Hosts["v1"].IgnoreStepDown = true
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionStepDown, "v1"))
+	plan := w.pass()
+	require.True(t, w.node("v1").Ready)
+	assert.Equal(t, 0, plan.Tolerates, "4 members, the one asked to step down counted down: 3 up, a majority is 3")
+}
