@@ -122,6 +122,12 @@ func (f *Fleet) swapReporting(t *testing.T, out, in string, timeout time.Duratio
 		assert.LessOrEqual(t, seen[n].Read.Sub(stopped), time.Minute, "%s's first sample after %s's k3s stopped was read within a minute", n, out)
 	}
 	f.agentsLeftBefore(t, out, stopped)
+	for _, s := range res.Steps {
+		if s.Step == api.StepRemoveMember && !s.End.IsZero() {
+			t.Logf("figures: from %s's k3s stopped to its member's removal seen by every remaining voter: %s (no failure to spare meanwhile)",
+				out, s.End.Sub(stopped).Round(time.Millisecond))
+		}
+	}
 	return res, stopped, seen
 }
 
