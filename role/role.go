@@ -328,6 +328,11 @@ func decideAgent(f Facts, gone bool) Decision {
 		return Decision{Do: api.ReportFinish, Steps: steps, Report: finishReport(f, swap),
 			Why: "finishing the demotion: the member is gone; the server stops, its datastore is moved aside, the agent starts"}
 	case f.Datastore:
+		if f.Server.Active && !f.steppedDown(swap) {
+			return Decision{Do: DoWait, Why: "the role file says agent, but this host's server runs with its member in etcd: " +
+				"a server is stopped only by a swap's step-down, which the controller asks once the other voters keep a quorum without it " +
+				"(fleet-role swap); nothing is done until then, or until its member is gone"}
+		}
 		if f.Server.Active {
 			return Decision{Do: DoWait, Steps: []Step{MoveLeader, StopServer},
 				Why: "the role file says agent: the server stops, and the agent waits for its member to be gone"}
@@ -358,12 +363,17 @@ func decideAgent(f Facts, gone bool) Decision {
 	return d
 }
 
+// steppedDown says this agent carried out the step-down of the swap.
+func (f Facts) steppedDown(swap string) bool {
+	return swap != "" && f.Handled != nil && f.Handled.Swap == swap && f.Handled.Action == api.RequestStepDown
+}
+
 // demoted says the swap demoted this host and its finish is not reported.
 func (f Facts) demoted(swap string) bool {
 	if swap == "" || f.Finished == swap {
 		return false
 	}
-	return f.MemberGoneSwap == swap || (f.Handled != nil && f.Handled.Swap == swap && f.Handled.Action == api.RequestStepDown)
+	return f.MemberGoneSwap == swap || f.steppedDown(swap)
 }
 
 func finishReport(f Facts, swap string) *Report {
