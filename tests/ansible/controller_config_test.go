@@ -78,7 +78,7 @@ func templateWithout(d *appsv1.Deployment) any {
 	return tpl
 }
 
-func TestAChangedControllerConfigurationRollsTheControllersPodsAndAnUnchangedOneChangesNothing(t *testing.T) {
+func TestAChangedControllerConfigurationRollsTheControllersPodsAnUnchangedOneChangesNothingAndARunWithoutDryRunKeepsTheClusters(t *testing.T) {
 	kube := kubeapi.Start(t)
 	args := controllerArgs(t, kube)
 
@@ -106,8 +106,15 @@ func TestAChangedControllerConfigurationRollsTheControllersPodsAndAnUnchangedOne
 	assert.Equal(t, second.checksum, third.checksum)
 	assert.Equal(t, second.dep.Generation, third.dep.Generation, "no rollout")
 
+	// A run without -e dry_run (to add a host, to upgrade) keeps the dry
+	// run the cluster has: off, nothing changed, nothing rolled.
+	assert.Zero(t, changed(t, playbook(t, args...)), "a run without -e dry_run keeps the dry run off")
+	kept := readDeployed(t, kube)
+	assert.False(t, kept.cfg.DryRun)
+	assert.Equal(t, second.dep.Generation, kept.dep.Generation, "no rollout")
+
 	// The checksum is of the content alone: back to the dry run, back to
 	// the first checksum.
-	assert.Positive(t, changed(t, playbook(t, args...)))
+	assert.Positive(t, changed(t, playbook(t, append(args[:len(args):len(args)], "-e", "dry_run=true")...)))
 	assert.Equal(t, first.checksum, readDeployed(t, kube).checksum)
 }
