@@ -63,7 +63,6 @@ import (
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/api/logkey"
-	"github.com/fleet-role/fleet-role/controller/adapt"
 	"github.com/fleet-role/fleet-role/platform"
 )
 
@@ -738,12 +737,23 @@ func (s *Servers) FollowSwaps(ctx context.Context, client typedcoordinationv1.Co
 			if !ok {
 				continue
 			}
-			lease, err := adapt.Lease(l)
+			v, ok := l.Annotations[api.AnnotationSwap]
+			if !ok || v == "" {
+				continue
+			}
+			// Note: read as the controller reads it (controller/adapt
+			// Lease), which the agent does not import: the planner stays
+			// out of the agent.
+			var r api.SwapRecord
+			err := json.Unmarshal([]byte(v), &r)
+			if err == nil {
+				err = r.Validate()
+			}
 			if err != nil {
-				s.log.Warn("the regrade Lease not read; the servers left as they are", logkey.Err, err)
+				s.log.Warn("the regrade Lease's swap record not read; the servers left as they are", logkey.Err, err)
 				return
 			}
-			if r := lease.Swap; r != nil && r.Phase == "" && r.EndedAt == nil {
+			if r.Phase == "" && r.EndedAt == nil {
 				if a := address(r.Out); a != "" {
 					leaving = append(leaving, a)
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,8 +133,12 @@ func TestAnAgentsTokenReachesItsOwnNodeItsEventsAndItsOwnTokenAndNothingElse(t *
 	forbidden(err, "host A lists Secrets")
 	_, err = a.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	forbidden(err, "host A lists Pods")
-	_, err = a.CoordinationV1().Leases(api.Namespace).Get(ctx, "regrade", metav1.GetOptions{})
-	forbidden(err, "host A reads the regrade Lease")
+	_, err = a.CoordinationV1().Leases(api.Namespace).Update(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: api.LeaseName, Namespace: api.Namespace}}, metav1.UpdateOptions{})
+	forbidden(err, "host A writes the regrade Lease, which it reads to leave the outgoing voter's apiserver")
+	_, err = a.CoordinationV1().Leases(api.Namespace).Get(ctx, api.LeaderElectionLease, metav1.GetOptions{})
+	forbidden(err, "host A reads the controller's election Lease")
+	_, err = a.CoordinationV1().Leases(api.Namespace).List(ctx, metav1.ListOptions{})
+	forbidden(err, "host A lists the Leases of fleet-role's namespace")
 }
 
 func TestTheAgentBinaryRunsOnItsServiceAccountTokenFile(t *testing.T) {
