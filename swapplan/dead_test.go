@@ -308,14 +308,7 @@ func TestADeadVotersRemovalWaitsWhileTheOtherVotersThatVoteAreNoMajorityOfTheMem
 	w := deadWorld(t)
 	w.cfg.DryRun = false
 	w.runUntil(300, acting(api.ActionStepDown, "v2"))
-	down := true
-	w.hooks = append(w.hooks, func(w *world) {
-		if p := w.node("v3").Probe; down && p != nil && p.Error == "" {
-			q := *p
-			q.Healthy, q.Error = false, "etcd did not answer within 2s"
-			w.node("v3").Probe = &q
-		}
-	})
+	answers := w.unanswering("v3")
 	var last swapplan.Plan
 	for range 20 {
 		last = w.pass()
@@ -324,7 +317,7 @@ func TestADeadVotersRemovalWaitsWhileTheOtherVotersThatVoteAreNoMajorityOfTheMem
 	}
 	assert.Contains(t, last.Reason, "removal held: 1 remaining voter(s) vote, not a majority (2) of the 3 members with v2's, which is down: "+
 		"v3's probe says unhealthy: etcd did not answer within 2s")
-	down = false
+	answers()
 	w.runUntil(20, acting(api.ActionRemoveMember, "v2"))
 	res := w.run(300)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)

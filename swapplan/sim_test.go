@@ -372,3 +372,17 @@ func (w *world) actions() []string {
 	}
 	return out
 }
+
+// unanswering makes the host's samples say its etcd does not answer its
+// agent, from the next pass until answers is called.
+func (w *world) unanswering(name string) (answers func()) {
+	down := true
+	w.hooks = append(w.hooks, func(w *world) {
+		if p := w.node(name).Probe; down && p != nil && p.Error == "" {
+			q := *p
+			q.Healthy, q.Error = false, "etcd did not answer within 2s"
+			w.node(name).Probe = &q
+		}
+	})
+	return func() { down = false }
+}

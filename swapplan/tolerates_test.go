@@ -24,16 +24,9 @@ func TestThePlanSaysHowManyMoreFailuresEtcdSurvivesCountingAStoppedUnremovedMemb
 	assert.Equal(t, 1, w.pass().Tolerates, "a voter only slow votes")
 	w.Hosts["v3"].UnhealthyUntil = w.now
 
-	down := true
-	w.hooks = append(w.hooks, func(w *world) {
-		if p := w.node("v3").Probe; down && p != nil && p.Error == "" {
-			q := *p
-			q.Healthy, q.Error = false, "etcd did not answer within 2s"
-			w.node("v3").Probe = &q
-		}
-	})
+	answers := w.unanswering("v3")
 	assert.Equal(t, 0, w.pass().Tolerates, "a voter that does not answer does not vote")
-	down = false
+	answers()
 	assert.Equal(t, 1, w.pass().Tolerates)
 
 	w.requestSwap("v1", "s1")

@@ -102,11 +102,7 @@ func TestAConfiguredServerTheSliceDropsIsDialledOnceEveryListedOneFails(t *testi
 	require.Equal(t, http.StatusOK, code)
 
 	s.Set([]string{only})
-	select {
-	case <-configured.closed:
-	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
-		t.Fatal("the connection to a server the slice dropped is not closed")
-	}
+	configured.waitClosed(t, "the connection to a server the slice dropped is not closed")
 	assert.Equal(t, []string{only, configured.addr()}, s.List())
 	gone.Close()
 	code, err = get(t, context.Background(), c, "http")
@@ -166,6 +162,26 @@ func newBackend(t *testing.T, status int, hold bool, tls bool) *backend {
 
 func (b *backend) addr() string { return b.Listener.Addr().String() }
 
+// waitClosed fails the test, saying why, unless a connection to b closes.
+func (b *backend) waitClosed(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case <-b.closed:
+	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
+		t.Fatal(why)
+	}
+}
+
+// notClosed fails the test, saying why, if a connection to b has closed.
+func (b *backend) notClosed(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case <-b.closed:
+		t.Fatal(why)
+	default:
+	}
+}
+
 // clientOf is an HTTP client that reaches the servers as the agent's
 // does: through their dialer, its requests counted against the server
 // that answered.
@@ -212,11 +228,7 @@ func TestAServerThatAnswers5xxIsPutLastAndItsConnectionClosedSoTheNextRequestRea
 			assert.Equal(t, http.StatusInternalServerError, code, "the first server answered first")
 			assert.Equal(t, []string{serving.addr(), failing.addr()}, s.List(), "the failing server put last")
 			assert.Equal(t, []string{serving.addr(), failing.addr()}, New(file, nil, nil, nil).List(), "and kept so")
-			select {
-			case <-failing.closed:
-			case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
-				t.Fatal("the failing server's connection is not closed")
-			}
+			failing.waitClosed(t, "the failing server's connection is not closed")
 			code, err = get(t, context.Background(), c, tc.scheme)
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusOK, code, "the next request reaches the next server")
@@ -256,16 +268,8 @@ func TestAServerDroppedFromTheSliceHasItsConnectionsClosed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, code)
 	s.Set([]string{kept.addr()})
-	select {
-	case <-dropped.closed:
-	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
-		t.Fatal("the dropped server's connection is not closed")
-	}
-	select {
-	case <-kept.closed:
-		t.Fatal("a kept server's connection closed")
-	default:
-	}
+	dropped.waitClosed(t, "the dropped server's connection is not closed")
+	kept.notClosed(t, "a kept server's connection closed")
 }
 
 // states is the servers' states by address.
@@ -315,11 +319,7 @@ func TestAServerThatFailsACheckIsLeftAtOnceAndComesBackByStepsWithoutTakingTheCl
 	s.CheckAll(ctx, check)
 	assert.Equal(t, []string{b.addr(), a.addr()}, s.List())
 	assert.Equal(t, Failed, states(s)[a.addr()])
-	select {
-	case <-a.closed:
-	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
-		t.Fatal("the failed server's connection is not closed")
-	}
+	a.waitClosed(t, "the failed server's connection is not closed")
 	_, err = get(t, ctx, c, "http")
 	require.NoError(t, err)
 	assert.Equal(t, Active, states(s)[b.addr()], "the next server dialled: active")
@@ -330,11 +330,7 @@ func TestAServerThatFailsACheckIsLeftAtOnceAndComesBackByStepsWithoutTakingTheCl
 	assert.Equal(t, []string{b.addr(), a.addr()}, s.List())
 	s.CheckAll(ctx, check)
 	assert.Equal(t, map[string]State{a.addr(): Preferred, b.addr(): Active}, states(s), "a second: preferred, the clients kept where they are")
-	select {
-	case <-b.closed:
-		t.Fatal("the active server's connection closed as the other came back")
-	default:
-	}
+	b.notClosed(t, "the active server's connection closed as the other came back")
 }
 
 // A 429 counts against the server as a 5xx does: an apiserver whose
@@ -378,7 +374,7 @@ func TestARequestWithNoDeadlineIsBoundedAndAWatchIsNot(t *testing.T) {
 	select {
 	case err := <-watched:
 		t.Fatalf("the watch ended: %v", err)
-	case <-time.After(4 * s.requestTimeout):
+	case <-time.After(4 * s.requestTimeout): // four times the bound a request would have been cut at
 	}
 	cancel()
 	require.ErrorIs(t, <-watched, context.Canceled)
@@ -410,22 +406,14 @@ func TestWhenEveryServerFailsItsChecksTheOneDialledKeepsItsConnections(t *testin
 	require.Equal(t, Active, states(s)[a.addr()])
 	s.CheckAll(ctx, slow)
 	assert.Equal(t, map[string]State{a.addr(): Failed, b.addr(): Recovering}, states(s), "the active server fails its check")
-	select {
-	case <-a.closed:
-	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
-		t.Fatal("the failed server's connection is not closed")
-	}
+	a.waitClosed(t, "the failed server's connection is not closed")
 	_, err = get(t, ctx, c, "http")
 	require.NoError(t, err)
 	for range 3 {
 		s.CheckAll(ctx, slow)
 	}
 	assert.Equal(t, map[string]State{a.addr(): Failed, b.addr(): Recovering}, states(s))
-	select {
-	case <-b.closed:
-		t.Fatal("the connection of the server dialled when every one fails its checks was closed")
-	default:
-	}
+	b.notClosed(t, "the connection of the server dialled when every one fails its checks was closed")
 }
 
 // The apiserver of a voter a swap takes out is left at once, its
@@ -446,11 +434,7 @@ func TestTheServerASwapTakesOutIsLeftUntilTheSwapNoLongerNamesIt(t *testing.T) {
 	s.Leave([]string{out.addr()})
 	assert.Equal(t, []string{other.addr(), out.addr()}, s.List())
 	assert.Equal(t, Failed, states(s)[out.addr()])
-	select {
-	case <-out.closed:
-	case <-time.After(10 * time.Second): // an outer limit: the close is asynchronous, and takes milliseconds here
-		t.Fatal("the leaving server's connection is not closed")
-	}
+	out.waitClosed(t, "the leaving server's connection is not closed")
 	for range 3 {
 		s.CheckAll(ctx, ok)
 	}

@@ -227,6 +227,10 @@ func TestThroughRealAPIServersAClientLeavesOneTurnedSlowAndOneStoppedWithinAHeal
 	// over the check's.
 	slowed := time.Now()
 	first.delay.Store(int64(3 * time.Second))
+	// Outer limits, here and below: a check every 2 s bounded by 2 s
+	// leaves a server within about 4 s, and the next check makes its
+	// successor active; 30 s is slack for a busy 2-core machine, never
+	// a bound the assertions lean on (those are on RequestTimeout).
 	require.Eventually(t, func() bool { return stateOf(servers, other.Addr) == apiservers.Active }, 30*time.Second, 100*time.Millisecond,
 		"the other server active: %v", servers.States())
 	assert.Equal(t, apiservers.Failed, stateOf(servers, first.addr()))
@@ -243,7 +247,7 @@ func TestThroughRealAPIServersAClientLeavesOneTurnedSlowAndOneStoppedWithinAHeal
 	require.Eventually(t, func() bool { return stateOf(servers, first.addr()) == apiservers.Active }, 30*time.Second, 100*time.Millisecond,
 		"the first server active again: %v", servers.States())
 	require.NoError(t, other.Resume())
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // a few writes more through the first, active again
 	stopWrites()
 	ws := <-done
 
@@ -264,6 +268,8 @@ func TestThroughRealAPIServersAClientLeavesOneTurnedSlowAndOneStoppedWithinAHeal
 // rolls back; a host the inventory does not name changes nothing.
 func TestTheRegradeLeasesSwapRecordMakesTheServersLeaveTheOutgoingVotersAPIServer(t *testing.T) {
 	s := kubeapi.Start(t)
+	// An outer limit on the whole test: each step below takes a watch
+	// event, milliseconds on loopback.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: api.Namespace}}, metav1.CreateOptions{})
@@ -295,6 +301,8 @@ func TestTheRegradeLeasesSwapRecordMakesTheServersLeaveTheOutgoingVotersAPIServe
 	lease.Annotations[api.AnnotationSwap] = record(api.SwapRecord{V: 1, ID: "y", Out: "gone", In: "s1", Origin: api.OriginManual, StartedAt: time.Now()})
 	_, err = s.Client.CoordinationV1().Leases(api.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
 	require.NoError(t, err)
+	// Nothing should happen: a second gives the watch event the
+	// milliseconds it takes, so a wrong Leave would be seen.
 	time.Sleep(time.Second)
 	assert.Equal(t, apiservers.Unchecked, stateOf(servers, "10.255.0.1:6443"))
 	assert.Equal(t, apiservers.Unchecked, stateOf(servers, "10.255.0.2:6443"), "a host the inventory does not name: nothing left")
