@@ -53,3 +53,27 @@ func TestAVoterAskedToStepDownCountsDownAtOnce(t *testing.T) {
 	require.True(t, w.node("v1").Ready)
 	assert.Equal(t, 0, plan.Tolerates, "4 members, the one asked to step down counted down: 3 up, a majority is 3")
 }
+
+// With no voter's sample fresh, the voting members are the voter Nodes,
+// each down: three voters, none up, a majority of two short.
+func TestWithNoFreshMemberListTheVotersAreTheMembersEachDown(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	for _, v := range []string{"v1", "v2", "v3"} {
+		w.Hosts[v].SilentUntil = w.now.Add(time.Hour)
+	}
+	for range 6 { // past the freshness of the last samples (2 periods of 10 s)
+		w.pass()
+	}
+	assert.Equal(t, -2, w.pass().Tolerates)
+}
+
+// A removal that goes on while a remaining voter does not vote names it
+// in its reason: the cluster then has no failure to spare.
+func TestARemovalAskedWithARemainingVoterDownNamesIt(t *testing.T) {
+	w := newWorld(t, 5, 1, 0)
+	w.requestSwap("v1", "s1")
+	w.runUntil(200, acting(api.ActionStepDown, "v1"))
+	w.unanswering("v5")
+	plan := w.runUntil(20, acting(api.ActionRemoveMember, "v1"))
+	assert.Contains(t, plan.Reason, "4 of 5 remaining voter(s) vote, a majority of the 6 members with it (not voting: v5's probe says unhealthy: etcd did not answer within 2s)")
+}
