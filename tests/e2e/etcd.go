@@ -124,6 +124,7 @@ type Writes struct {
 	last      bool // the last write failed
 	errs      []string
 	tooks     []time.Duration // each of errs took
+	began     []time.Time     // when each of errs began
 	count     *WriteCount
 }
 
@@ -208,6 +209,7 @@ func (w *Writes) write(timeout time.Duration) error {
 		if len(w.errs) < 20 {
 			w.errs = append(w.errs, fmt.Sprintf("%s after %s", err, took.Round(time.Millisecond)))
 			w.tooks = append(w.tooks, took)
+			w.began = append(w.began, began)
 		}
 	} else {
 		w.acked = append(w.acked, i)
@@ -238,9 +240,10 @@ type WriteCount struct {
 	// Unanswered is set when the last write failed.
 	Unanswered bool
 	// Errors are the failed writes' errors, each with how long it took,
-	// the first 20; Took, how long each took.
+	// the first 20; Took, how long each took; Began, when each began.
 	Errors []string
 	Took   []time.Duration
+	Began  []time.Time
 	// After is the error of one more write, made once the writes
 	// stopped: nil when the cluster took it.
 	After error
@@ -285,7 +288,7 @@ func (w *Writes) Count() WriteCount {
 	// Note: the write after is not among those counted before it.
 	w.mu.Lock()
 	c := WriteCount{OK: len(w.acked), Failed: w.failed, Slowest: w.slowest, At: w.at, SlowestOK: w.slowestOK, Unanswered: w.last,
-		Errors: slices.Clone(w.errs), Took: slices.Clone(w.tooks)}
+		Errors: slices.Clone(w.errs), Took: slices.Clone(w.tooks), Began: slices.Clone(w.began)}
 	w.mu.Unlock()
 	c.After = w.write(w.after)
 	ctx, cancel := context.WithTimeout(context.Background(), w.after)
