@@ -462,7 +462,7 @@ func mergeMaps(ms ...map[string]string) map[string]string {
 	return out
 }
 
-func TestUndeployRefusedMidSwapIsForcedOnlyWhenAskedAndSaysWhatItLeaves(t *testing.T) {
+func TestUndeployAndDeployRefusedMidSwapUndeployForcedOnlyWhenAskedSaysWhatItLeaves(t *testing.T) {
 	kube := kubeapi.Start(t)
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -517,6 +517,10 @@ func TestUndeployRefusedMidSwapIsForcedOnlyWhenAskedAndSaysWhatItLeaves(t *testi
 	out, err = tool(t, "ansible-playbook", undeploy...)
 	require.Error(t, err, out)
 	assert.Contains(t, out, "Not uninstalling: swap "+id+" (v1 out, s1 in, automatic) is under way at its step rollback")
+	// deploy.yml too, before it changes anything, unless forced.
+	out, err = tool(t, "ansible-playbook", append([]string{"deploy.yml"}, common...)...)
+	require.Error(t, err, out)
+	assert.Contains(t, out, "Not deploying: swap "+id+" (v1 out, s1 in, automatic) is under way at its step rollback")
 	_, err = kube.Client.AppsV1().Deployments(api.Namespace).Get(ctx, "fleet-role-controller", metav1.GetOptions{})
 	assert.NoError(t, err, "refused: the controller's Deployment is still there")
 
