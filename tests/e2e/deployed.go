@@ -132,9 +132,11 @@ func Deploy(t testhost.T, opts Options) *Fleet {
 		f.startOnDouble()
 	}
 
-	if err := f.writeInventory(); err != nil {
+	inventory, err := f.writeInventory("inventory.json", nil)
+	if err != nil {
 		t.Fatal(err)
 	}
+	f.inventory = inventory
 	f.logf("ansible-playbook -i %s deploy.yml: fleet-role from nothing", f.inventory)
 	began = time.Now()
 	if _, changed := f.Playbook(); changed == 0 {
@@ -359,8 +361,10 @@ const (
 // these hosts: each reached over the community.docker.docker connection
 // by its container's name, its ansible_host its address; the package,
 // the timings of a test fleet, and for the Docker hosts k3s's image (the
-// double's) and its arguments.
-func (f *Fleet) writeInventory() error {
+// double's) and its arguments. Each host is in the group of its role at
+// the deploy, or in moved's group for it; the inventory is written to
+// file in the fleet's directory, whose path is returned.
+func (f *Fleet) writeInventory(file string, moved map[string]string) (string, error) {
 	var inv inventory
 	p := f.opts.ProbePeriod.String()
 	inv.All.Vars = map[string]any{
@@ -410,19 +414,23 @@ func (f *Fleet) writeInventory() error {
 				filepath.Dir(doubleKubeconfig) + ":" + filepath.Dir(doubleKubeconfig) + ":ro",
 			}
 		}
-		g := inv.All.Children[group[h.Role]]
+		name := group[h.Role]
+		if m, ok := moved[h.Name]; ok {
+			name = m
+		}
+		g := inv.All.Children[name]
 		if g.Hosts == nil {
 			g.Hosts = map[string]map[string]any{}
 		}
 		g.Hosts[h.Name] = vars
-		inv.All.Children[group[h.Role]] = g
+		inv.All.Children[name] = g
 	}
 	b, err := json.MarshalIndent(inv, "", "  ")
 	if err != nil {
-		return err
+		return "", err
 	}
-	f.inventory = filepath.Join(f.Dir, "inventory.json")
-	return os.WriteFile(f.inventory, b, 0o600)
+	path := filepath.Join(f.Dir, file)
+	return path, os.WriteFile(path, b, 0o600)
 }
 
 // controllerConfig is the controller's configuration beyond the role's
@@ -459,13 +467,51 @@ var playRecap = regexp.MustCompile(`(?m)^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+
 // output and the tasks changed in all.
 func (f *Fleet) Playbook(args ...string) (string, int) {
 	f.t.Helper()
+	out, err := f.runPlaybook(f.inventory, args...)
+	if err != nil {
+		f.t.Fatalf("ansible-playbook %s: %v:\n%s", strings.Join(args, " "), err, tail(out, 60))
+	}
+	recap := playRecap.FindAllStringSubmatch(out, -1)
+	if len(recap) == 0 {
+		f.t.Fatalf("ansible-playbook %s: no play recap:\n%s", strings.Join(args, " "), tail(out, 60))
+	}
+	changed := 0
+	for _, r := range recap {
+		if r[4] != "0" || r[5] != "0" {
+			f.t.Fatalf("ansible-playbook %s: %s unreachable or failed:\n%s", strings.Join(args, " "), r[1], tail(out, 60))
+		}
+		n, _ := strconv.Atoi(r[3])
+		changed += n
+	}
+	return out, changed
+}
+
+// PlaybookRefused runs deploy.yml as Playbook does, with the fleet's
+// inventory but each host of moved in the group it names, and requires
+// it to fail; it returns the output.
+func (f *Fleet) PlaybookRefused(moved map[string]string, args ...string) string {
+	f.t.Helper()
+	inventory, err := f.writeInventory(fmt.Sprintf("inventory-%d.json", f.runs+1), moved)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out, err := f.runPlaybook(inventory, args...)
+	if err == nil {
+		f.t.Fatalf("ansible-playbook -i %s %s: not refused:\n%s", inventory, strings.Join(args, " "), tail(out, 60))
+	}
+	return out
+}
+
+// runPlaybook runs ansible-playbook -i inventory deploy.yml args... and
+// keeps its output in the fleet's logs.
+func (f *Fleet) runPlaybook(inventory string, args ...string) (string, error) {
 	f.runs++
 	if f.k3s != "" {
 		f.liveKubeconfig(f.adminKubeconfig())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ansible-playbook", append([]string{"-i", f.inventory, "deploy.yml"}, args...)...)
+	cmd := exec.CommandContext(ctx, "ansible-playbook", append([]string{"-i", inventory, "deploy.yml"}, args...)...)
 	cmd.Dir = filepath.Join(testhost.Root(), "ansible")
 	// Every host at once (the default forks, 5, would run a fleet of six
 	// in two rounds) and each module piped to its host's Python rather
@@ -477,22 +523,7 @@ func (f *Fleet) Playbook(args ...string) (string, int) {
 		"ANSIBLE_FORKS=10", "ANSIBLE_PIPELINING=True", "ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks")
 	out, err := cmd.CombinedOutput()
 	_ = os.WriteFile(filepath.Join(f.logs, fmt.Sprintf("playbook-%d.log", f.runs)), out, 0o644)
-	if err != nil {
-		f.t.Fatalf("ansible-playbook %s: %v:\n%s", strings.Join(args, " "), err, tail(string(out), 60))
-	}
-	recap := playRecap.FindAllStringSubmatch(string(out), -1)
-	if len(recap) == 0 {
-		f.t.Fatalf("ansible-playbook %s: no play recap:\n%s", strings.Join(args, " "), tail(string(out), 60))
-	}
-	changed := 0
-	for _, r := range recap {
-		if r[4] != "0" || r[5] != "0" {
-			f.t.Fatalf("ansible-playbook %s: %s unreachable or failed:\n%s", strings.Join(args, " "), r[1], tail(string(out), 60))
-		}
-		n, _ := strconv.Atoi(r[3])
-		changed += n
-	}
-	return string(out), changed
+	return string(out), err
 }
 
 // playTask and playChanged read ansible-playbook's default output: a

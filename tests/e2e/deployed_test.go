@@ -284,4 +284,17 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunThroughAControllersPodAn
 	d.ended(t, res, api.ResultCompleted)
 	writesAcross(t, d, count, 1)
 	took("the swap of v3 for v1")
+
+	// s1, a voter now, listed among the agents: the playbook refuses
+	// before it changes anything, naming it, and s1 votes on.
+	out = d.PlaybookRefused(map[string]string{"s1": "fleet_agents"})
+	assert.Contains(t, out, "Not deploying: the inventory lists among fleet_agents s1 (Node s1: a voter on the cluster).")
+	assert.NotContains(t, out, "TASK [fleet_role_agent", "no task of the agent role ran")
+	assert.Equal(t, "server", strings.TrimSpace(d.Hosts["s1"].Exec("cat", "/var/lib/fleet-role/role")), "s1's role file is left as it was")
+	m, err := d.Members()
+	require.NoError(t, err)
+	assert.Len(t, m.Voters, 3, "three voters: %+v", m)
+	assert.True(t, slices.ContainsFunc(m.Voters, func(v string) bool { return strings.HasPrefix(v, "s1") }), "s1's member votes on: %+v", m)
+	assert.Equal(t, api.RoleVoter, d.roles()["s1"])
+	took("the playbook refusing s1 among the agents")
 }
