@@ -216,8 +216,11 @@ func (p *planner) silentVoter(except string) string {
 			if v.Probe == nil {
 				return fmt.Sprintf("voter %s has no probe sample", v.Name)
 			}
-			return fmt.Sprintf("voter %s's probe has been silent since %s (3 periods of %s)",
-				v.Name, stamp(v.Probe.At), p.period(v))
+			why := fmt.Sprintf("voter %s's probe has been silent since %s (3 periods of %s)", v.Name, stamp(v.Probe.At), p.period(v))
+			if v.Maintenance != "" {
+				why += "; it is under maintenance (" + v.Maintenance + "), not dead"
+			}
+			return why
 		}
 	}
 	return ""
@@ -276,9 +279,12 @@ func (p *planner) pastBound(step string) bool {
 // at a later forward step. Note: without the latter the swap would return to
 // a wait it had already given up, and the step's clock would start again.
 func (p *planner) passed(step string) bool {
-	if p.pastBound(step) {
-		return true
-	}
+	return p.pastBound(step) || p.wentPast(step)
+}
+
+// wentPast says the status shows the swap at a forward step later than
+// the one given.
+func (p *planner) wentPast(step string) bool {
 	st := p.s.Status
 	if p.rec == nil || st.Swap == nil || st.Swap.ID != p.rec.ID {
 		return false
