@@ -476,7 +476,7 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 			st.Swap = nil
 		}
 		st.Steps = stepLog(st.Steps, prev, st.Swap, plan, snap.Now)
-		st.Step, st.Since, st.Bound, st.Reason, st.Decision = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision
+		st.Step, st.Since, st.Bound, st.Reason, st.Decision, st.WaitingOn = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision, plan.WaitingOn
 		st.Voters, st.Domains, st.Dead = plan.Voters, plan.Domains, plan.Dead
 		st.Controller = c.state(snap)
 		st.Members, st.Etcd = map[string][]api.Member{}, nil

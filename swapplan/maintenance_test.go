@@ -143,3 +143,31 @@ func TestWithRunnersBoundActionWaitARunnerPodSeenOnceTheDrainBeganDoesNotTakeThe
 	assert.NotEqual(t, api.StepRunnersOut, plan.Step, plan.Reason)
 	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
 }
+
+func TestTheRunnersWaitNamesEveryRunnerPodItWaitsOnAndNoOtherStepDoes(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.cfg.RunnersWait = true
+	for _, name := range []string{"runner-1", "runner-2", "runner-3", "runner-4"} {
+		w.node("v1").Pods = append(w.node("v1").Pods, swapplan.Pod{Namespace: "arc-runners", Name: name, Runner: true})
+	}
+	w.node("v1").Pods = append(w.node("v1").Pods, swapplan.Pod{Namespace: "arc-runners", Name: "runner-0", Runner: true, Finished: true})
+	w.requestSwap("v1", "s1")
+	plan := w.runUntil(200, atStep(api.StepRunnersOut))
+	assert.Equal(t, []string{"arc-runners/runner-1", "arc-runners/runner-2", "arc-runners/runner-3", "arc-runners/runner-4"}, plan.WaitingOn,
+		"all of them, not the finished one: %s", plan.Reason)
+	for i := range w.node("v1").Pods {
+		w.node("v1").Pods[i].Finished = true
+	}
+	plan = w.pass()
+	assert.NotEqual(t, api.StepRunnersOut, plan.Step)
+	assert.Empty(t, plan.WaitingOn, plan.Reason)
+}
+
+func TestTheCandidatesRunnersWaitNamesItsRunnerPods(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.node("s1").Pods = append(w.node("s1").Pods, swapplan.Pod{Namespace: "arc-runners", Name: "runner-s", Runner: true})
+	w.node("v1").Pods = append(w.node("v1").Pods, swapplan.Pod{Namespace: "arc-runners", Name: "runner-v", Runner: true})
+	w.requestSwap("v1", "s1")
+	plan := w.runUntil(200, atStep(api.StepRunnersIn))
+	assert.Equal(t, []string{"arc-runners/runner-s"}, plan.WaitingOn, plan.Reason)
+}

@@ -49,6 +49,9 @@ type Plan struct {
 	Step  string       `json:"step"`
 	Since *time.Time   `json:"since,omitempty"`
 	Bound api.Duration `json:"bound,omitempty"`
+	// WaitingOn are the runner pods the swap waits for to finish (at
+	// runners-in and runners-out), namespace/name.
+	WaitingOn []string `json:"waitingOn,omitempty"`
 	// Swap is the swap under way (or started by this action), as the Lease
 	// should hold it after this pass.
 	Swap *api.SwapRecord `json:"swap"`
@@ -99,7 +102,28 @@ func Next(s Snapshot) Plan {
 		}
 		plan.Bound = api.Duration(p.bound(plan.Step))
 	}
+	plan.WaitingOn = p.waitingOn(plan)
 	return plan
+}
+
+// waitingOn are the runner pods the plan waits for, at runners-in (the
+// candidate's) or runners-out (the outgoing voter's); nil at another step.
+func (p *planner) waitingOn(plan Plan) []string {
+	var name string
+	switch {
+	case plan.Swap == nil:
+		return nil
+	case plan.Step == api.StepRunnersIn:
+		name = plan.Swap.In
+	case plan.Step == api.StepRunnersOut:
+		name = plan.Swap.Out
+	default:
+		return nil
+	}
+	if n := p.node(name); n != nil {
+		return unfinishedRunners(n)
+	}
+	return nil
 }
 
 type planner struct {
