@@ -580,8 +580,9 @@ dead_after = "{{d .DeadAfter}}"
 # then promotes a standby. Off, it is only reported (status, the metric
 # fleet_role_dead_voters, the alert FleetRoleVoterDead) and fleet-role swap
 # replaces it by hand. A voter under maintenance is never dead: cordoned by
-# someone else than fleet-role, annotated fleet-role.io/maintenance, or
-# holding kured's reboot lock. dry_run, on, reports this swap too.
+# someone other than fleet-role, annotated fleet-role.io/maintenance, or
+# holding kured's reboot lock. With dry_run on, no automatic swap starts
+# either way.
 replace_dead_voters = {{.ReplaceDeadVoters}}
 
 # What a swap does when the runners bound ([bounds] runners) ends with
