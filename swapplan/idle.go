@@ -98,7 +98,8 @@ func (p *planner) refusal(outName, inName string, out, in *Node, needFit bool) s
 }
 
 // ineligible says why the Node is not an eligible standby: no demotion
-// left unfinished, staged, Ready, schedulable and (when needFit) fit.
+// left unfinished, staged, Ready, schedulable, not under maintenance and
+// (when needFit) fit.
 // Empty when it is.
 func (p *planner) ineligible(n *Node, needFit bool) string {
 	unfinished := p.unfinishedDemotion(n)
@@ -115,6 +116,8 @@ func (p *planner) ineligible(n *Node, needFit bool) string {
 		return fmt.Sprintf("%s is not Ready", n.Name)
 	case n.Unschedulable:
 		return fmt.Sprintf("%s is cordoned", n.Name)
+	case n.Maintenance != "":
+		return fmt.Sprintf("%s is under maintenance (%s)", n.Name, n.Maintenance)
 	case needFit && n.Verdict.State != api.VerdictFit:
 		return fmt.Sprintf("%s's verdict is %q, not %q", n.Name, n.Verdict.State, api.VerdictFit)
 	}

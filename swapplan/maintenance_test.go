@@ -171,3 +171,18 @@ func TestTheCandidatesRunnersWaitNamesItsRunnerPods(t *testing.T) {
 	plan := w.runUntil(200, atStep(api.StepRunnersIn))
 	assert.Equal(t, []string{"arc-runners/runner-s"}, plan.WaitingOn, plan.Reason)
 }
+
+func TestAStandbyUnderMaintenanceIsNoCandidateAutomaticOrManual(t *testing.T) {
+	w := newWorld(t, 3, 2, 0)
+	w.cfg.DryRun = true
+	w.node("v1").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 9, Reason: "fsync p99 40 ms"}
+	w.node("s2").Verdict = api.Verdict{State: api.VerdictFit, Score: 5}
+	plan := w.pass()
+	require.NotNil(t, plan.Decision, plan.Reason)
+	require.Equal(t, "s1", plan.Decision.In, "the fitter")
+	w.node("s1").Maintenance = "holding kured's reboot lock"
+	plan = w.pass()
+	require.NotNil(t, plan.Decision, plan.Reason)
+	assert.Equal(t, "s2", plan.Decision.In, plan.Reason)
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1", false), "s1 is under maintenance (holding kured's reboot lock)")
+}
