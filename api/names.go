@@ -97,6 +97,13 @@ const (
 	// AnnotationCordonedBy names the swap that cordoned the Node: written
 	// and read by the controller, which uncordons only what it cordoned.
 	AnnotationCordonedBy = "fleet-role.io/cordoned-by"
+	// AnnotationMaintenance marks a Node under maintenance, its value
+	// saying why (any text; empty counts as no mark): written by people
+	// or their tools before work that may keep the host down longer than
+	// dead_after (a firmware update, a disk check), removed by them
+	// after; read by the controller, which never calls a voter so marked
+	// dead. A cordon by anything but fleet-role counts the same.
+	AnnotationMaintenance = "fleet-role.io/maintenance"
 	// AnnotationSwap carries the SwapRecord on the regrade Lease: written
 	// by the controller, read by the controller, `fleet-role swap`,
 	// `fleet-role plan` and the Ansible role.

@@ -278,12 +278,17 @@ type LastAction struct {
 // cooldown, and the verdicts.
 type Status struct {
 	// V is the format's version (Version when written; 1 when missing).
-	V             int                `json:"v"`
-	Swap          *SwapRecord        `json:"swap"`
-	Step          string             `json:"step,omitempty"`
-	Since         *time.Time         `json:"since,omitempty"`
-	Bound         Duration           `json:"bound,omitempty"`
-	Reason        string             `json:"reason,omitempty"`
+	V      int         `json:"v"`
+	Swap   *SwapRecord `json:"swap"`
+	Step   string      `json:"step,omitempty"`
+	Since  *time.Time  `json:"since,omitempty"`
+	Bound  Duration    `json:"bound,omitempty"`
+	Reason string      `json:"reason,omitempty"`
+	// WaitingOn are the runner pods the swap waits for to finish (at
+	// runners-in and runners-out), namespace/name, all of them: each runs
+	// one GitHub Actions job (the job's own name is not known to the
+	// controller). Written by the controller, read by fleet-role status.
+	WaitingOn     []string           `json:"waitingOn,omitempty"`
 	Last          *SwapResult        `json:"last,omitempty"`
 	CooldownUntil *time.Time         `json:"cooldownUntil,omitempty"`
 	Verdicts      map[string]Verdict `json:"verdicts,omitempty"`

@@ -37,6 +37,17 @@ type Controller struct {
 	// other voter finds unreachable is dead (status, alert
 	// FleetRoleVoterDead).
 	DeadAfter time.Duration `toml:"dead_after"`
+	// ReplaceDeadVoters: a dead voter starts an automatic swap that
+	// removes its member first (docs/swap.md, "A dead voter"). Off, it is
+	// only reported (status, metric, alert), and a person replaces it with
+	// fleet-role swap. The dry run stays the switch of every automatic
+	// swap: on, nothing automatic starts either way.
+	ReplaceDeadVoters bool `toml:"replace_dead_voters"`
+	// RunnersBoundAction is what a swap does once the runners bound ends
+	// on the outgoing voter with runner pods still running: "wait" keeps
+	// waiting, and says it is past its bound; "drain" goes on to the
+	// drain, which evicts them.
+	RunnersBoundAction string `toml:"runners_bound_action"`
 	// WriteGapBudget is the longest gap between two of the controller's
 	// own writes a swap's leadership move and member removal may cost
 	// before fleet_role_swaps_over_write_gap_budget_total counts it (and
@@ -258,14 +269,15 @@ type LeaderElection struct {
 	RetryPeriod time.Duration `toml:"retry_period"`
 }
 
-// Bounds are the swap steps' own bounds; a swap's whole wait is their sum.
+// Bounds are the swap steps' own bounds; a swap's whole wait is their sum
+// (with runners_bound_action "drain"; "wait" may wait on runners longer).
 // docs/swap.md has the steps and what happens past each bound.
 type Bounds struct {
 	// Snapshot: an etcd snapshot from a healthy voter other than the
 	// outgoing one. Past it: abandon.
 	Snapshot time.Duration `toml:"snapshot"`
 	// Runners: runner pods finishing on the candidate (past it: abandon)
-	// and on the outgoing voter (past it: go on).
+	// and on the outgoing voter (past it: runners_bound_action).
 	Runners time.Duration `toml:"runners"`
 	// Drain: evictions on the candidate (past it: abandon) and on the
 	// outgoing voter (past it: go on).
@@ -304,23 +316,37 @@ type Bounds struct {
 	RemoveByVoter time.Duration `toml:"remove_by_voter"`
 }
 
+// What a swap does past the runners bound on the outgoing voter
+// (Controller.RunnersBoundAction).
+const (
+	RunnersBoundWait  = "wait"
+	RunnersBoundDrain = "drain"
+)
+
 // DefaultController returns the controller configuration used where a file
 // is silent.
 func DefaultController() Controller {
 	return Controller{
-		Version:         Version,
-		DryRun:          true,
-		Namespace:       api.Namespace,
-		Period:          10 * time.Second,
-		LeaseDuration:   time.Minute,
-		WriteGapBudget:  5 * time.Second,
-		DeadAfter:       5 * time.Minute,
-		Cooldown:        6 * time.Hour,
-		ProbePeriod:     time.Minute,
-		RunnerSelector:  "app.kubernetes.io/component=runner",
-		MinPassInterval: 100 * time.Millisecond,
-		DrainTimeout:    30 * time.Second,
-		ListenAddress:   ":9090",
+		Version:        Version,
+		DryRun:         true,
+		Namespace:      api.Namespace,
+		Period:         10 * time.Second,
+		LeaseDuration:  time.Minute,
+		WriteGapBudget: 5 * time.Second,
+		DeadAfter:      5 * time.Minute,
+		// Note: the removal of a dead voter's member cannot be undone, and
+		// a host rebooted by hand with no cordon looks dead; a person
+		// opts in (docs/swap.md, "A dead voter").
+		ReplaceDeadVoters: false,
+		// Note: GitHub lets a job run 6 hours; a drain kills it. Waiting
+		// costs no failure etcd survives: the outgoing voter still votes.
+		RunnersBoundAction: RunnersBoundWait,
+		Cooldown:           6 * time.Hour,
+		ProbePeriod:        time.Minute,
+		RunnerSelector:     "app.kubernetes.io/component=runner",
+		MinPassInterval:    100 * time.Millisecond,
+		DrainTimeout:       30 * time.Second,
+		ListenAddress:      ":9090",
 		// Kubernetes's well-known label of a Node's zone.
 		FailureDomainLabel: "topology.kubernetes.io/zone",
 		LeaderElection: LeaderElection{
@@ -397,6 +423,9 @@ func (c Controller) Validate() error {
 	positive(&p, "lease_duration", c.LeaseDuration)
 	positive(&p, "write_gap_budget", c.WriteGapBudget)
 	positive(&p, "dead_after", c.DeadAfter)
+	if c.RunnersBoundAction != RunnersBoundWait && c.RunnersBoundAction != RunnersBoundDrain {
+		p.add("runners_bound_action", "must be %q or %q, got %q", RunnersBoundWait, RunnersBoundDrain, c.RunnersBoundAction)
+	}
 	positive(&p, "probe_period", c.ProbePeriod)
 	if c.Cooldown < 0 {
 		p.add("cooldown", "must not be negative, got %s", c.Cooldown)
@@ -547,6 +576,21 @@ write_gap_budget = "{{d .WriteGapBudget}}"
 # fires. The node lifecycle controller marks a Node Unknown after 40s.
 dead_after = "{{d .DeadAfter}}"
 
+# A dead voter starts an automatic swap that removes its member for good,
+# then promotes a standby. Off, it is only reported (status, the metric
+# fleet_role_dead_voters, the alert FleetRoleVoterDead) and fleet-role swap
+# replaces it by hand. A voter under maintenance is never dead: cordoned by
+# someone other than fleet-role, annotated fleet-role.io/maintenance, or
+# holding kured's reboot lock. With dry_run on, no automatic swap starts
+# either way.
+replace_dead_voters = {{.ReplaceDeadVoters}}
+
+# What a swap does when the runners bound ([bounds] runners) ends with
+# runner pods still running on the outgoing voter: "wait" keeps waiting
+# (GitHub lets a job run 6 hours) and says it is past its bound; "drain"
+# goes on to the drain, which kills their jobs.
+runners_bound_action = "{{.RunnersBoundAction}}"
+
 # The agents' probe period. A sample older than two periods is stale; a
 # voter silent for three periods holds every step.
 probe_period = "{{d .ProbePeriod}}"
@@ -654,13 +698,14 @@ max_retries = {{.Remediation.MaxRetries}}
 retry_period = "{{d .Remediation.RetryPeriod}}"
 min_healthy_period = "{{d .Remediation.MinHealthyPeriod}}"
 
-# Each step's own bound. A swap's whole wait is their sum.
+# Each step's own bound. A swap's whole wait is their sum, but with
+# runners_bound_action = "wait", which waits on the runners past theirs.
 [bounds]
 # An etcd snapshot from a healthy voter other than the outgoing one.
 # Past it: abandon.
 snapshot = "{{d .Bounds.Snapshot}}"
 # Runner pods finishing on the candidate (past it: abandon) and on the
-# outgoing voter (past it: go on).
+# outgoing voter (past it: runners_bound_action).
 runners = "{{d .Bounds.Runners}}"
 # Evictions on the candidate (abandon) and on the outgoing voter (go on).
 drain = "{{d .Bounds.Drain}}"

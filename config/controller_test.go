@@ -46,6 +46,8 @@ func TestBadControllerConfigurations(t *testing.T) {
 			[]string{"version: must be 1", "namespace:", "bounds.join:", "bounds.rollback:"}},
 		{"a removal fallback of zero is refused, by key", "version = 1\n[bounds]\nremove_fallback = \"0s\"\nremove_by_voter = \"-1s\"\n",
 			[]string{"bounds.remove_fallback:", "bounds.remove_by_voter:"}},
+		{"a runners bound action other than wait or drain is named", "version = 1\nrunners_bound_action = \"kill\"\n",
+			[]string{`runners_bound_action: must be "wait" or "drain", got "kill"`}},
 		{"a bad selector is named", "version = 1\nrunner_selector = \"a b c\"\n", []string{"runner_selector:"}},
 		{"a lease shorter than two periods is refused", "version = 1\nperiod = \"1m\"\nlease_duration = \"1m\"\n", []string{"lease_duration:"}},
 		{"malformed TOML says the line", "version = 1\n[bounds\n", []string{"line 3", "table name"}},
@@ -64,6 +66,16 @@ func TestBadControllerConfigurations(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestDeadVotersAreNotReplacedAndASwapWaitsForItsRunnersPastTheirBoundUnlessToldOtherwise(t *testing.T) {
+	c := DefaultController()
+	assert.False(t, c.ReplaceDeadVoters)
+	assert.Equal(t, RunnersBoundWait, c.RunnersBoundAction)
+	c, err := ParseController([]byte("version = 1\nreplace_dead_voters = true\nrunners_bound_action = \"drain\"\n"))
+	require.NoError(t, err)
+	assert.True(t, c.ReplaceDeadVoters)
+	assert.Equal(t, RunnersBoundDrain, c.RunnersBoundAction)
 }
 
 func TestLoadControllerNamesAMissingFile(t *testing.T) {

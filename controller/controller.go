@@ -30,6 +30,7 @@ import (
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/config"
+	"github.com/fleet-role/fleet-role/controller/adapt"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -305,6 +306,9 @@ func (c *Controller) pass(ctx context.Context) {
 			// start, and kured's lock taken before it starts, so that no
 			// reboot begins between the read and the start.
 			snap.Holds = c.holds.read(ctx, snap, outgoing(snap, plan), starting)
+			// kured's lock holder is under maintenance: never dead. It
+			// holds, so the plan is made again below.
+			adapt.MarkKuredHolders(&snap, c.holds.kuredHolders)
 			if starting && len(snap.Holds) == 0 {
 				if why := c.marks.claim(ctx); why != "" {
 					snap.Holds = []string{why}
@@ -472,7 +476,7 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 			st.Swap = nil
 		}
 		st.Steps = stepLog(st.Steps, prev, st.Swap, plan, snap.Now)
-		st.Step, st.Since, st.Bound, st.Reason, st.Decision = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision
+		st.Step, st.Since, st.Bound, st.Reason, st.Decision, st.WaitingOn = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision, plan.WaitingOn
 		st.Voters, st.Domains, st.Dead = plan.Voters, plan.Domains, plan.Dead
 		st.Controller = c.state(snap)
 		st.Members, st.Etcd = map[string][]api.Member{}, nil

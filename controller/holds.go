@@ -67,6 +67,9 @@ type holds struct {
 	// heldSince and failing are per hold, as last read.
 	heldSince map[string]time.Time
 	failing   map[string]bool
+	// kuredHolders are the Nodes holding kured's lock, as last read (not
+	// the controller): under maintenance (adapt.MarkKuredHolders).
+	kuredHolders []string
 }
 
 // describeHolds names the holds configured, as a person reads them.
@@ -162,6 +165,8 @@ func (h *holds) check(ctx context.Context, s swapplan.Snapshot, out *swapplan.No
 	if h.cfg.KuredDaemonSet != "" {
 		why, err := h.kured(ctx, s.Now)
 		add(holdKured, why, err)
+	} else {
+		h.kuredHolders = nil
 	}
 	if h.cfg.UpgradePlansNamespace != "" {
 		why, err := h.upgrades(ctx, fleetNodes(s))
@@ -179,7 +184,7 @@ func (h *holds) clear() {
 	h.held.Reset()
 	h.since.Reset()
 	h.unreadable.Reset()
-	h.readAt, h.readOut, h.last = time.Time{}, "", nil
+	h.readAt, h.readOut, h.last, h.kuredHolders = time.Time{}, "", nil, nil
 	clear(h.heldSince)
 	clear(h.failing)
 }
@@ -221,6 +226,7 @@ func (h *holds) kured(ctx context.Context, now time.Time) ([]string, error) {
 	ns, name := h.cfg.KuredDaemonSetName()
 	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
 	defer cancel()
+	h.kuredHolders = nil
 	ds, err := h.client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("kured's lock on the DaemonSet %s/%s cannot be read: %w", ns, name, err)
@@ -240,6 +246,7 @@ func (h *holds) kured(ctx context.Context, now time.Time) ([]string, error) {
 		}
 		holders = append(holders, l.NodeID)
 	}
+	h.kuredHolders = holders
 	if len(holders) == 0 {
 		return nil, nil
 	}

@@ -73,6 +73,15 @@ func TestKuredsLockHoldsWhileAHolderWhoseTTLHasNotRunOutIsNamedInEitherForm(t *t
 			assert.Contains(t, got[0], c.want)
 		})
 	}
+	t.Run("the holders but the controller are kept by name, for their maintenance", func(t *testing.T) {
+		lock := `{"maxOwners":3,"locks":[{"nodeID":"a1","created":"` + created + `","TTL":0},{"nodeID":"v2","created":"` + created + `","TTL":60000000000},` +
+			`{"nodeID":"` + api.ControllerHolder + `","created":"` + created + `","TTL":0}]}`
+		h := kuredHolds(t, kuredDaemonSet(lock))
+		h.check(context.Background(), swapplan.Snapshot{Now: now}, nil)
+		assert.Equal(t, []string{"a1"}, h.kuredHolders, "v2's place ran out; the controller's is no maintenance")
+		h.clear()
+		assert.Empty(t, h.kuredHolders, "a swap under way reads no holds")
+	})
 	t.Run("the DaemonSet missing holds, and says so", func(t *testing.T) {
 		got := kuredHolds(t, nil).check(context.Background(), swapplan.Snapshot{Now: now}, nil)
 		require.Len(t, got, 1)

@@ -27,6 +27,8 @@ func PlanConfig(c config.Controller) swapplan.Config {
 		},
 		DomainLabel: c.FailureDomainLabel,
 		DeadAfter:   c.DeadAfter,
+		ReplaceDead: c.ReplaceDeadVoters,
+		RunnersWait: c.RunnersBoundAction != config.RunnersBoundDrain,
 		Remediation: swapplan.Remediation{
 			MaxRetries: c.Remediation.MaxRetries, RetryPeriod: c.Remediation.RetryPeriod, MinHealthyPeriod: c.Remediation.MinHealthyPeriod,
 		},

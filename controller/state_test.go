@@ -37,3 +37,14 @@ func TestEveryStatusSaysWhoLeadsTheDryRunTheWindowAndTheHolds(t *testing.T) {
 	assert.Nil(t, st.Controller.Window, "a window open always says nothing")
 	assert.Empty(t, st.Controller.Holds)
 }
+
+func TestTheStatusNamesTheRunnerPodsTheSwapWaitsOnAndForgetsThemAfter(t *testing.T) {
+	c := &Controller{cfg: config.DefaultController(), plan: PlanConfig(config.DefaultController()), identity: "replica-1"}
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	var st api.Status
+	pods := []string{"arc/runner-a", "arc/runner-b"}
+	c.statusChange(swapplan.Snapshot{Now: now}, swapplan.Plan{Action: swapplan.Action{Type: api.ActionNone}, Step: api.StepRunnersOut, WaitingOn: pods}, nil)(&st, nil)
+	assert.Equal(t, pods, st.WaitingOn)
+	c.statusChange(swapplan.Snapshot{Now: now}, swapplan.Plan{Action: swapplan.Action{Type: api.ActionDrainOut}, Step: api.StepDrainOut}, nil)(&st, nil)
+	assert.Empty(t, st.WaitingOn)
+}

@@ -20,6 +20,22 @@ func (p *planner) deadVoters() []api.DeadVoter {
 	return out
 }
 
+// maintainedSilent says which voters show every sign of death but are
+// under maintenance (Node.Maintenance), and so are not called dead: one
+// sentence each, empty when none is.
+func (p *planner) maintainedSilent() []string {
+	var out []string
+	for _, v := range p.voters {
+		if v.Maintenance == "" {
+			continue
+		}
+		if d, ok := p.deadBySigns(v); ok {
+			out = append(out, fmt.Sprintf("the voter %s is under maintenance (%s), so not called dead though %s", v.Name, v.Maintenance, d.Reason))
+		}
+	}
+	return out
+}
+
 // dead says the voter is dead by every sign, each of which alone a live
 // host can show for a while: its agent silent (three probe periods), its
 // Node not Ready, its kubelet's last heartbeat, on the host's stamp and
@@ -29,8 +45,19 @@ func (p *planner) deadVoters() []api.DeadVoter {
 // unreachable by every other voter's fresh sample (the agents' status
 // request to it on its client URL went unanswered). A heartbeat never
 // seen, a member not known, or another voter without a fresh sample is no
-// sign: the voter is not called dead on less.
+// sign: the voter is not called dead on less. A voter under maintenance
+// (Node.Maintenance) is never dead, whatever its silence: a reboot longer
+// than dead_after, a firmware update or a hung shutdown is no reason to
+// remove its member for good.
 func (p *planner) dead(v *Node) (api.DeadVoter, bool) {
+	if v.Maintenance != "" {
+		return api.DeadVoter{}, false
+	}
+	return p.deadBySigns(v)
+}
+
+// deadBySigns is dead but for maintenance.
+func (p *planner) deadBySigns(v *Node) (api.DeadVoter, bool) {
 	if !p.silent(v) || v.Ready || v.MemberName == "" || p.s.Config.DeadAfter <= 0 {
 		return api.DeadVoter{}, false
 	}

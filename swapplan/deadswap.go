@@ -60,6 +60,8 @@ func (p *planner) forwardDead(in, out *Node) Plan {
 // aliveSign says which sign of life the voter shows.
 func (p *planner) aliveSign(v *Node) string {
 	switch {
+	case v.Maintenance != "":
+		return "it is under maintenance: " + v.Maintenance
 	case !p.silent(v):
 		return "its agent samples"
 	case v.Ready:

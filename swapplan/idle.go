@@ -98,7 +98,8 @@ func (p *planner) refusal(outName, inName string, out, in *Node, needFit bool) s
 }
 
 // ineligible says why the Node is not an eligible standby: no demotion
-// left unfinished, staged, Ready, schedulable and (when needFit) fit.
+// left unfinished, staged, Ready, schedulable, not under maintenance and
+// (when needFit) fit.
 // Empty when it is.
 func (p *planner) ineligible(n *Node, needFit bool) string {
 	unfinished := p.unfinishedDemotion(n)
@@ -115,6 +116,8 @@ func (p *planner) ineligible(n *Node, needFit bool) string {
 		return fmt.Sprintf("%s is not Ready", n.Name)
 	case n.Unschedulable:
 		return fmt.Sprintf("%s is cordoned", n.Name)
+	case n.Maintenance != "":
+		return fmt.Sprintf("%s is under maintenance (%s)", n.Name, n.Maintenance)
 	case needFit && n.Verdict.State != api.VerdictFit:
 		return fmt.Sprintf("%s's verdict is %q, not %q", n.Name, n.Verdict.State, api.VerdictFit)
 	}
@@ -256,17 +259,28 @@ func (p *planner) remediations(rec *api.SwapRecord) []api.Remediation {
 // fittest; ties break on the name.
 func (p *planner) decide() (out, in *Node, why string) {
 	var fault string
-	if dead := p.deadVoters(); len(dead) > 0 {
+	dead := p.deadVoters()
+	switch {
+	case len(dead) > 0 && !p.s.Config.ReplaceDead:
+		// Note: no other voter is swapped meanwhile either: the gates
+		// hold every swap while a voter is silent.
+		return nil, nil, fmt.Sprintf("no swap: the voter %s is dead: %s; replace_dead_voters is off, so no swap starts for it: "+
+			"fleet-role swap %s STANDBY replaces it by hand", dead[0].Node, dead[0].Reason, dead[0].Node)
+	case len(dead) > 0:
 		// A dead voter first: etcd tolerates one failure less already.
 		out, fault = p.node(dead[0].Node), "dead: "+dead[0].Reason
-	} else {
+	default:
 		for _, v := range p.voters {
 			if v.Verdict.State == api.VerdictUnfit && (out == nil || v.Verdict.Score > out.Verdict.Score) {
 				out = v
 			}
 		}
 		if out == nil {
-			return nil, nil, "no swap: no voter is unfit"
+			why := "no swap: no voter is unfit"
+			if m := p.maintainedSilent(); len(m) > 0 {
+				why += "; " + strings.Join(m, "; ")
+			}
+			return nil, nil, why
 		}
 		fault = "unfit (" + out.Verdict.Reason + ")"
 	}

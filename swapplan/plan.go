@@ -49,6 +49,9 @@ type Plan struct {
 	Step  string       `json:"step"`
 	Since *time.Time   `json:"since,omitempty"`
 	Bound api.Duration `json:"bound,omitempty"`
+	// WaitingOn are the runner pods the swap waits for to finish (at
+	// runners-in and runners-out), namespace/name.
+	WaitingOn []string `json:"waitingOn,omitempty"`
 	// Swap is the swap under way (or started by this action), as the Lease
 	// should hold it after this pass.
 	Swap *api.SwapRecord `json:"swap"`
@@ -99,7 +102,28 @@ func Next(s Snapshot) Plan {
 		}
 		plan.Bound = api.Duration(p.bound(plan.Step))
 	}
+	plan.WaitingOn = p.waitingOn(plan)
 	return plan
+}
+
+// waitingOn are the runner pods the plan waits for, at runners-in (the
+// candidate's) or runners-out (the outgoing voter's); nil at another step.
+func (p *planner) waitingOn(plan Plan) []string {
+	var name string
+	switch {
+	case plan.Swap == nil:
+		return nil
+	case plan.Step == api.StepRunnersIn:
+		name = plan.Swap.In
+	case plan.Step == api.StepRunnersOut:
+		name = plan.Swap.Out
+	default:
+		return nil
+	}
+	if n := p.node(name); n != nil {
+		return unfinishedRunners(n)
+	}
+	return nil
 }
 
 type planner struct {
@@ -216,8 +240,11 @@ func (p *planner) silentVoter(except string) string {
 			if v.Probe == nil {
 				return fmt.Sprintf("voter %s has no probe sample", v.Name)
 			}
-			return fmt.Sprintf("voter %s's probe has been silent since %s (3 periods of %s)",
-				v.Name, stamp(v.Probe.At), p.period(v))
+			why := fmt.Sprintf("voter %s's probe has been silent since %s (3 periods of %s)", v.Name, stamp(v.Probe.At), p.period(v))
+			if v.Maintenance != "" {
+				why += "; it is under maintenance (" + v.Maintenance + "), not dead"
+			}
+			return why
 		}
 	}
 	return ""
@@ -276,9 +303,12 @@ func (p *planner) pastBound(step string) bool {
 // at a later forward step. Note: without the latter the swap would return to
 // a wait it had already given up, and the step's clock would start again.
 func (p *planner) passed(step string) bool {
-	if p.pastBound(step) {
-		return true
-	}
+	return p.pastBound(step) || p.wentPast(step)
+}
+
+// wentPast says the status shows the swap at a forward step later than
+// the one given.
+func (p *planner) wentPast(step string) bool {
 	st := p.s.Status
 	if p.rec == nil || st.Swap == nil || st.Swap.ID != p.rec.ID {
 		return false

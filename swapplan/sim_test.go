@@ -70,6 +70,11 @@ func testConfig() swapplan.Config {
 		DryRun:      false,
 		Cooldown:    time.Hour,
 		ProbePeriod: 10 * time.Second,
+		// The dead voters' swaps are tested with the switch on; the
+		// tests of the switch turn it off. Past the runners bound the
+		// swap drains, as the tests of that bound's "drain" expect.
+		ReplaceDead: true,
+		RunnersWait: false,
 		Bounds: swapplan.Bounds{
 			Snapshot:     5 * time.Minute,
 			Runners:      10 * time.Minute,

@@ -58,6 +58,14 @@ type Config struct {
 	// DeadAfter is how long a voter's kubelet has not beaten, with every
 	// other sign of death, before the voter is called dead.
 	DeadAfter time.Duration
+	// ReplaceDead: a dead voter starts an automatic swap. Off, it is only
+	// reported (Plan.Dead) and the decision says why no swap starts; a
+	// manual swap of it is carried out.
+	ReplaceDead bool
+	// RunnersWait: past the runners bound, a swap keeps waiting for the
+	// runner pods on the outgoing voter, and says it is past its bound;
+	// off, it goes on to the drain, which evicts them.
+	RunnersWait bool
 }
 
 // Remediation limits automatic swaps as Cluster API's
@@ -77,7 +85,7 @@ type Remediation struct {
 // steps' table of docs/swap.md.
 type Bounds struct {
 	Snapshot time.Duration // past it: abandon
-	Runners  time.Duration // runners-in: abandon; runners-out: go on
+	Runners  time.Duration // runners-in: abandon; runners-out: Config.RunnersWait
 	Drain    time.Duration // drain-in: abandon; drain-out: go on
 	Promote  time.Duration // rollback
 	Join     time.Duration // rollback
@@ -97,7 +105,8 @@ type Bounds struct {
 	RemoveByVoter time.Duration
 }
 
-// Sum is the longest a swap waits on its bounded steps: the whole wait.
+// Sum is the longest a swap waits on its bounded steps: the whole wait,
+// but with Config.RunnersWait, which waits on runners past their bound.
 func (b Bounds) Sum() time.Duration {
 	return b.Snapshot + 2*b.Runners + 2*b.Drain + b.Promote + b.Join + b.Gates +
 		b.StepDown + b.RemoveMember + b.MemberGone + b.Uncordon + b.Rollback + b.RemoveFallback + b.RemoveByVoter
@@ -146,10 +155,17 @@ type Node struct {
 	HeartbeatSeen time.Time
 	Unschedulable bool
 	CordonedBy    string
-	MemberGone    string
-	Request       *api.Request
-	Report        *api.Report
-	Probe         *api.Probe
+	// Maintenance says why the Node is under maintenance, empty when it
+	// is not: cordoned by someone other than fleet-role (Unschedulable
+	// with no CordonedBy), annotated api.AnnotationMaintenance, or
+	// holding kured's reboot lock. The controller's adapt fills it
+	// (adapt.Maintenance). A voter under maintenance is never dead,
+	// however long it is silent: a long reboot is no death.
+	Maintenance string
+	MemberGone  string
+	Request     *api.Request
+	Report      *api.Report
+	Probe       *api.Probe
 	// ProbeSeen and ReportSeen are when the controller saw the Probe and
 	// the Report change, on its own clock; zero when it cannot tell (a
 	// Node as it found it at its start, or fleet-role plan's input).

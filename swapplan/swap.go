@@ -401,6 +401,11 @@ func (p *planner) prepareOut(in, out *Node) Plan {
 	}
 	if runners := unfinishedRunners(out); len(runners) > 0 && !p.passed(api.StepRunnersOut) {
 		return p.wait(api.StepRunnersOut, "waiting for %d runner pod(s) on the outgoing voter %s to finish: %s", len(runners), out.Name, short(runners))
+	} else if len(runners) > 0 && p.s.Config.RunnersWait && !p.wentPast(api.StepRunnersOut) {
+		// Note: the outgoing voter still votes; waiting costs no failure
+		// etcd survives, and a drain would kill the jobs.
+		return p.wait(api.StepRunnersOut, "waiting past its bound %s for %d runner pod(s) on the outgoing voter %s to finish "+
+			"(runners_bound_action is wait; fleet-role swap --cancel rolls the swap back): %s", p.bound(api.StepRunnersOut), len(runners), out.Name, short(runners))
 	}
 	if pods, toEvict := evictable(out); len(pods) > 0 && !p.passed(api.StepDrainOut) {
 		if toEvict {

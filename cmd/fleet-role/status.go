@@ -219,6 +219,9 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 			step += ")"
 		}
 		row("STEP", "%s", step)
+		if len(st.WaitingOn) > 0 {
+			row("WAITING ON", "%d runner pod(s), each running a job: %s", len(st.WaitingOn), strings.Join(st.WaitingOn, " "))
+		}
 		if line := catchUp(st); line != "" {
 			row("CATCH-UP", "%s", line)
 		}

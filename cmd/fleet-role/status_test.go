@@ -77,6 +77,21 @@ func TestStatusNamesEachDeadVoterWithEverySign(t *testing.T) {
 		"(6m0s ago, dead_after 5m0s); its member v2-4f59c04e unreachable from v1, v3; etcd tolerates one failure less until it is replaced or its member removed\n")
 }
 
+func TestStatusNamesEveryRunnerPodTheSwapWaitsOn(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	since := now.Add(-70 * time.Minute)
+	st := api.Status{UpdatedAt: now, Step: api.StepRunnersOut, Since: &since, Bound: api.Duration(time.Hour),
+		Swap:      &api.SwapRecord{ID: "20261206-104500-v1", Out: "v1", In: "s1", Origin: api.OriginAutomatic, StartedAt: now.Add(-75 * time.Minute)},
+		WaitingOn: []string{"arc/runner-a", "arc/runner-b", "arc/runner-c", "arc/runner-d"}}
+	var b strings.Builder
+	renderStatus(&b, st, now, false)
+	assert.Contains(t, b.String(), "WAITING ON  4 runner pod(s), each running a job: arc/runner-a arc/runner-b arc/runner-c arc/runner-d\n")
+	st.WaitingOn = nil
+	b.Reset()
+	renderStatus(&b, st, now, false)
+	assert.NotContains(t, b.String(), "WAITING ON")
+}
+
 func TestStatusSaysOfEachUnfinishedDemotionWhatStaysOnItsNodeOrThatItsNodeIsGone(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	st := api.Status{UpdatedAt: now, Pending: []string{"s1", "v9"}, Unfinished: []api.UnfinishedDemotion{

@@ -89,6 +89,7 @@ func Node(n *corev1.Node) (swapplan.Node, error) {
 		CordonedBy:      ann[api.AnnotationCordonedBy],
 		MemberGone:      ann[api.AnnotationMemberGone],
 	}
+	out.Maintenance = Maintenance(n)
 	for _, l := range api.ServerLabels {
 		if v, ok := n.Labels[l]; ok && v != "false" {
 			out.ServerLabels = append(out.ServerLabels, l)
@@ -131,6 +132,33 @@ func Node(n *corev1.Node) (swapplan.Node, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// Maintenance says why the Node is under maintenance, as far as the Node
+// itself tells (swapplan.Node.Maintenance): annotated
+// api.AnnotationMaintenance, or cordoned by someone other than fleet-role
+// (no api.AnnotationCordonedBy). Empty when it is not. kured's lock holder
+// is marked by MarkKuredHolders.
+func Maintenance(n *corev1.Node) string {
+	if why := strings.TrimSpace(n.Annotations[api.AnnotationMaintenance]); why != "" {
+		return "annotated " + api.AnnotationMaintenance + ": " + why
+	}
+	if n.Spec.Unschedulable && n.Annotations[api.AnnotationCordonedBy] == "" {
+		return "cordoned, not by fleet-role"
+	}
+	return ""
+}
+
+// MarkKuredHolders marks the Nodes holding kured's reboot lock (by name,
+// as kured's lock names them) as under maintenance, unless they are for
+// another reason already.
+func MarkKuredHolders(s *swapplan.Snapshot, holders []string) {
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		if n.Maintenance == "" && slices.Contains(holders, n.Name) {
+			n.Maintenance = "holding kured's reboot lock"
+		}
+	}
 }
 
 // Domain is the Node's failure domain, the value of its label given;

@@ -191,3 +191,38 @@ func TestNodeReadsAProbeListingALearnerThatHasNotStartedWithoutAName(t *testing.
 	_, err = Node(node)
 	assert.ErrorContains(t, err, `field "members[0].name": missing`, "a voter always has a name")
 }
+
+func TestANodeIsUnderMaintenanceWhenCordonedNotByFleetRoleOrAnnotatedAndNotWhenFleetRoleCordonedIt(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		change func(n *corev1.Node)
+		want   string
+	}{
+		{"cordoned by a swap", func(*corev1.Node) {}, ""},
+		{"cordoned by someone else", func(n *corev1.Node) { delete(n.Annotations, api.AnnotationCordonedBy) }, "cordoned, not by fleet-role"},
+		{"schedulable, no swap's cordon", func(n *corev1.Node) {
+			delete(n.Annotations, api.AnnotationCordonedBy)
+			n.Spec.Unschedulable = false
+		}, ""},
+		{"annotated for maintenance, whatever its cordon", func(n *corev1.Node) {
+			n.Annotations[api.AnnotationMaintenance] = " firmware 2.4 "
+		}, "annotated " + api.AnnotationMaintenance + ": firmware 2.4"},
+		{"an empty annotation is no mark", func(n *corev1.Node) { n.Annotations[api.AnnotationMaintenance] = " " }, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := voterNode()
+			c.change(n)
+			got, err := Node(n)
+			require.NoError(t, err)
+			assert.Equal(t, c.want, got.Maintenance)
+		})
+	}
+}
+
+func TestKuredsLockHoldersAreMarkedUnderMaintenanceUnlessAlreadyForAnotherReason(t *testing.T) {
+	s := swapplan.Snapshot{Nodes: []swapplan.Node{{Name: "v1"}, {Name: "v2", Maintenance: "cordoned, not by fleet-role"}, {Name: "v3"}}}
+	MarkKuredHolders(&s, []string{"v2", "v3", "gone"})
+	assert.Equal(t, "", s.Nodes[0].Maintenance)
+	assert.Equal(t, "cordoned, not by fleet-role", s.Nodes[1].Maintenance)
+	assert.Equal(t, "holding kured's reboot lock", s.Nodes[2].Maintenance)
+}

@@ -47,7 +47,7 @@ func TestAVoterFrozenPastDeadAfterIsNamedDeadInTheStatusAndTheMetricUntilItIsBac
 func TestADeadVoterIsReplacedWithTheDryRunOffItsMemberRemovedBeforeTheCandidateIsPromoted(t *testing.T) {
 	e := newEnv(t, 3, 1, 0)
 	e.cfg.DeadAfter = 8 * time.Second
-	e.cfg.DryRun = false
+	e.cfg.DryRun, e.cfg.ReplaceDeadVoters = false, true
 	e.start()
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].Paused = true })
 	// Note: dead_after (8 s) and the node grace, then a swap at the test

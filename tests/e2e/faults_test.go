@@ -474,13 +474,13 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			// The voters are v2, s1 and one of v1 and s2. v2's host is
 			// stopped (its container, systemd and all) until the swap
 			// that replaces it has ended; the dry run is off and a voter
-			// is dead after 30 s without a heartbeat.
+			// is dead after 30 s without a heartbeat, and replaced.
 			for n, v := range f.Status().Verdicts {
 				require.NotEqual(t, api.VerdictUnfit, v.State, "%s is unfit: the dry run off would swap it first", n)
 			}
 			// A dead voter does not wait for the cooldown of the swap
 			// before; the remediation limits are the automatic swaps'.
-			f.ReconfigureKeys(map[string]string{"dead_after": `"30s"`}, "-e", "dry_run=false")
+			f.ReconfigureKeys(map[string]string{"dead_after": `"30s"`, "replace_dead_voters": "true"}, "-e", "dry_run=false")
 			require.Equal(t, api.RoleVoter, f.Node("v2").Labels[api.LabelRole])
 			prev := f.Status().Last
 			f.offline(v2)
