@@ -422,7 +422,8 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 		status(st, nil)
 		st.Swap, st.Steps = nil, nil
 		st.Last = &api.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
-			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending, Steps: steps, Dead: rec.Dead}
+			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending, Steps: steps, Dead: rec.Dead,
+			Overrides: rec.Overrides}
 		if e.writeCost != nil {
 			st.Last.Writes = e.writeCost(rec.ID)
 		}
