@@ -329,6 +329,9 @@ func (e *executor) acquire(ctx context.Context, rec *api.SwapRecord) error {
 
 // drain evicts the Node's Pods with kubectl's drain helper, waiting for
 // them at most drainTimeout; the planner waits for what is left.
+// Note: the helper's Force is kubectl drain --force (Pods no controller
+// manages are deleted too, or the Node never empties), not a manual
+// request's overrides: a drain passes no pause, hold or failure domain.
 func (e *executor) drain(ctx context.Context, node string) error {
 	h := &drain.Helper{
 		Ctx:                 ctx,
