@@ -227,3 +227,46 @@ func TestSwapOverrideCompletesTheOverridesNotNamedYet(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Contains(t, got[0], "failure domain")
 }
+
+// A dry run of the swap of a voter dead by every sign lists the dead
+// voter's steps, its member removed before the candidate's promotion, and
+// says so.
+func TestSwapDryRunOfADeadVoterListsTheDeadVotersSteps(t *testing.T) {
+	gone := time.Date(2026, 11, 30, 11, 40, 0, 0, time.UTC)
+	client, now := dryRunCluster(t, func(in *adapt.Input) {
+		for _, n := range in.Nodes {
+			var p map[string]any
+			require.NoError(t, json.Unmarshal([]byte(n.Annotations[api.AnnotationProbe]), &p))
+			switch n.Name {
+			case "v2":
+				p["at"] = gone.Format(time.RFC3339)
+				for i := range n.Status.Conditions {
+					if n.Status.Conditions[i].Type == "Ready" {
+						n.Status.Conditions[i].Status = "False"
+						n.Status.Conditions[i].LastHeartbeatTime.Time = gone
+					}
+				}
+			case "v1", "v3":
+				p["unreachable"] = []string{"v2-0a1b2c3d"}
+			default:
+				continue
+			}
+			b, err := json.Marshal(p)
+			require.NoError(t, err)
+			n.Annotations[api.AnnotationProbe] = string(b)
+		}
+		for _, l := range in.NodeLeases {
+			if l.Name == "v2" {
+				l.Spec.RenewTime.Time = gone
+			}
+		}
+	})
+	p, err := previewSwap(context.Background(), client, config.DefaultController(), api.ManualRequest{Out: "v2", In: "s1", At: now, By: "alice"}, now)
+	require.NoError(t, err)
+	require.True(t, p.Start, "%+v", p)
+	assert.True(t, p.Dead)
+	assert.Equal(t, swapplan.Steps(true), p.Steps)
+	var text strings.Builder
+	require.NoError(t, writePreview(&text, p))
+	assert.Contains(t, text.String(), "steps, in order (v2 is dead by every sign: its member is removed before s1 is promoted):\n")
+}
