@@ -79,11 +79,14 @@ func documents() []golden {
 			StartedAt: at(11, 30, 0), Phase: api.PhaseStuck, Reason: "the candidate s1 is not a voter within 10m0s: s1's EtcdIsVoter is \"False\"/\"MemberIsLearner\"",
 			Stuck: &api.Stuck{Node: "s1", Member: "s1-0a1b2c3d", MemberID: "8e9e05c52164694d", Voter: "v2",
 				Why: "the agent of v2 did not remove it within 5m0s"}}},
+		{file: "lease-swap-overrides.json", later: true, value: api.SwapRecord{V: 1, ID: swap, Out: "v1", In: "s1", Origin: api.OriginManual,
+			StartedAt: at(11, 30, 0), RequestAt: ptr(at(11, 29, 50)), Overrides: []string{api.OverridePause, api.OverrideDomains}}},
 		{file: "lease-swap-end.json", value: api.SwapRecord{V: 1, ID: swap, Out: "v1", In: "s1", Origin: api.OriginManual,
 			StartedAt: at(11, 30, 0), RequestAt: ptr(at(11, 29, 50)), Phase: api.PhaseEnd, Reason: "v1 did not finish its demotion: it is left to node recovery",
 			Result: api.ResultCompleted, EndedAt: ptr(at(12, 10, 0)), Pending: []string{"v1"}}},
 		{file: "request.json", value: api.ManualRequest{V: 1, Out: "v1", In: "s1", At: at(11, 29, 50), By: "alice@ops-1"}},
-		{file: "request-forced.json", later: true, value: api.ManualRequest{V: 1, Out: "v1", In: "s1", At: at(11, 29, 50), By: "alice", Force: true}},
+		{file: "request-overrides.json", later: true, value: api.ManualRequest{V: 1, Out: "v1", In: "s1", At: at(11, 29, 50), By: "alice",
+			Overrides: []string{api.OverridePause, api.OverrideHolds}}},
 		{file: "cancel.json", later: true, value: api.Cancel{V: 1, Swap: swap, By: "alice", At: at(11, 35, 0)}},
 		{file: "pause.json", later: true, value: api.Pause{V: 1, By: "alice", Reason: "kernel upgrades this week", At: at(9, 0, 0)}},
 		{file: "notify-queue.json", indent: true, later: true, value: api.NotifyQueue{V: 1, Queued: []api.QueuedNotification{
@@ -140,6 +143,17 @@ func documents() []golden {
 			WaitingOn: []string{"arc-runners/runner-7kq2p", "arc-runners/runner-x9c4d"},
 			Voters:    []string{"v1", "v2", "v3"},
 			UpdatedAt: at(12, 40, 0),
+		}},
+		{file: "status-history-overrides.json", indent: true, later: true, value: api.Status{V: 1,
+			Reason: "no swap: no voter is unfit",
+			Last: &api.SwapResult{ID: swap, Out: "v1", In: "s1", Origin: api.OriginManual, Result: api.ResultCompleted,
+				StartedAt: at(11, 30, 0), EndedAt: at(12, 10, 0), RequestAt: ptr(at(11, 29, 50)), By: "alice",
+				Overrides: []string{api.OverridePause, api.OverrideHolds}},
+			History: []api.SwapResult{{ID: swap, Out: "v1", In: "s1", Origin: api.OriginManual, Result: api.ResultCompleted,
+				StartedAt: at(11, 30, 0), EndedAt: at(12, 10, 0), RequestAt: ptr(at(11, 29, 50)), By: "alice",
+				Overrides: []string{api.OverridePause, api.OverrideHolds}}},
+			Voters:    []string{"s1", "v2", "v3"},
+			UpdatedAt: at(12, 11, 0),
 		}},
 		{file: "agent-state.json", indent: true, value: api.AgentState{V: 1,
 			Handled:  &api.Request{V: 1, Swap: swap, Action: api.RequestStepDown, At: at(11, 50, 0)},
@@ -240,6 +254,48 @@ func TestVersion1DocumentsReadAsTheSameValues(t *testing.T) {
 		assert.Equal(t, rf.role, got)
 		assert.Equal(t, string(b), string(rf.role.Bytes()))
 	}
+}
+
+// A request an older CLI wrote with --force (testdata/request-forced.json,
+// "force": true) is read as one with every override, and written back
+// with them named, not as force.
+func TestARequestAnOlderCLIWroteWithForceReadsAsEveryOverride(t *testing.T) {
+	var q api.ManualRequest
+	require.NoError(t, json.Unmarshal(read(t, filepath.Join("testdata", "request-forced.json")), &q))
+	assert.Equal(t, api.ManualRequest{V: 1, Out: "v1", In: "s1", At: at(11, 29, 50), By: "alice",
+		Overrides: []string{api.OverridePause, api.OverrideHolds, api.OverrideDomains}}, q)
+	assert.NoError(t, q.Validate())
+	for _, o := range api.Overrides() {
+		assert.True(t, q.Overridden(o), o)
+	}
+	b, err := json.Marshal(q)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"v":1,"out":"v1","in":"s1","at":"2026-11-30T11:29:50Z","by":"alice","overrides":["pause","holds","domains"]}`, string(b))
+
+	require.NoError(t, json.Unmarshal([]byte(`{"out":"v1","in":"s1","at":"2026-11-30T11:29:50Z","force":true,"overrides":["domains","holds"]}`), &q))
+	assert.Equal(t, []string{api.OverridePause, api.OverrideHolds, api.OverrideDomains}, q.Overrides, "force with overrides: every one, each once")
+	require.NoError(t, json.Unmarshal([]byte(`{"out":"v1","in":"s1","at":"2026-11-30T11:29:50Z","force":false,"overrides":["holds"]}`), &q))
+	assert.Equal(t, []string{api.OverrideHolds}, q.Overrides, "force false adds none")
+}
+
+// An override the controller does not know is an error of the request and
+// of the record, named with the ones it knows; the known ones are not.
+func TestAnUnknownOverrideIsAnErrorOfTheRequestAndTheRecord(t *testing.T) {
+	q := api.ManualRequest{Out: "v1", In: "s1", At: at(11, 29, 50), Overrides: []string{api.OverrideHolds, "quorum"}}
+	assert.EqualError(t, q.Validate(), `field "overrides": "quorum" is not one of pause, holds, domains`)
+	q.Overrides = api.Overrides()
+	assert.NoError(t, q.Validate())
+	rec := api.SwapRecord{ID: "x", Out: "v1", In: "s1", Origin: api.OriginManual, StartedAt: at(11, 30, 0), Overrides: []string{"everything"}}
+	assert.EqualError(t, rec.Validate(), `field "overrides": "everything" is not one of pause, holds, domains`)
+	rec.Overrides = []string{api.OverridePause}
+	assert.NoError(t, rec.Validate())
+}
+
+// NormalOverrides names each once, the known ones in their order, the
+// unknown ones after as they came.
+func TestNormalOverridesNamesEachOnceKnownOnesInTheirOrderThenUnknownOnes(t *testing.T) {
+	assert.Equal(t, []string{"pause", "domains", "x"}, api.NormalOverrides([]string{"x", "domains", "pause", "domains", "x"}))
+	assert.Nil(t, api.NormalOverrides(nil))
 }
 
 // A reader takes a document of a later version as far as it knows it: the

@@ -16,13 +16,61 @@ type ManualRequest struct {
 	In  string    `json:"in"`
 	At  time.Time `json:"at"`
 	By  string    `json:"by,omitempty"`
-	// Force: carried out while the controller is paused (`fleet-role swap
-	// --force`).
-	Force bool `json:"force,omitempty"`
+	// Overrides name the refusals the request is carried out past, each
+	// one of Overrides (`fleet-role swap --override`): OverridePause,
+	// OverrideHolds, OverrideDomains. A request an older CLI wrote with
+	// "force": true is read as all three (UnmarshalJSON); none is written
+	// so. Note: a controller older than the overrides ignores them, so it
+	// waits for the pause and the holds and refuses the failure domain: it
+	// fails safe.
+	Overrides []string `json:"overrides,omitempty"`
+}
+
+// The overrides of a manual request (ManualRequest.Overrides): each passes
+// one refusal of the start of the swap, and only that one. Written by
+// `fleet-role swap --override`, read by the controller, recorded in the
+// swap's record (SwapRecord.Overrides) and its result.
+const (
+	// OverridePause: the swap starts while the controller is paused
+	// (Pause).
+	OverridePause = "pause"
+	// OverrideHolds: the swap starts while a hold is in force (kured's
+	// lock, an upgrade plan, a Prometheus alert: Status.Controller.Held).
+	OverrideHolds = "holds"
+	// OverrideDomains: the swap starts though it leaves a majority of the
+	// voters in one failure domain.
+	OverrideDomains = "domains"
+)
+
+// Overrides lists every override, in the order they are written.
+func Overrides() []string { return []string{OverridePause, OverrideHolds, OverrideDomains} }
+
+// NormalOverrides are the overrides each once, the known ones in the
+// order of Overrides, then those it does not know as they first came (for
+// Validate to name). Nil for none.
+func NormalOverrides(overrides []string) []string {
+	var out []string
+	for _, o := range Overrides() {
+		if slices.Contains(overrides, o) {
+			out = append(out, o)
+		}
+	}
+	for _, o := range overrides {
+		if !slices.Contains(Overrides(), o) && !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Overridden says the request is carried out past the refusal the
+// override names.
+func (r ManualRequest) Overridden(override string) bool {
+	return slices.Contains(r.Overrides, override)
 }
 
 // Pause holds every new swap, automatic or manual (a manual one passes
-// with Force), while a swap under way goes on to its end: written by
+// with OverridePause), while a swap under way goes on to its end: written by
 // `fleet-role pause` in PauseKey, deleted by `fleet-role resume`, read by
 // the controller and mirrored in Status.Pause.
 type Pause struct {
@@ -82,7 +130,18 @@ func (r ManualRequest) Validate() error {
 	if r.At.IsZero() {
 		errs = append(errs, missing("at"))
 	}
+	errs = append(errs, validOverrides(r.Overrides))
 	return joinFields(errs)
+}
+
+// validOverrides names the overrides that are not one of Overrides.
+func validOverrides(overrides []string) error {
+	for _, o := range overrides {
+		if !slices.Contains(Overrides(), o) {
+			return oneOf("overrides", o, Overrides()...)
+		}
+	}
+	return nil
 }
 
 // Verdict states (Verdict.State): written by the controller in
@@ -132,6 +191,8 @@ type SwapResult struct {
 	Pending   []string   `json:"pending,omitempty"`
 	// By is who asked, for a manual swap.
 	By string `json:"by,omitempty"`
+	// Overrides are those the swap was started with (SwapRecord.Overrides).
+	Overrides []string `json:"overrides,omitempty"`
 	// Dead: Out was dead by every sign at the start (SwapRecord.Dead).
 	Dead bool `json:"dead,omitempty"`
 	// Steps are the steps it went through, in order, each from when it

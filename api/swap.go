@@ -131,6 +131,9 @@ type SwapRecord struct {
 	StartedAt time.Time `json:"startedAt"`
 	// RequestAt is the At of the manual request that started the swap.
 	RequestAt *time.Time `json:"requestAt,omitempty"`
+	// Overrides are the overrides of the manual request that started the
+	// swap (ManualRequest.Overrides): the refusals it was started past.
+	Overrides []string `json:"overrides,omitempty"`
 	// Dead: Out was dead by every sign when the swap started (DeadVoter);
 	// its member is removed before In is promoted (docs/swap.md, A dead
 	// voter).
@@ -172,6 +175,7 @@ func (r SwapRecord) Validate() error {
 	if r.StartedAt.IsZero() {
 		errs = append(errs, missing("startedAt"))
 	}
+	errs = append(errs, validOverrides(r.Overrides))
 	if !slices.Contains([]string{"", PhaseRollback, PhaseStuck, PhaseAbandon, PhaseEnd}, r.Phase) {
 		errs = append(errs, oneOf("phase", r.Phase, PhaseRollback, PhaseStuck, PhaseAbandon, PhaseEnd))
 	}

@@ -144,14 +144,23 @@ func (r ManualRequest) MarshalJSON() ([]byte, error) {
 	return writeDoc(&w, &w.V)
 }
 
-// UnmarshalJSON reads a request of any version; a missing one is 1.
+// UnmarshalJSON reads a request of any version; a missing one is 1. The
+// "force": true of a request an older CLI wrote (`fleet-role swap
+// --force`, which passed the pause, the holds and the failure domains at
+// once) is read as every override.
 func (r *ManualRequest) UnmarshalJSON(b []byte) error {
 	type wire ManualRequest
-	w := wire(*r)
+	w := struct {
+		wire
+		Force bool `json:"force,omitempty"`
+	}{wire: wire(*r)}
 	if err := readDoc(b, &w, &w.V); err != nil {
 		return err
 	}
-	*r = ManualRequest(w)
+	if w.Force {
+		w.Overrides = NormalOverrides(append(w.Overrides, Overrides()...))
+	}
+	*r = ManualRequest(w.wire)
 	return nil
 }
 

@@ -74,7 +74,8 @@ type Controller struct {
 	// FailureDomainLabel is the Node label naming a host's failure domain
 	// (its zone, rack or room): the automatic choice keeps the voters
 	// spread across the domains, and a manual swap that would put a
-	// majority of them in one is refused unless forced. Empty: none.
+	// majority of them in one is refused unless it overrides it (swap
+	// --override domains). Empty: none.
 	FailureDomainLabel string            `toml:"failure_domain_label"`
 	LeaderElection     LeaderElection    `toml:"leader_election"`
 	Verdicts           Verdicts          `toml:"verdicts"`
@@ -107,7 +108,7 @@ type Remediation struct {
 }
 
 // Holds are what else, when configured, holds the start of a swap
-// (automatic or manual; swap --force passes): kured's reboot lock, a
+// (automatic or manual; swap --override holds passes): kured's reboot lock, a
 // system-upgrade-controller Plan applying to a server, or Prometheus
 // alerts, as kured holds a reboot for them. A swap under way goes on. A
 // hold that cannot be read holds, and says why.
@@ -613,7 +614,7 @@ listen_address = "{{.ListenAddress}}"
 # The Node label naming a host's failure domain (zone, rack, room): the
 # automatic choice keeps the voters spread across the domains, and a
 # manual swap that would put a majority of them in one is refused unless
-# forced. Empty: none. With a voter unlabelled, domains are not weighed.
+# swap --override domains. Empty: none. With a voter unlabelled, domains are not weighed.
 failure_domain_label = "{{.FailureDomainLabel}}"
 
 # Replicas elect one to act, on a Lease of their own in the namespace.
@@ -643,8 +644,8 @@ start = "{{.MaintenanceWindow.Start}}"
 end = "{{.MaintenanceWindow.End}}"
 time_zone = "{{.MaintenanceWindow.TimeZone}}"
 
-# What else holds the start of a swap, automatic or manual (swap --force
-# passes), each off while empty; a swap under way goes on, and a hold that
+# What else holds the start of a swap, automatic or manual (swap
+# --override holds passes), each off while empty; a swap under way goes on, and a hold that
 # cannot be read holds. kured_daemonset ("namespace/name", e.g.
 # "kube-system/kured"): while kured's reboot lock is held; and while a
 # swap runs, the controller holds that lock itself, in kured's format, with

@@ -329,6 +329,9 @@ func (e *executor) acquire(ctx context.Context, rec *api.SwapRecord) error {
 
 // drain evicts the Node's Pods with kubectl's drain helper, waiting for
 // them at most drainTimeout; the planner waits for what is left.
+// Note: the helper's Force is kubectl drain --force (Pods no controller
+// manages are deleted too, or the Node never empties), not a manual
+// request's overrides: a drain passes no pause, hold or failure domain.
 func (e *executor) drain(ctx context.Context, node string) error {
 	h := &drain.Helper{
 		Ctx:                 ctx,
@@ -422,7 +425,8 @@ func (e *executor) recordEnd(ctx context.Context, plan swapplan.Plan, status fun
 		status(st, nil)
 		st.Swap, st.Steps = nil, nil
 		st.Last = &api.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
-			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending, Steps: steps, Dead: rec.Dead}
+			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending, Steps: steps, Dead: rec.Dead,
+			Overrides: rec.Overrides}
 		if e.writeCost != nil {
 			st.Last.Writes = e.writeCost(rec.ID)
 		}

@@ -35,10 +35,11 @@ func TestTheStepLogStartsWithASwapAndClosesEachStepWhenTheNextBegins(t *testing.
 	assert.Nil(t, stepLog(log, rec, nil, at(api.StepEnd, time.Hour), t0), "none with no swap under way")
 }
 
-func TestTheEndKeepsTheSwapWithItsStepsAndWhoAskedFirstInAHistoryOfTwenty(t *testing.T) {
+func TestTheEndKeepsTheSwapWithItsStepsWhoAskedAndTheOverridesItStartedWithFirstInAHistoryOfTwenty(t *testing.T) {
 	requestAt := execNow.Add(-15 * time.Minute)
 	rec := execSwap
 	rec.RequestAt = &requestAt
+	rec.Overrides = []string{api.OverridePause, api.OverrideHolds}
 	ended := rec
 	ended.Phase, ended.Result, ended.EndedAt = api.PhaseEnd, api.ResultCompleted, &execNow
 	plan := swapplan.Plan{Action: swapplan.Action{Type: api.ActionEnd, Result: api.ResultCompleted}, Swap: &ended, RenewLease: true}
@@ -65,6 +66,7 @@ func TestTheEndKeepsTheSwapWithItsStepsAndWhoAskedFirstInAHistoryOfTwenty(t *tes
 	want := []api.StepSpan{steps[0], {Step: api.StepUncordon, Start: steps[1].Start, End: execNow}}
 	assert.Equal(t, want, st.Last.Steps, "the last step closed at the end")
 	assert.Equal(t, "alice", st.Last.By)
+	assert.Equal(t, []string{api.OverridePause, api.OverrideHolds}, st.Last.Overrides, "the refusals it was started past")
 	assert.Empty(t, st.Steps, "no swap under way")
 	require.Len(t, st.History, api.HistoryLength)
 	assert.Equal(t, *st.Last, st.History[0])

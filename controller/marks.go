@@ -148,7 +148,8 @@ func (m *marks) keepLock(ctx context.Context, running bool) error {
 		return nil
 	}
 	// A place of ours past half its TTL is renewed; one another holder
-	// keeps (a swap forced past kured's lock) is waited for.
+	// keeps (a swap started past kured's lock: swap --override holds) is
+	// waited for.
 	_, err := m.takeLock(ctx)
 	return err
 }

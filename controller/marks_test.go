@@ -71,7 +71,7 @@ func TestAnotherHolderOfKuredsLockKeepsItFromTheControllerUntilItsTTLRunsOut(t *
 	theirs := `{"nodeID":"v3","metadata":{"unschedulable":true},"created":"2026-12-06T09:59:00Z","TTL":120000000000}`
 	m, client := testMarks(t, theirs, 1, &now)
 	assert.Equal(t, "kured's reboot lock is held by v3", m.claim(ctx))
-	require.NoError(t, m.keepLock(ctx, true), "a swap forced past the lock waits for it")
+	require.NoError(t, m.keepLock(ctx, true), "a swap started past the lock (--override holds) waits for it")
 	v, _ := lockOn(t, client)
 	assert.Equal(t, theirs, v)
 	require.NoError(t, m.keepLock(ctx, false))

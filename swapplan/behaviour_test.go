@@ -529,7 +529,7 @@ func TestARollbackLeavesTheCordonsOthersSetOnTheCandidateAndTheOutgoingVoter(t *
 func TestAManualRequestIsCheckedBeforeItIsWritten(t *testing.T) {
 	w := newWorld(t, 3, 1, 1)
 	s := w.snapshot()
-	require.NoError(t, swapplan.CheckRequest(s, "v1", "s1", false))
+	require.NoError(t, swapplan.CheckRequest(s, "v1", "s1", nil))
 	for _, tc := range []struct{ out, in, want string }{
 		{"s1", "v1", "s1 is not a voter"},
 		{"v1", "a1", `a1's role is "agent", not "standby"`},
@@ -537,16 +537,16 @@ func TestAManualRequestIsCheckedBeforeItIsWritten(t *testing.T) {
 		{"v1", "nope", "there is no Node nope"},
 		{"v1", "v1", "the same node"},
 	} {
-		assert.ErrorContains(t, swapplan.CheckRequest(s, tc.out, tc.in, false), tc.want)
+		assert.ErrorContains(t, swapplan.CheckRequest(s, tc.out, tc.in, nil), tc.want)
 	}
 	w.node("s1").Unschedulable = true
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1", false), "s1 is cordoned")
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1", nil), "s1 is cordoned")
 	w.node("s1").Unschedulable = false
 	w.requestSwap("v1", "s1")
 	w.pass()
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", false), "is under way")
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", nil), "is under way")
 	w.lease = swapplan.Lease{Holder: "regrade", RenewTime: w.now, Duration: time.Minute}
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", false), `held by "regrade"`)
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", nil), `held by "regrade"`)
 }
 
 func TestThePromotionNamesTheVotersButTheOutgoingOneForTheCandidateToJoinThrough(t *testing.T) {
@@ -698,13 +698,13 @@ func TestARequestWaitingToBeCarriedOutIsNotReplacedButOneThePlannerRefusesIs(t *
 	w.pause = &api.Pause{By: "carol", Reason: "freeze", At: w.now}
 	w.request = &api.ManualRequest{Out: "v1", In: "s1", At: w.now, By: "alice"}
 	s := w.snapshot()
-	assert.ErrorContains(t, swapplan.CheckRequest(s, "v2", "s2", false), "alice's request to swap v1 for s1 (at ")
-	assert.ErrorContains(t, swapplan.CheckRequest(s, "v2", "s2", false), "swap --cancel withdraws it")
-	assert.NoError(t, swapplan.CheckRequest(s, "v1", "s1", false), "the same request again")
+	assert.ErrorContains(t, swapplan.CheckRequest(s, "v2", "s2", nil), "alice's request to swap v1 for s1 (at ")
+	assert.ErrorContains(t, swapplan.CheckRequest(s, "v2", "s2", nil), "swap --cancel withdraws it")
+	assert.NoError(t, swapplan.CheckRequest(s, "v1", "s1", nil), "the same request again")
 	assert.Equal(t, w.request, swapplan.PendingRequest(s))
 
 	w.request = &api.ManualRequest{Out: "v1", In: "a1", At: w.now, By: "alice"}
-	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s2", false), "a request the planner refuses is replaced")
+	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s2", nil), "a request the planner refuses is replaced")
 
 	w.pause = nil
 	w.request = &api.ManualRequest{Out: "v1", In: "s1", At: w.now, By: "alice"}
@@ -914,7 +914,7 @@ func TestAManualRequestIsRefusedForEachReasonAPairCannotBeSwappedAndNothingStart
 			if tc.edit != nil {
 				tc.edit(w)
 			}
-			assert.EqualError(t, swapplan.CheckRequest(w.snapshot(), tc.out, tc.in, false), tc.why)
+			assert.EqualError(t, swapplan.CheckRequest(w.snapshot(), tc.out, tc.in, nil), tc.why)
 			w.requestSwap(tc.out, tc.in)
 			p := swapplan.Next(w.snapshot())
 			assert.Equal(t, api.ActionNone, p.Action.Type)
@@ -947,7 +947,7 @@ func TestAManualRequestIsRefusedWhileASwapIsUnderWayByTheLeaseOrByTheStatusAndNo
 		t.Run(tc.name, func(t *testing.T) {
 			s := w.snapshot()
 			s.Lease, s.Status.Swap, s.Status.Last = tc.lease, tc.swap, tc.last
-			err := swapplan.CheckRequest(s, "v1", "s1", false)
+			err := swapplan.CheckRequest(s, "v1", "s1", nil)
 			if tc.want == "" {
 				assert.NoError(t, err)
 			} else {
@@ -961,8 +961,8 @@ func TestARequestWaitingToBeCarriedOutRefusesOneWithTheSameOutAndAnotherIn(t *te
 	w := newWorld(t, 3, 2, 0)
 	w.pause = &api.Pause{By: "carol", Reason: "freeze", At: w.now}
 	w.request = &api.ManualRequest{Out: "v1", In: "s1", At: w.now, By: "alice"}
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s2", false), "alice's request to swap v1 for s1 (at ")
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", false), "alice's request to swap v1 for s1 (at ")
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s2", nil), "alice's request to swap v1 for s1 (at ")
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", nil), "alice's request to swap v1 for s1 (at ")
 }
 
 func TestTheAutomaticDecisionChoosesAStandbyThatIsNoVoterNeverARunnerHoweverFit(t *testing.T) {

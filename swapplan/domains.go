@@ -12,8 +12,9 @@ import (
 // Failure domains: the Nodes' Config.DomainLabel. A swap that would put
 // a majority of the voters in one domain, so that losing that domain
 // loses quorum, is avoided by the automatic choice where another standby
-// avoids it, and refused to a manual request unless forced; as Cluster
-// API's KubeadmControlPlane spreads its machines across failure domains.
+// avoids it, and refused to a manual request unless it overrides the
+// refusal (api.OverrideDomains); as Cluster API's KubeadmControlPlane
+// spreads its machines across failure domains.
 
 // domainCounts counts the voters in each domain once out is replaced by
 // in (both nil: the voters now); ok is false when the label names none,

@@ -55,26 +55,29 @@ func TestAmongStandbysThatAllCrowdADomainTheAutomaticChoiceTakesTheFittestAndSay
 		` as best it can (it would put 2 of the 3 voters in zone "c", a majority: losing that domain would lose quorum, as with every eligible standby)`)
 }
 
-func TestAManualSwapThatPutsAMajorityOfTheVotersInOneDomainIsRefusedUnlessForced(t *testing.T) {
+func TestAManualSwapThatPutsAMajorityOfTheVotersInOneDomainIsRefusedUnlessItOverridesDomains(t *testing.T) {
 	w := zonedWorld(t, 3, 2, map[string]string{"v1": "a", "v2": "b", "v3": "c", "s1": "a", "s2": "b"})
 	const why = `it would put 2 of the 3 voters in zone "a", a majority: losing that domain would lose quorum`
-	assert.EqualError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", false), why+"; swap --force to do it anyway")
-	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", true))
-	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1", false), "a voter for one of its own domain crowds nothing")
-	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s2", false))
+	assert.EqualError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", nil), why+"; swap --override domains to do it anyway")
+	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s1", []string{api.OverrideDomains}))
+	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1", nil), "a voter for one of its own domain crowds nothing")
+	assert.NoError(t, swapplan.CheckRequest(w.snapshot(), "v2", "s2", nil))
 
 	w5 := zonedWorld(t, 5, 2, map[string]string{"v1": "a", "v2": "b", "v3": "b", "v4": "c", "v5": "d", "s1": "c", "s2": "b"})
-	assert.NoError(t, swapplan.CheckRequest(w5.snapshot(), "v1", "s1", false), "2 of 5 voters in c: no majority")
-	assert.EqualError(t, swapplan.CheckRequest(w5.snapshot(), "v1", "s2", false),
-		`it would put 3 of the 5 voters in zone "b", a majority: losing that domain would lose quorum; swap --force to do it anyway`)
+	assert.NoError(t, swapplan.CheckRequest(w5.snapshot(), "v1", "s1", nil), "2 of 5 voters in c: no majority")
+	assert.EqualError(t, swapplan.CheckRequest(w5.snapshot(), "v1", "s2", nil),
+		`it would put 3 of the 5 voters in zone "b", a majority: losing that domain would lose quorum; swap --override domains to do it anyway`)
 	crowded := zonedWorld(t, 3, 1, map[string]string{"v1": "a", "v2": "a", "v3": "b", "s1": "a"})
-	assert.NoError(t, swapplan.CheckRequest(crowded.snapshot(), "v1", "s1", false), "a domain's majority kept, not made")
+	assert.NoError(t, swapplan.CheckRequest(crowded.snapshot(), "v1", "s1", nil), "a domain's majority kept, not made")
 
 	w.requestSwap("v2", "s1")
 	plan := w.pass()
 	assert.Equal(t, api.ActionNone, plan.Action.Type)
-	assert.Equal(t, "the manual request to swap v2 for s1 is refused: "+why+"; or swap --force", plan.Reason)
-	w.request.Force = true
+	assert.Equal(t, "the manual request to swap v2 for s1 is refused: "+why+"; or swap --override domains", plan.Reason)
+	w.request.Overrides = []string{api.OverridePause, api.OverrideHolds}
+	plan = w.pass()
+	assert.Equal(t, "the manual request to swap v2 for s1 is refused: "+why+"; or swap --override domains", plan.Reason, "the other overrides pass nothing here")
+	w.request.Overrides = []string{api.OverrideDomains}
 	plan = w.pass()
 	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
 	assert.Equal(t, api.ResultCompleted, w.run(200).Result)

@@ -12,22 +12,44 @@ import (
 
 // idle: no swap under way. The clear of a demotion finished after its
 // swap ended first (not a swap: neither a pause nor a hold keeps it),
-// then a manual request, else the automatic decision; while paused,
-// neither starts but a forced request.
+// then a manual request, else the automatic decision; while paused or
+// held, neither starts but a request with the override of each.
 func (p *planner) idle() Plan {
 	if plan, ok := p.clearFinished(); ok {
 		return plan
 	}
 	if q := p.s.Request; q != nil && !p.consumed(q) {
-		if pa := p.s.Pause; pa != nil && !q.Force {
-			return p.wait("", "the manual request to swap %s for %s waits: %s; fleet-role resume, or swap --force", q.Out, q.In, paused(pa))
-		}
-		if h := p.s.Holds; len(h) > 0 && !q.Force {
-			return p.wait("", "the manual request to swap %s for %s waits: %s; or swap --force", q.Out, q.In, held(h))
-		}
 		return p.manual(q)
 	}
 	return p.automatic()
+}
+
+// requestObstacles says what keeps the manual request from starting a
+// swap now, each as "waits: ..." or "is refused: ...", in the order the
+// planner weighs them: the pause and the holds (each passed by its
+// override), OUT and IN (no override: with either wrong, nothing after is
+// weighed), the failure domains (passed by OverrideDomains), the start
+// gates (no override). Empty: it starts. Every manual request honours the
+// gates but the cooldown and the verdicts.
+func (p *planner) requestObstacles(q *api.ManualRequest) []string {
+	var why []string
+	if pa := p.s.Pause; pa != nil && !q.Overridden(api.OverridePause) {
+		why = append(why, fmt.Sprintf("waits: %s; fleet-role resume, or swap --override %s", paused(pa), api.OverridePause))
+	}
+	if h := p.s.Holds; len(h) > 0 && !q.Overridden(api.OverrideHolds) {
+		why = append(why, fmt.Sprintf("waits: %s; or swap --override %s", held(h), api.OverrideHolds))
+	}
+	out, in := p.node(q.Out), p.node(q.In)
+	if r := p.refusal(q.Out, q.In, out, in, false); r != "" {
+		return append(why, "is refused: "+r)
+	}
+	if r := p.domainRefusal(out, in); r != "" && !q.Overridden(api.OverrideDomains) {
+		why = append(why, fmt.Sprintf("is refused: %s; or swap --override %s", r, api.OverrideDomains))
+	}
+	if r := p.startGates(out); r != "" {
+		why = append(why, "waits: "+r)
+	}
+	return why
 }
 
 // paused says who paused the controller, when and why.
@@ -66,20 +88,20 @@ func (p *planner) consumed(q *api.ManualRequest) bool {
 	return last != nil && last.RequestAt != nil && last.RequestAt.Equal(q.At)
 }
 
-// manual honours every gate but the cooldown and the verdicts.
+// manual carries the request out once nothing keeps it
+// (requestObstacles); else it waits, saying the first thing that does.
 func (p *planner) manual(q *api.ManualRequest) Plan {
-	out, in := p.node(q.Out), p.node(q.In)
-	if why := p.refusal(q.Out, q.In, out, in, false); why != "" {
-		return p.wait("", "the manual request to swap %s for %s is refused: %s", q.Out, q.In, why)
-	}
-	if why := p.domainRefusal(out, in); why != "" && !q.Force {
-		return p.wait("", "the manual request to swap %s for %s is refused: %s; or swap --force", q.Out, q.In, why)
-	}
-	if why := p.startGates(out); why != "" {
-		return p.wait("", "the manual request to swap %s for %s waits: %s", q.Out, q.In, why)
+	if why := p.requestObstacles(q); len(why) > 0 {
+		return p.wait("", "the manual request to swap %s for %s %s", q.Out, q.In, why[0])
 	}
 	at := q.At
-	return p.start(out, in, api.OriginManual, &at, fmt.Sprintf("carrying out the manual request of %s to swap %s for %s", q.By, q.Out, q.In))
+	why := fmt.Sprintf("carrying out the manual request of %s to swap %s for %s", q.By, q.Out, q.In)
+	if len(q.Overrides) > 0 {
+		why += ", past: " + strings.Join(q.Overrides, ", ")
+	}
+	plan := p.start(p.node(q.Out), p.node(q.In), api.OriginManual, &at, why)
+	plan.Swap.Overrides = slices.Clone(q.Overrides)
+	return plan
 }
 
 // refusal says why OUT cannot be swapped for IN; empty when it can.
@@ -330,38 +352,80 @@ func SwapID(start time.Time, out string) string {
 	return start.UTC().Format("20060102-150405") + "-" + out
 }
 
-// CheckRequest says why a manual request to swap out for in would be
-// refused now: OUT not a voter, IN not an eligible standby, or a swap (or
-// a regrade) under way. It is what `fleet-role swap` checks before it
-// writes the request; the planner checks the same again, and the gates.
-func CheckRequest(s Snapshot, out, in string, force bool) error {
+// CheckRequest says why a manual request to swap out for in with the
+// overrides would be refused now: OUT not a voter, IN not an eligible
+// standby, a majority of the voters put in one failure domain (unless
+// OverrideDomains), a swap (or a regrade) under way, or another request
+// that waits. It is what `fleet-role swap` checks before it writes the
+// request; the planner checks the same again, and the gates.
+func CheckRequest(s Snapshot, out, in string, overrides []string) error {
 	p := newPlanner(s)
 	if out == in {
 		return fmt.Errorf("OUT and IN are the same node %q", out)
 	}
-	if p.leaseHeldByOther() {
-		return fmt.Errorf("the Lease %s/%s is held by %q: a regrade is under way", api.Namespace, api.LeaseName, s.Lease.Holder)
-	}
-	if l := s.Lease; l.Holder == api.ControllerHolder && l.Swap != nil {
-		return fmt.Errorf("swap %s (%s out, %s in) is under way", l.Swap.ID, l.Swap.Out, l.Swap.In)
-	}
-	if rec := s.Status.Swap; rec != nil && (s.Status.Last == nil || s.Status.Last.ID != rec.ID) {
-		return fmt.Errorf("swap %s (%s out, %s in) is under way", rec.ID, rec.Out, rec.In)
+	if why := p.underWay(); why != "" {
+		return errors.New(why)
 	}
 	if why := p.refusal(out, in, p.node(out), p.node(in), false); why != "" {
 		return errors.New(why)
 	}
-	if why := p.domainRefusal(p.node(out), p.node(in)); why != "" && !force {
-		return errors.New(why + "; swap --force to do it anyway")
+	if why := p.domainRefusal(p.node(out), p.node(in)); why != "" && !slices.Contains(overrides, api.OverrideDomains) {
+		return fmt.Errorf("%s; swap --override %s to do it anyway", why, api.OverrideDomains)
 	}
-	// Another request that waits to be carried out is not replaced: of
-	// two people asking at once, the first wins. One the planner refuses
-	// may be.
-	if q := PendingRequest(s); q != nil && (q.Out != out || q.In != in) && p.refusal(q.Out, q.In, p.node(q.Out), p.node(q.In), false) == "" {
-		return fmt.Errorf("%s's request to swap %s for %s (at %s) waits to be carried out: fleet-role swap --cancel withdraws it",
-			q.By, q.Out, q.In, stamp(q.At))
+	if why := p.otherRequest(out, in); why != "" {
+		return errors.New(why)
 	}
 	return nil
+}
+
+// underWay says which swap (or regrade) is under way; empty when none is.
+func (p *planner) underWay() string {
+	s := p.s
+	if p.leaseHeldByOther() {
+		return fmt.Sprintf("the Lease %s/%s is held by %q: a regrade is under way", api.Namespace, api.LeaseName, s.Lease.Holder)
+	}
+	if l := s.Lease; l.Holder == api.ControllerHolder && l.Swap != nil {
+		return fmt.Sprintf("swap %s (%s out, %s in) is under way", l.Swap.ID, l.Swap.Out, l.Swap.In)
+	}
+	if rec := s.Status.Swap; rec != nil && (s.Status.Last == nil || s.Status.Last.ID != rec.ID) {
+		return fmt.Sprintf("swap %s (%s out, %s in) is under way", rec.ID, rec.Out, rec.In)
+	}
+	return ""
+}
+
+// otherRequest says which other request waits to be carried out; empty
+// when none does. Of two people asking at once, the first wins: a
+// request that waits is not replaced. One the planner refuses may be.
+func (p *planner) otherRequest(out, in string) string {
+	if q := PendingRequest(p.s); q != nil && (q.Out != out || q.In != in) && p.refusal(q.Out, q.In, p.node(q.Out), p.node(q.In), false) == "" {
+		return fmt.Sprintf("%s's request to swap %s for %s (at %s) waits to be carried out: fleet-role swap --cancel withdraws it",
+			q.By, q.Out, q.In, stamp(q.At))
+	}
+	return ""
+}
+
+// Obstacles says everything that keeps the manual request q from starting
+// a swap now, each reason on its own, for `fleet-role swap --dry-run`:
+// what `fleet-role swap` would refuse to write it for (a swap or a
+// regrade under way, another request that waits), then what the planner
+// would wait for or refuse it for, in the order it weighs them
+// (requestObstacles). The snapshot is read as it stands, without q in
+// it. Empty: written now, the request would start its swap at the
+// controller's next pass (but for the clear of a finished demotion,
+// which goes first).
+func Obstacles(s Snapshot, q api.ManualRequest) []string {
+	p := newPlanner(s)
+	if q.Out == q.In {
+		return []string{fmt.Sprintf("is refused: OUT and IN are the same node %q", q.Out)}
+	}
+	var why []string
+	if w := p.underWay(); w != "" {
+		why = append(why, "is refused: "+w)
+	}
+	if w := p.otherRequest(q.Out, q.In); w != "" {
+		why = append(why, "is refused: "+w)
+	}
+	return append(why, p.requestObstacles(&q)...)
 }
 
 // PendingRequest is the manual request that has not started a swap, if

@@ -184,5 +184,5 @@ func TestAStandbyUnderMaintenanceIsNoCandidateAutomaticOrManual(t *testing.T) {
 	plan = w.pass()
 	require.NotNil(t, plan.Decision, plan.Reason)
 	assert.Equal(t, "s2", plan.Decision.In, plan.Reason)
-	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1", false), "s1 is under maintenance (holding kured's reboot lock)")
+	assert.ErrorContains(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1", nil), "s1 is under maintenance (holding kured's reboot lock)")
 }

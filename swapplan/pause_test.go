@@ -10,7 +10,7 @@ import (
 	"github.com/fleet-role/fleet-role/api"
 )
 
-func TestWhilePausedNoSwapStartsButAForcedRequestAndASwapUnderWayGoesOnToItsEnd(t *testing.T) {
+func TestWhilePausedNoSwapStartsButARequestThatOverridesThePauseAndASwapUnderWayGoesOnToItsEnd(t *testing.T) {
 	w := newWorld(t, 3, 1, 0)
 	w.pause = &api.Pause{By: "alice", Reason: "kernel upgrades", At: w.now}
 	w.node("v2").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
@@ -27,8 +27,13 @@ func TestWhilePausedNoSwapStartsButAForcedRequestAndASwapUnderWayGoesOnToItsEnd(
 		assert.Equal(t, api.ActionNone, plan.Action.Type)
 		assert.Contains(t, plan.Reason, "the manual request to swap v3 for s1 waits: paused by alice")
 	}
-	w.request.Force = true
+	w.request.Overrides = []string{api.OverrideHolds, api.OverrideDomains}
 	plan := w.pass()
+	assert.Equal(t, api.ActionNone, plan.Action.Type, "the other overrides do not pass the pause")
+	assert.Contains(t, plan.Reason, "waits: paused by alice")
+	assert.Contains(t, plan.Reason, "fleet-role resume, or swap --override pause")
+	w.request.Overrides = []string{api.OverridePause}
+	plan = w.pass()
 	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
 	assert.Equal(t, "v3", plan.Swap.Out)
 	assert.Equal(t, api.ResultCompleted, w.run(200).Result, "a swap under way goes on while paused")
@@ -50,7 +55,7 @@ func TestAPauseTakenMidSwapLetsTheSwapEndAndHoldsTheNextAutomaticOne(t *testing.
 	assert.NotContains(t, plan.Reason, "paused")
 }
 
-func TestAHoldKeepsAnySwapFromStartingButAForcedRequestAndLetsASwapUnderWayEnd(t *testing.T) {
+func TestAHoldKeepsAnySwapFromStartingButARequestThatOverridesTheHoldsAndLetsASwapUnderWayEnd(t *testing.T) {
 	w := newWorld(t, 3, 2, 0)
 	w.holds = []string{"kured's reboot lock is held by v3", "the Plan system-upgrade/server-plan is applying to v3"}
 	w.node("v2").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
@@ -62,8 +67,12 @@ func TestAHoldKeepsAnySwapFromStartingButAForcedRequestAndLetsASwapUnderWayEnd(t
 	plan = w.pass()
 	assert.Equal(t, api.ActionNone, plan.Action.Type)
 	assert.Contains(t, plan.Reason, "the manual request to swap v1 for s2 waits: held: kured's reboot lock")
-	assert.Contains(t, plan.Reason, "swap --force")
-	w.request.Force = true
+	assert.Contains(t, plan.Reason, "swap --override holds")
+	w.request.Overrides = []string{api.OverridePause, api.OverrideDomains}
+	plan = w.pass()
+	assert.Equal(t, api.ActionNone, plan.Action.Type, "the other overrides do not pass the holds")
+	assert.Contains(t, plan.Reason, "the manual request to swap v1 for s2 waits: held: kured's reboot lock")
+	w.request.Overrides = []string{api.OverrideHolds}
 	plan = w.pass()
 	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
 	w.runUntil(50, acting(api.ActionPromote, "s2"))

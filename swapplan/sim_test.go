@@ -304,7 +304,7 @@ func (w *world) apply(plan swapplan.Plan) {
 		}
 		rec := plan.Swap
 		w.status.Last = &api.SwapResult{ID: rec.ID, Out: rec.Out, In: rec.In, Origin: rec.Origin, Result: rec.Result,
-			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending, Dead: rec.Dead}
+			Reason: rec.Reason, StartedAt: rec.StartedAt, EndedAt: *rec.EndedAt, RequestAt: rec.RequestAt, Pending: rec.Pending, Dead: rec.Dead, Overrides: rec.Overrides}
 		w.status.CooldownUntil = a.CooldownUntil
 		if a.Remediations != nil {
 			w.status.Remediations = a.Remediations

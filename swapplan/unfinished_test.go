@@ -160,7 +160,7 @@ func TestWithNoSwapUnderWayAHostKeepingAnEndedSwapsInstruction(t *testing.T) {
 		assert.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
 		assert.Equal(t, []api.UnfinishedDemotion{{Node: "s1", Swap: ended}}, plan.Pending)
 		want := "s1 has not finished its demotion from swap " + ended + ": its agent has not reported the finish"
-		assert.EqualError(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1", false), want)
+		assert.EqualError(t, swapplan.CheckRequest(w.snapshot(), "v1", "s1", nil), want)
 		w.requestSwap("v1", "s1")
 		plan = w.pass()
 		assert.Equal(t, api.ActionNone, plan.Action.Type)

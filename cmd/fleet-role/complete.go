@@ -85,3 +85,30 @@ func completeSwap(o *clusterOptions) cobra.CompletionFunc {
 func completeOutput(cmd *cobra.Command, values ...string) {
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 }
+
+// completeOverrides completes swap --override with the overrides not
+// named yet, each with the refusal it passes; after a comma, the rest of
+// a comma-separated list.
+func completeOverrides(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	named, _ := cmd.Flags().GetStringSlice("override")
+	done, last := "", toComplete
+	if i := strings.LastIndex(toComplete, ","); i >= 0 {
+		done, last = toComplete[:i+1], toComplete[i+1:]
+		named = append(named, strings.Split(toComplete[:i], ",")...)
+	}
+	var out []cobra.Completion
+	for _, o := range api.Overrides() {
+		if slices.Contains(named, o) || !strings.HasPrefix(o, last) {
+			continue
+		}
+		out = append(out, cobra.CompletionWithDesc(done+o, overridePasses[o]))
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// overridePasses says what each override passes, for its completion.
+var overridePasses = map[string]string{
+	api.OverridePause:   "start while the controller is paused",
+	api.OverrideHolds:   "start while a hold is in force (kured, an upgrade, an alert)",
+	api.OverrideDomains: "start though a majority of the voters end in one failure domain",
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -189,16 +190,26 @@ func newControllerCommand() *cobra.Command {
 
 func newSwapCommand() *cobra.Command {
 	var o clusterOptions
-	var force, cancelSwap, wait bool
+	var force, cancelSwap, wait, dryRun bool
+	var overrides []string
+	var output string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use: "swap OUT IN | swap --cancel",
+		Use: "swap OUT IN [--override pause|holds|domains]... [--dry-run] | swap --cancel",
 		Example: `  # Swap the voter v2 for the standby s1; fleet-role status --watch follows it
   fleet-role swap v2 s1
+
+  # What would it do, and what holds it now? Nothing is written
+  fleet-role swap --dry-run v2 s1
 
   # The same, waiting for its end: exit 0 completed, 3 rolled back,
   # 4 abandoned, 5 pending, 6 the --timeout ran out
   fleet-role swap v2 s1 --wait --timeout 30m
+
+  # While the controller is paused and kured holds its lock: pass those
+  # two, and only those (a crowded failure domain still refuses it)
+  fleet-role swap v2 s1 --override pause --override holds
+  fleet-role swap v2 s1 --override pause,holds
 
   # Take the swap under way back
   fleet-role swap --cancel
@@ -209,11 +220,27 @@ func newSwapCommand() *cobra.Command {
 		Long: `swap checks the request against the cluster (OUT a voter, IN an eligible
 standby, no swap under way) and writes it into the fleet-role-status
 ConfigMap as request.json; the controller carries it out, in a dry run
-too, through every gate but the cooldown and the verdicts. While the
-controller is paused (fleet-role pause) it is refused unless --force;
-so is one that would put a majority of the voters in one failure domain
-(the Nodes' failure_domain_label).
+too, through every gate but the cooldown and the verdicts.
 The requester is who the API server says the caller is.
+
+Three refusals of the start can be passed, each by its own override,
+named with --override (again, or comma-separated), and only that one:
+  pause    the controller is paused (fleet-role pause): swap refuses the
+           request, the controller would hold it
+  holds    a hold is in force (kured's reboot lock, an upgrade Plan, a
+           Prometheus alert: the holds of the configuration)
+  domains  the swap would put a majority of the voters in one failure
+           domain (the Nodes' failure_domain_label)
+The overrides are written in the request and kept in the swap's record
+and its history (fleet-role history: "started past: pause, holds").
+Nothing passes the other gates (the voters' health and membership).
+--force, which passed all three at once, is gone: name the overrides.
+
+swap --dry-run OUT IN writes nothing: it reads the cluster as the
+controller does (the holds as it last published them), runs the planner
+with the request it would write, and prints whether the swap would start
+now or each reason that holds or refuses it, and the steps the swap
+would take, in order. -o json or -o yaml print the same as a document.
 
 swap --cancel asks the controller to take the swap under way back from
 the step it is at: abandoned before the candidate's promotion, rolled back
@@ -225,11 +252,28 @@ swap under way it withdraws a request that has not started one.
 Of two people asking at once, the first wins: a request that waits to be
 carried out is not replaced by another (one the controller refuses is).`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if force {
+				return usageError{errForce}
+			}
+			for _, v := range overrides {
+				if !slices.Contains(api.Overrides(), v) {
+					return usageError{fmt.Errorf("--override %q: want %s (each its own refusal; --override again, or comma-separated, for more)",
+						v, strings.Join(api.Overrides(), ", "))}
+				}
+			}
 			switch {
-			case cancelSwap && force:
-				return usageError{errors.New("--cancel and --force: one or the other")}
+			case cancelSwap && len(overrides) > 0:
+				return usageError{errors.New("--cancel and --override: one or the other")}
+			case cancelSwap && dryRun:
+				return usageError{errors.New("--cancel and --dry-run: --dry-run previews a swap OUT IN")}
 			case cancelSwap && wait:
 				return usageError{errors.New("--wait follows the swap a request starts; follow a cancel with fleet-role status --watch")}
+			case dryRun && wait:
+				return usageError{errors.New("--dry-run and --wait: a dry run starts nothing to wait for")}
+			case output != "" && !dryRun:
+				return usageError{fmt.Errorf("-o %q: only with --dry-run", output)}
+			case output != "" && output != "json" && output != "yaml":
+				return usageError{fmt.Errorf("-o %q: want json or yaml (default: text)", output)}
 			case timeout < 0:
 				return usageError{fmt.Errorf("--timeout %s: must not be negative", timeout)}
 			case cancelSwap && len(args) > 0:
@@ -256,6 +300,19 @@ carried out is not replaced by another (one the controller refuses is).`,
 			defer cancel()
 			out, in := args[0], args[1]
 			by := whoAmI(ctx, client)
+			overrides := api.NormalOverrides(overrides)
+			if dryRun {
+				now := time.Now()
+				q := api.ManualRequest{Out: out, In: in, At: now.UTC().Truncate(time.Second), By: by, Overrides: overrides}
+				p, err := previewSwap(ctx, client, cfg, q, now)
+				if err != nil {
+					return err
+				}
+				if output != "" {
+					return encode(cmd.OutOrStdout(), output, p)
+				}
+				return writePreview(cmd.OutOrStdout(), p)
+			}
 			var req api.ManualRequest
 			// The status the controller publishes may change between the
 			// read and the write, or be created by the controller after a
@@ -265,13 +322,14 @@ carried out is not replaced by another (one the controller refuses is).`,
 				if err != nil {
 					return err
 				}
-				if err := swapplan.CheckRequest(snap, out, in, force); err != nil {
+				if err := swapplan.CheckRequest(snap, out, in, overrides); err != nil {
 					return fmt.Errorf("refused: %w", err)
 				}
-				if pa := snap.Pause; pa != nil && !force {
-					return fmt.Errorf("refused: the controller is paused by %s since %s (%s): fleet-role resume, or swap --force", pa.By, pa.At.Format(time.RFC3339), pa.Reason)
+				if pa := snap.Pause; pa != nil && !slices.Contains(overrides, api.OverridePause) {
+					return fmt.Errorf("refused: the controller is paused by %s since %s (%s): fleet-role resume, or swap --override %s",
+						pa.By, pa.At.Format(time.RFC3339), pa.Reason, api.OverridePause)
 				}
-				req = api.ManualRequest{Out: out, In: in, At: time.Now().UTC().Truncate(time.Second), By: by, Force: force}
+				req = api.ManualRequest{Out: out, In: in, At: time.Now().UTC().Truncate(time.Second), By: by, Overrides: overrides}
 				return writeRequest(ctx, client, cfg.Namespace, cm, req)
 			})
 			if statusChanged(err) {
@@ -280,17 +338,27 @@ carried out is not replaced by another (one the controller refuses is).`,
 			if err != nil {
 				return err
 			}
+			past := ""
+			if len(req.Overrides) > 0 {
+				past = ", past: " + strings.Join(req.Overrides, ", ")
+			}
 			if !wait {
-				fmt.Fprintf(cmd.OutOrStdout(), "requested: swap %s out for %s in (by %s at %s); follow it with fleet-role status --watch\n",
-					out, in, req.By, req.At.Format(time.RFC3339))
+				fmt.Fprintf(cmd.OutOrStdout(), "requested: swap %s out for %s in (by %s at %s%s); follow it with fleet-role status --watch\n",
+					out, in, req.By, req.At.Format(time.RFC3339), past)
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "requested: swap %s out for %s in (by %s at %s); waiting for its end\n",
-				out, in, req.By, req.At.Format(time.RFC3339))
+			fmt.Fprintf(cmd.OutOrStdout(), "requested: swap %s out for %s in (by %s at %s%s); waiting for its end\n",
+				out, in, req.By, req.At.Format(time.RFC3339), past)
 			return waitForSwap(cmd.Context(), cmd.OutOrStdout(), client, cfg.Namespace, req, timeout)
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "swap while the controller is paused or held, or though it crowds a failure domain")
+	cmd.Flags().StringSliceVar(&overrides, "override", nil, "start past this refusal, and only this one: pause, holds or domains (again, or comma-separated, for more)")
+	_ = cmd.RegisterFlagCompletionFunc("override", completeOverrides)
+	cmd.Flags().BoolVar(&force, "force", false, "gone: name the refusals to pass with --override pause, holds, domains")
+	_ = cmd.Flags().MarkHidden("force")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "write nothing: say whether the swap would start now, or what holds or refuses it, and the steps it would take")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "with --dry-run: json or yaml (default: text)")
+	completeOutput(cmd, "json", "yaml")
 	cmd.Flags().BoolVar(&cancelSwap, "cancel", false, "take the swap under way back, if its outgoing voter has not stepped down")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the swap's end and exit by it: 0 completed, 3 rolled back, 4 abandoned, 5 pending, 6 --timeout ran out")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "how long --wait waits (0: until the end)")
@@ -298,6 +366,14 @@ carried out is not replaced by another (one the controller refuses is).`,
 	cmd.ValidArgsFunction = completeSwap(&o)
 	return cmd
 }
+
+// errForce is the usage error of --force: it passed the pause, the holds
+// and the failure-domain refusal at once, a hammer a reader of the history
+// could not tell from a chisel; each is named now.
+var errForce = fmt.Errorf("--force is gone: name each refusal to start past, and only those: "+
+	"--override %s (the controller is paused), --override %s (a hold is in force), --override %s (a majority of the voters in one failure domain); "+
+	"fleet-role swap --dry-run OUT IN says which hold the swap now",
+	api.OverridePause, api.OverrideHolds, api.OverrideDomains)
 
 // cancelTheSwap writes cancel.json naming the swap under way, once
 // swapplan.CheckCancel lets it.
@@ -352,6 +428,11 @@ func cancelTheSwap(cmd *cobra.Command, o *clusterOptions) error {
 // readCluster reads what a check needs: the Nodes, the kubelets'
 // heartbeats, the regrade Lease and the status ConfigMap.
 func readCluster(ctx context.Context, client kubernetes.Interface, cfg config.Controller) (swapplan.Snapshot, *corev1.ConfigMap, error) {
+	return readClusterAt(ctx, client, cfg, time.Now())
+}
+
+// readClusterAt is readCluster with the snapshot's time given.
+func readClusterAt(ctx context.Context, client kubernetes.Interface, cfg config.Controller, now time.Time) (swapplan.Snapshot, *corev1.ConfigMap, error) {
 	var in adapt.Input
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -383,7 +464,7 @@ func readCluster(ctx context.Context, client kubernetes.Interface, cfg config.Co
 	default:
 		return swapplan.Snapshot{}, nil, fmt.Errorf("read %s/%s: %w", cfg.Namespace, api.StatusConfigMap, err)
 	}
-	snap, _ := adapt.Build(in, controller.PlanConfig(cfg), labels.Nothing(), time.Now())
+	snap, _ := adapt.Build(in, controller.PlanConfig(cfg), labels.Nothing(), now)
 	return snap, cm, nil
 }
 

@@ -18,7 +18,8 @@ func newHistoryCommand() *cobra.Command {
 		fmt.Sprintf(`history lists the last %d swaps that ended, the newest first, as the
 controller keeps them in the fleet-role-status ConfigMap: which voter went
 out and which standby came in (and whether the voter out was dead), why
-and for whom, how it ended, how long it took, and what its leadership
+and for whom (and the refusals a manual one was started past: its
+--override pause, holds or domains), how it ended, how long it took, and what its leadership
 move and member removal cost the cluster's writes (the longest gap
 between the controller's own writes, and how many failed). -o wide adds
 each step and how long it lasted; -o json and -o yaml print the results
@@ -92,6 +93,9 @@ func renderHistory(w io.Writer, history []api.SwapResult, wide bool) {
 		}
 		if r.Dead {
 			asked += ", OUT dead"
+		}
+		if len(r.Overrides) > 0 {
+			asked += ", started past: " + strings.Join(r.Overrides, ", ")
 		}
 		reason := r.Reason
 		if reason == "" {

@@ -221,7 +221,7 @@ func TestAnArgumentErrorNamesWhatTheCommandTakes(t *testing.T) {
 		{[]string{"config", "default"}, "fleet-role: config default: accepts 1 arg(s), received 0\n\nUsage: fleet-role config default agent|controller [flags]\n"},
 		{[]string{"config", "default", "toaster"}, "fleet-role: config default: \"toaster\" is not one of agent, controller\n\nUsage: fleet-role config default agent|controller [flags]\n"},
 		{[]string{"resume", "extra"}, "fleet-role: resume takes no arguments: got [\"extra\"]\n\nUsage: fleet-role resume [flags]\n"},
-		{[]string{"swap", "v1"}, "fleet-role: swap: want OUT, the voter to swap out, and IN, the standby to swap in: got 1 argument(s) [\"v1\"]\n\nUsage: fleet-role swap OUT IN | swap --cancel [flags]\n"},
+		{[]string{"swap", "v1"}, "fleet-role: swap: want OUT, the voter to swap out, and IN, the standby to swap in: got 1 argument(s) [\"v1\"]\n\nUsage: fleet-role swap OUT IN [--override pause|holds|domains]... [--dry-run] | swap --cancel [flags]\n"},
 	} {
 		code, stdout, stderr := runCLI(t, tc.args...)
 		assert.Equal(t, 2, code, "%q", tc.args)

@@ -29,7 +29,7 @@ func newPauseCommand() *cobra.Command {
 		Long: `pause writes pause.json into the fleet-role-status ConfigMap, with who
 paused (as the API server says) and why. While it is there no swap
 starts: the automatic decision waits, a manual request waits unless made
-with fleet-role swap --force. A swap under way goes on to its end.
+with fleet-role swap --override pause. A swap under way goes on to its end.
 fleet-role status shows the pause; fleet-role resume lifts it.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

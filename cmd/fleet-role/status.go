@@ -191,6 +191,15 @@ func ago(now, t time.Time) string {
 	return d.Round(time.Second).String() + " ago"
 }
 
+// pastOverrides says the refusals a swap was started past (its
+// overrides): empty for none.
+func pastOverrides(overrides []string) string {
+	if len(overrides) == 0 {
+		return ""
+	}
+	return "; started past: " + strings.Join(overrides, ", ")
+}
+
 func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
 // renderStatus writes the status as a person reads it at a glance; wide
@@ -209,7 +218,7 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 		if s.Phase != "" {
 			phase = ", " + s.Phase
 		}
-		row("SWAP", "%s: %s out, %s in (%s%s), started %s (%s)", s.ID, s.Out, s.In, s.Origin, phase, clock(s.StartedAt), ago(now, s.StartedAt))
+		row("SWAP", "%s: %s out, %s in (%s%s), started %s (%s)%s", s.ID, s.Out, s.In, s.Origin, phase, clock(s.StartedAt), ago(now, s.StartedAt), pastOverrides(s.Overrides))
 		step := st.Step
 		if st.Since != nil {
 			step += fmt.Sprintf(", since %s (%s", clock(*st.Since), ago(now, *st.Since))
@@ -247,11 +256,11 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 		row("DECISION", "swap %s for %s: %s", d.Out, d.In, d.Reason)
 	}
 	if q := st.Request; q != nil {
-		forced := ""
-		if q.Force {
-			forced = ", forced"
+		overrides := ""
+		if len(q.Overrides) > 0 {
+			overrides = ", overrides: " + strings.Join(q.Overrides, ", ")
 		}
-		row("REQUEST", "swap %s for %s, by %s at %s%s", q.Out, q.In, q.By, clock(q.At), forced)
+		row("REQUEST", "swap %s for %s, by %s at %s%s", q.Out, q.In, q.By, clock(q.At), overrides)
 	}
 	if a := st.LastAction; a != nil {
 		res := "ok"
@@ -261,7 +270,7 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 		row("LAST ACTION", "%s at %s (%s): %s", strings.TrimSpace(a.Type+" "+a.Node), clock(a.At), ago(now, a.At), res)
 	}
 	if l := st.Last; l != nil {
-		row("LAST SWAP", "%s: %s out, %s in, %s at %s", l.ID, l.Out, l.In, l.Result, clock(l.EndedAt))
+		row("LAST SWAP", "%s: %s out, %s in, %s at %s%s", l.ID, l.Out, l.In, l.Result, clock(l.EndedAt), pastOverrides(l.Overrides))
 	}
 	if c := st.CooldownUntil; c != nil && c.After(now) {
 		row("COOLDOWN", "until %s", clock(*c))

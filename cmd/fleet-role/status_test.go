@@ -205,3 +205,29 @@ func TestTheLastActionIsNamedWithItsNodeOrAloneWhenItHasNone(t *testing.T) {
 	renderStatus(&b, api.Status{UpdatedAt: now, LastAction: &api.LastAction{Type: api.ActionEnd, At: now}}, now, false)
 	assert.Contains(t, b.String(), "LAST ACTION  end at 2026-12-04 12:00:00Z (0s ago): ok\n")
 }
+
+// The overrides a request names, and those a swap under way, the last one
+// and each in the history were started past, are said where each is.
+func TestStatusAndHistorySayTheOverridesOfTheRequestAndOfEachSwap(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	past := []string{api.OverridePause, api.OverrideHolds}
+	st := api.Status{UpdatedAt: now,
+		Swap:    &api.SwapRecord{ID: "x2", Out: "v2", In: "s2", Origin: api.OriginManual, StartedAt: now.Add(-time.Minute), Overrides: []string{api.OverrideDomains}},
+		Request: &api.ManualRequest{Out: "v3", In: "s3", At: now, By: "bob", Overrides: past},
+		Last: &api.SwapResult{ID: "x1", Out: "v1", In: "s1", Origin: api.OriginManual, Result: api.ResultCompleted,
+			StartedAt: now.Add(-time.Hour), EndedAt: now.Add(-30 * time.Minute), By: "alice", Overrides: past},
+	}
+	var b strings.Builder
+	renderStatus(&b, st, now, false)
+	out := b.String()
+	assert.Contains(t, out, "(manual), started 2026-11-30 11:59:00Z (1m0s ago); started past: domains\n")
+	assert.Contains(t, out, "swap v3 for s3, by bob at 2026-11-30 12:00:00Z, overrides: pause, holds\n")
+	assert.Contains(t, out, "x1: v1 out, s1 in, completed at 2026-11-30 11:30:00Z; started past: pause, holds\n")
+
+	b.Reset()
+	renderHistory(&b, []api.SwapResult{*st.Last, {ID: "x0", Out: "v2", In: "s2", Origin: api.OriginAutomatic, Result: api.ResultCompleted}}, false)
+	lines := strings.Split(b.String(), "\n")
+	require.GreaterOrEqual(t, len(lines), 3)
+	assert.Contains(t, lines[1], "manual by alice, started past: pause, holds")
+	assert.NotContains(t, lines[2], "started past", "an automatic swap passes nothing")
+}

@@ -162,12 +162,49 @@ func TestSwapCompletesVotersForOutAndStandbysForIn(t *testing.T) {
 	assert.Contains(t, out, "the cluster cannot be reached:", "a completion says why it has none")
 }
 
+// swap --override completes the overrides not named yet, each with what
+// it passes, without reaching the cluster.
+func TestSwapOverrideCompletesTheOverridesNotNamedYetWithWhatEachPasses(t *testing.T) {
+	out, stderr, code := run(t, "__complete", "swap", "v2", "s2", "--override", "")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, []string{"pause\tstart while the controller is paused", "holds\tstart while a hold is in force (kured, an upgrade, an alert)",
+		"domains\tstart though a majority of the voters end in one failure domain", ":4"}, completions(out))
+	out, _, _ = run(t, "__complete", "swap", "v2", "s2", "--override", "pause", "--override", "pause,")
+	assert.Equal(t, []string{"pause,holds\tstart while a hold is in force (kured, an upgrade, an alert)",
+		"pause,domains\tstart though a majority of the voters end in one failure domain", ":4"}, completions(out))
+}
+
+// swap --dry-run against an API server reads the fleet, says each reason
+// the swap would not start for and the steps it would take, and writes
+// nothing: no fleet-role-status ConfigMap, no Lease.
+func TestSwapDryRunAgainstAnAPIServerSaysWhyItWouldNotStartAndWritesNothing(t *testing.T) {
+	s := cluster(t)
+	out, stderr, code := run(t, "swap", "--dry-run", "v2", "s2", "--override", "holds", "--kubeconfig", s.Kubeconfig)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "dry run, nothing written: swap v2 out for s2 in, by ")
+	assert.Contains(t, out, ", past: holds\n")
+	assert.Contains(t, out, "would start: no; held or refused, each reason:\n  - is refused: s2 has no fresh probe sample\n")
+	assert.Contains(t, out, "holds: unknown, the controller has published none\n")
+	assert.Contains(t, out, "steps, in order:\n   1. start\n")
+	ctx := context.Background()
+	_, err := s.Client.CoreV1().ConfigMaps(api.Namespace).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "no request written: %v", err)
+	_, err = s.Client.CoordinationV1().Leases(api.Namespace).Get(ctx, api.LeaseName, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "no Lease taken: %v", err)
+
+	out, stderr, code = run(t, "swap", "--dry-run", "v2", "s2", "-o", "json", "--kubeconfig", s.Kubeconfig)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, `"start": false`)
+	assert.Contains(t, out, `"is refused: s2 has no fresh probe sample"`)
+}
+
 func TestOutputFlagsCompleteTheValuesEachCommandTakes(t *testing.T) {
 	for cmd, want := range map[string][]string{
 		"status":  {"wide", "json", "yaml"},
 		"history": {"wide", "json", "yaml"},
 		"members": {"wide", "json", "yaml"},
 		"plan":    {"json", "yaml", "text", "wide"},
+		"swap":    {"json", "yaml"},
 	} {
 		out, _, code := run(t, "__complete", cmd, "-o", "")
 		require.Equal(t, 0, code)

@@ -15,7 +15,7 @@ import (
 	"github.com/fleet-role/fleet-role/tests/fleetsim"
 )
 
-func TestPauseHoldsTheAutomaticSwapAndAManualOneUnlessForcedAndResumeLetsItGo(t *testing.T) {
+func TestPauseHoldsTheAutomaticSwapAndAManualOneUnlessItOverridesThePauseAndResumeLetsItGo(t *testing.T) {
 	e := newEnv(t, 3, 2, 0)
 	e.cfg.DryRun = false
 	e.cfg.Verdicts.Window = 4
@@ -47,7 +47,7 @@ func TestPauseHoldsTheAutomaticSwapAndAManualOneUnlessForcedAndResumeLetsItGo(t 
 	_, stderr, code = e.cli("swap", "v1", "s2")
 	assert.Equal(t, 1, code, "a manual swap is refused while paused")
 	assert.Contains(t, stderr, "refused: the controller is paused by")
-	assert.Contains(t, stderr, "swap --force")
+	assert.Contains(t, stderr, "swap --override pause")
 	time.Sleep(3 * time.Second)
 	_, err = e.api.Client.CoordinationV1().Leases(api.Namespace).Get(context.Background(), api.LeaseName, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "no swap started while paused")
@@ -60,18 +60,23 @@ func TestPauseHoldsTheAutomaticSwapAndAManualOneUnlessForcedAndResumeLetsItGo(t 
 	assert.Equal(t, api.OriginAutomatic, res.Origin)
 	assert.Equal(t, "v2", res.Out)
 
-	// Paused again, a forced manual swap is carried out.
+	// Paused again, a manual swap that overrides the pause is carried out,
+	// and its result says so.
 	_, stderr, code = e.cli("pause", "--reason", "change review")
 	require.Equal(t, 0, code, stderr)
 	out, stderr, code = e.cli("pause", "--reason", "change freeze")
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `^paused by \S+: .* \(the pause by \S+, "change review", is replaced\)\n$`, out)
 	_, stderr, code = e.cli("swap", "--force", "v1", "s2")
+	assert.Equal(t, 2, code, "--force is a usage error now")
+	assert.Contains(t, stderr, "--override pause")
+	_, stderr, code = e.cli("swap", "--override", "pause", "v1", "s2")
 	require.Equal(t, 0, code, stderr)
 	require.Eventually(t, func() bool { st, _ = e.status(); return st.Swap != nil && st.Swap.Out == "v1" }, 30*time.Second, 50*time.Millisecond)
 	res = e.waitEnd(3 * time.Minute)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Equal(t, api.OriginManual, res.Origin)
+	assert.Equal(t, []string{api.OverridePause}, res.Overrides)
 	assertCompleted(t, e, "v1", "s2")
 	st, _ = e.status()
 	require.NotNil(t, st.Pause, "the pause outlives the swaps it let through")

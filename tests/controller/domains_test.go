@@ -16,7 +16,7 @@ import (
 
 const zoneLabel = "topology.kubernetes.io/zone"
 
-func TestTheVotersAreKeptSpreadAcrossZonesAndAManualSwapThatCrowdsOneGoesOnlyWhenForced(t *testing.T) {
+func TestTheVotersAreKeptSpreadAcrossZonesAndAManualSwapThatCrowdsOneGoesOnlyWhenItOverridesDomains(t *testing.T) {
 	e := newEnv(t, 3, 2, 0)
 	e.cfg.DryRun = false
 	e.cfg.Verdicts.Window = 4
@@ -31,7 +31,7 @@ func TestTheVotersAreKeptSpreadAcrossZonesAndAManualSwapThatCrowdsOneGoesOnlyWhe
 
 	_, stderr, code := e.cli("swap", "v2", "s1")
 	assert.NotEqual(t, 0, code)
-	assert.Contains(t, stderr, `refused: it would put 2 of the 3 voters in `+zoneLabel+` "a", a majority: losing that domain would lose quorum; swap --force to do it anyway`)
+	assert.Contains(t, stderr, `refused: it would put 2 of the 3 voters in `+zoneLabel+` "a", a majority: losing that domain would lose quorum; swap --override domains to do it anyway`)
 
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].FsyncMs = 35 }) // its disk turned slow
 	// The waits for a swap's end: a swap here takes some 25 s unhindered
@@ -51,15 +51,16 @@ func TestTheVotersAreKeptSpreadAcrossZonesAndAManualSwapThatCrowdsOneGoesOnlyWhe
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "the voters span 3 of "+zoneLabel+" (a 1, b 1, c 1); quorum survives the loss of any one domain")
 
-	// Forced, the crowding swap goes: two of three voters in zone a.
-	_, stderr, code = e.cli("swap", "v3", "s1", "--force")
+	// With --override domains, the crowding swap goes: two of three
+	// voters in zone a.
+	_, stderr, code = e.cli("swap", "v3", "s1", "--override", "domains")
 	require.Equal(t, 0, code, stderr)
 	var last *api.SwapResult
 	require.Eventually(t, func() bool {
 		st, _ = e.status()
 		last = st.Last
 		return last != nil && last.ID != res.ID && st.Swap == nil
-	}, 3*time.Minute, 100*time.Millisecond, "the forced swap ends; status: %s", st.Reason)
+	}, 3*time.Minute, 100*time.Millisecond, "the swap past the domains ends; status: %s", st.Reason)
 	assert.Equal(t, api.ResultCompleted, last.Result, last.Reason)
 	assertCompleted(t, e, "v3", "s1")
 	// Published by the passes after the end: one a second.
