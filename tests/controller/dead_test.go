@@ -1,12 +1,16 @@
 package controller_test
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/tests/fleetsim"
@@ -82,4 +86,44 @@ func TestADeadVoterIsReplacedWithTheDryRunOffItsMemberRemovedBeforeTheCandidateI
 		n := e.node("v2")
 		return !n.Spec.Unschedulable && n.Annotations[api.AnnotationMemberGone] == ""
 	}, time.Minute, 100*time.Millisecond, "cleared and uncordoned once its agent finished")
+}
+
+func TestACordonedVoterFrozenPastDeadAfterIsNotCalledDeadNorRemovedWithTheDryRunOffAndIsReplacedOnceUncordoned(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	e.cfg.DeadAfter = 8 * time.Second
+	e.cfg.DryRun, e.cfg.ReplaceDeadVoters = false, true
+	e.start()
+	ctx := context.Background()
+	cordon := func(on bool) {
+		t.Helper()
+		_, err := e.client().CoreV1().Nodes().Patch(ctx, "v2", types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)), metav1.PatchOptions{})
+		require.NoError(t, err)
+	}
+	// An operator's maintenance: kubectl cordon v2, then its host goes
+	// down for longer than dead_after.
+	cordon(true)
+	e.d.With(func(d *fleetsim.Driver) { d.Hosts["v2"].Paused = true })
+	// Note: dead_after (8 s), the node grace and a few passes would have
+	// started the dead voter's swap well within 40 s (the test above's
+	// whole swap took about 50 s); 40 s more is how long it is watched.
+	deadline := time.Now().Add(40 * time.Second)
+	var st api.Status
+	for time.Now().Before(deadline) {
+		st, _ = e.status()
+		require.Empty(t, st.Dead, "a cordoned voter is under maintenance, never dead: %s", st.Reason)
+		require.Nil(t, st.Swap, "no swap starts for it: %s", st.Reason)
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("after 40 s: %s", st.Reason)
+	assert.Contains(t, st.Reason, "v2 is under maintenance (cordoned, not by fleet-role)")
+	assert.Equal(t, 3, e.d.MemberCount(), "its member is kept")
+	assert.Equal(t, api.RoleVoter, e.node("v2").Labels[api.LabelRole])
+
+	// Uncordoned while still down: dead, and replaced.
+	cordon(false)
+	res := e.waitEnd(3 * time.Minute)
+	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, "v2", res.Out)
+	assert.True(t, res.Dead)
 }
