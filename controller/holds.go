@@ -367,6 +367,12 @@ func (h *holds) upgrades(ctx context.Context, fleet map[string]bool) (why []stri
 	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
 	defer cancel()
 	raw, err := rc.Get().AbsPath(path).DoRaw(ctx)
+	if ns == "" && apierrors.IsForbidden(err) {
+		// Note: as kured's DaemonSet found by itself (kuredTarget.search),
+		// the Plans of every namespace are a default: off, and said so,
+		// where the controller may not list them.
+		return nil, "the controller may not list the Plans of every namespace: set holds.upgrade_plans_namespace, or grant it list on plans", nil
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("the system-upgrade-controller's Plans %s cannot be read: %w", where, err)
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,8 +19,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
@@ -473,4 +478,28 @@ func TestTheHoldsAreReadFreshForTheOutgoingVotersStepDownAloneNotForARolledBackC
 	} {
 		assert.Equal(t, c.want, stopsOutgoing(c.plan), c.name)
 	}
+}
+
+func TestKuredsDaemonSetThatTheControllerMayNotLookForIsOffAndSaysWhyButOneConfiguredAndUnreadableHolds(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	client := k8sfake.NewClientset()
+	forbid := func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "daemonsets"}, "", errors.New("RBAC"))
+	}
+	client.PrependReactor("list", "daemonsets", forbid)
+	client.PrependReactor("get", "daemonsets", forbid)
+	cfg := config.DefaultController().Holds
+	cfg.UpgradePlansNamespace = config.HoldOff
+	h, err := newHolds(cfg, client, prometheus.NewRegistry())
+	require.NoError(t, err)
+	assert.Empty(t, h.check(context.Background(), swapplan.Snapshot{Now: now}, nil), "found by itself: off")
+	_, off := holdSources(cfg, h)
+	assert.Contains(t, off, "kured's reboot lock (the controller may not list DaemonSets to find kured's: set holds.kured_daemonset, or grant it list on daemonsets)")
+
+	cfg.KuredDaemonSet = "kube-system/kured"
+	h, err = newHolds(cfg, client, prometheus.NewRegistry())
+	require.NoError(t, err)
+	got := h.check(context.Background(), swapplan.Snapshot{Now: now}, nil)
+	require.Len(t, got, 1, "configured by name: unreadable, it holds")
+	assert.Contains(t, got[0], "kured's lock on the DaemonSet kube-system/kured cannot be read")
 }

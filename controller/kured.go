@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -71,6 +72,15 @@ func (k *kuredTarget) search(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
 	defer cancel()
 	list, err := k.client.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		// Note: kured's lock found by itself is a default, not a hold
+		// asked for: one the controller may not look for is off, and
+		// says why in status, rather than holding every swap for want
+		// of a grant (a DaemonSet configured by name and unreadable
+		// holds).
+		k.found, k.none = "", "the controller may not list DaemonSets to find kured's: set holds.kured_daemonset, or grant it list on daemonsets"
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("kured's DaemonSet cannot be looked for (holds.kured_daemonset names it, or \"off\"): %w", err)
 	}
