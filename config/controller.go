@@ -111,7 +111,8 @@ type Holds struct {
 	// holder whose TTL has not run out, a node is rebooting or about to.
 	// Empty (the default): found by itself, a DaemonSet labelled
 	// app.kubernetes.io/name=kured (kured's Helm chart) or named kured
-	// (kured's manifests), and no hold while none is found. "off": no
+	// (kured's manifests), its --lock-annotation and --concurrency read
+	// from it where it sets them; no hold while none is found. "off": no
 	// hold.
 	KuredDaemonSet string `toml:"kured_daemonset"`
 	// KuredLockAnnotation is kured's --lock-annotation.

@@ -281,13 +281,13 @@ func (h *holds) kured(ctx context.Context, now time.Time, ns, name string) ([]st
 		}
 		return nil, fmt.Errorf("kured's lock on the DaemonSet %s/%s cannot be read: %w", ns, name, err)
 	}
-	value, ok := ds.Annotations[h.cfg.KuredLockAnnotation]
+	value, ok := ds.Annotations[h.kuredDS.lockAnnotation()]
 	if !ok || value == "" {
 		return nil, nil
 	}
 	lock, err := parseKuredLock(value)
 	if err != nil {
-		return nil, fmt.Errorf("kured's lock %s on %s/%s cannot be read: %w", h.cfg.KuredLockAnnotation, ns, name, err)
+		return nil, fmt.Errorf("kured's lock %s on %s/%s cannot be read: %w", h.kuredDS.lockAnnotation(), ns, name, err)
 	}
 	var holders []string
 	for _, l := range lock.Locks {

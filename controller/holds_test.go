@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -502,4 +503,38 @@ func TestKuredsDaemonSetThatTheControllerMayNotLookForIsOffAndSaysWhyButOneConfi
 	got := h.check(context.Background(), swapplan.Snapshot{Now: now}, nil)
 	require.Len(t, got, 1, "configured by name: unreadable, it holds")
 	assert.Contains(t, got[0], "kured's lock on the DaemonSet kube-system/kured cannot be read")
+}
+
+func TestKuredsLockAnnotationAndConcurrencyAreReadFromTheDaemonSetFoundInItsFlagsOrItsEnvironment(t *testing.T) {
+	kured := func(c corev1.Container) *appsv1.DaemonSet {
+		c.Name = "kured"
+		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kured"},
+			Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}}}
+	}
+	for _, c := range []struct {
+		name        string
+		container   corev1.Container
+		annotation  string
+		concurrency int
+	}{
+		{"none given", corev1.Container{Command: []string{"/usr/bin/kured"}, Args: []string{"--period=1h"}}, "", 0},
+		{"flags with =", corev1.Container{Command: []string{"/usr/bin/kured"}, Args: []string{"--lock-annotation=example.org/reboot", "--concurrency=2"}}, "example.org/reboot", 2},
+		{"flags and values apart, in the command", corev1.Container{Command: []string{"/usr/bin/kured", "--lock-annotation", "example.org/reboot", "--concurrency", "3"}}, "example.org/reboot", 3},
+		{"the environment", corev1.Container{Env: []corev1.EnvVar{{Name: "KURED_LOCK_ANNOTATION", Value: "example.org/env"}, {Name: "KURED_CONCURRENCY", Value: "2"}}}, "example.org/env", 2},
+		{"a concurrency that is no number", corev1.Container{Args: []string{"--concurrency=many"}}, "", 0},
+	} {
+		annotation, concurrency := kuredFlags(kured(c.container))
+		assert.Equal(t, c.annotation, annotation, c.name)
+		assert.Equal(t, c.concurrency, concurrency, c.name)
+	}
+
+	// Found by itself, the lock is read under kured's own annotation.
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ds := kured(corev1.Container{Args: []string{"--lock-annotation=example.org/reboot"}})
+	ds.Annotations = map[string]string{"example.org/reboot": `{"nodeID":"v3","created":"` + now.Format(time.RFC3339) + `","TTL":0}`}
+	cfg := config.DefaultController().Holds
+	cfg.UpgradePlansNamespace = config.HoldOff
+	h, err := newHolds(cfg, k8sfake.NewClientset(ds), prometheus.NewRegistry())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"kured's reboot lock is held by v3"}, h.check(context.Background(), swapplan.Snapshot{Now: now}, nil))
 }

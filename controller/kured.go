@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -36,6 +38,65 @@ type kuredTarget struct {
 	// that found ("namespace/name"), none why nothing was.
 	searchedAt  time.Time
 	found, none string
+	// annotation and concurrency are what the DaemonSet found gives
+	// kured (its --lock-annotation and --concurrency, as arguments or as
+	// KURED_ environment variables); empty and 0 where it gives none.
+	annotation  string
+	concurrency int
+}
+
+// lockAnnotation is kured's lock annotation: the DaemonSet found says it,
+// or holds.kured_lock_annotation.
+func (k *kuredTarget) lockAnnotation() string {
+	if k.annotation != "" {
+		return k.annotation
+	}
+	return k.cfg.KuredLockAnnotation
+}
+
+// lockConcurrency is kured's --concurrency: the DaemonSet found says it,
+// or holds.kured_concurrency.
+func (k *kuredTarget) lockConcurrency() int {
+	if k.concurrency > 0 {
+		return k.concurrency
+	}
+	return k.cfg.KuredConcurrency
+}
+
+// kuredFlags reads kured's --lock-annotation and --concurrency from its
+// DaemonSet's kured container: "--flag=value" or "--flag value" in its
+// command and arguments, or KURED_LOCK_ANNOTATION and KURED_CONCURRENCY
+// in its environment (kured reads both); the last one given counts, as
+// with flags.
+func kuredFlags(ds *appsv1.DaemonSet) (annotation string, concurrency int) {
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			switch e.Name {
+			case "KURED_LOCK_ANNOTATION":
+				annotation = e.Value
+			case "KURED_CONCURRENCY":
+				if n, err := strconv.Atoi(e.Value); err == nil && n > 0 {
+					concurrency = n
+				}
+			}
+		}
+		args := append(slices.Clone(c.Command), c.Args...)
+		for i, a := range args {
+			name, value, eq := strings.Cut(a, "=")
+			if !eq && i+1 < len(args) {
+				value = args[i+1]
+			}
+			switch name {
+			case "--lock-annotation", "-lock-annotation":
+				annotation = value
+			case "--concurrency", "-concurrency":
+				if n, err := strconv.Atoi(value); err == nil && n > 0 {
+					concurrency = n
+				}
+			}
+		}
+	}
+	return annotation, concurrency
 }
 
 // resolve says which DaemonSet carries kured's lock, or why none does
@@ -84,16 +145,19 @@ func (k *kuredTarget) search(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kured's DaemonSet cannot be looked for (holds.kured_daemonset names it, or \"off\"): %w", err)
 	}
-	var found []string
-	for _, ds := range list.Items {
-		if ds.Labels[kuredChartLabel] == "kured" || ds.Name == "kured" {
-			found = append(found, ds.Namespace+"/"+ds.Name)
+	var found []*appsv1.DaemonSet
+	for i := range list.Items {
+		if ds := &list.Items[i]; ds.Labels[kuredChartLabel] == "kured" || ds.Name == "kured" {
+			found = append(found, ds)
 		}
 	}
-	slices.Sort(found)
-	k.found, k.none = "", "no kured DaemonSet found: none labelled "+kuredChartLabel+"=kured or named kured"
+	slices.SortFunc(found, func(a, b *appsv1.DaemonSet) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	k.found, k.none, k.annotation, k.concurrency = "", "no kured DaemonSet found: none labelled "+kuredChartLabel+"=kured or named kured", "", 0
 	if len(found) > 0 {
-		k.found, k.none = found[0], ""
+		k.found, k.none = found[0].Namespace+"/"+found[0].Name, ""
+		k.annotation, k.concurrency = kuredFlags(found[0])
 	}
 	return nil
 }

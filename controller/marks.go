@@ -181,11 +181,11 @@ func (m *marks) takeLock(ctx context.Context) ([]string, error) {
 	}
 	ours := kuredLock{NodeID: api.ControllerHolder, Metadata: json.RawMessage(`{"unschedulable":false}`), Created: now.UTC(), TTL: m.holds.KuredLockTTL}
 	var value any = ours
-	if lock.Multi || m.holds.KuredConcurrency > 1 {
+	if lock.Multi || m.kured.lockConcurrency() > 1 {
 		// Every place, so that no kured takes one (kured's
 		// canAcquireMultiple counts the places taken against its own
 		// --concurrency).
-		n := max(m.holds.KuredConcurrency, lock.MaxOwners)
+		n := max(m.kured.lockConcurrency(), lock.MaxOwners)
 		value = kuredMultiLock{MaxOwners: &n, Locks: slices.Repeat([]kuredLock{ours}, n)}
 	}
 	if err := m.writeLock(ctx, ds, value); err != nil {
@@ -239,13 +239,13 @@ func (m *marks) readLock(ctx context.Context) (*appsv1.DaemonSet, kuredLockValue
 		}
 		return nil, kuredLockValue{}, fmt.Errorf("read kured's DaemonSet %s/%s: %w", ns, name, err)
 	}
-	value := ds.Annotations[m.holds.KuredLockAnnotation]
+	value := ds.Annotations[m.kured.lockAnnotation()]
 	if value == "" {
 		return ds, kuredLockValue{}, nil
 	}
 	lock, err := parseKuredLock(value)
 	if err != nil {
-		return nil, kuredLockValue{}, fmt.Errorf("read kured's lock %s on %s/%s: %w", m.holds.KuredLockAnnotation, ns, name, err)
+		return nil, kuredLockValue{}, fmt.Errorf("read kured's lock %s on %s/%s: %w", m.kured.lockAnnotation(), ns, name, err)
 	}
 	return ds, lock, nil
 }
@@ -254,7 +254,7 @@ func (m *marks) readLock(ctx context.Context) (*appsv1.DaemonSet, kuredLockValue
 // change made meanwhile, by kured or anyone, fails with a conflict.
 func (m *marks) writeLock(ctx context.Context, ds *appsv1.DaemonSet, value any) error {
 	if value == nil {
-		delete(ds.Annotations, m.holds.KuredLockAnnotation)
+		delete(ds.Annotations, m.kured.lockAnnotation())
 	} else {
 		b, err := json.Marshal(value)
 		if err != nil {
@@ -263,7 +263,7 @@ func (m *marks) writeLock(ctx context.Context, ds *appsv1.DaemonSet, value any) 
 		if ds.Annotations == nil {
 			ds.Annotations = map[string]string{}
 		}
-		ds.Annotations[m.holds.KuredLockAnnotation] = string(b)
+		ds.Annotations[m.kured.lockAnnotation()] = string(b)
 	}
 	if _, err := m.client.AppsV1().DaemonSets(ds.Namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("write kured's lock on %s/%s: %w", ds.Namespace, ds.Name, err)
