@@ -63,14 +63,17 @@ const (
 	// every start), changed by the controller at a swap's clean-up; read
 	// by the controller.
 	LabelRole = "fleet-role.io/role"
-	// LabelSwapping is on the two Nodes a swap is changing while it runs,
-	// LabelSwappingOut on the voter going out and LabelSwappingIn on the
-	// standby coming in, so that other tools (a system-upgrade-controller
-	// Plan's nodeSelector, a drain job) can keep off them: written and
-	// removed by the controller alone.
-	LabelSwapping    = "fleet-role.io/swapping"
-	LabelSwappingOut = "out"
-	LabelSwappingIn  = "in"
+	// LabelSwapping is on every voter while a swap runs and on the
+	// standby it brings in: LabelSwappingOut on the voter going out,
+	// LabelSwappingIn on the standby coming in, LabelSwappingVoter on
+	// every other voter, so that other tools (a system-upgrade-controller
+	// Plan's nodeSelector, a drain job) can keep off them while the
+	// cluster has a failure less to spare: written and removed by the
+	// controller alone.
+	LabelSwapping      = "fleet-role.io/swapping"
+	LabelSwappingOut   = "out"
+	LabelSwappingIn    = "in"
+	LabelSwappingVoter = "voter"
 	// LabelLevel is a server's level (full, etcd-only): set by regrade,
 	// removed by the controller's clean-up of a demoted server, read by
 	// the controller.

@@ -262,10 +262,12 @@ type ControllerState struct {
 	DryRun bool `json:"dryRun"`
 	// Window is the maintenance window; nil when it is open always.
 	Window *WindowState `json:"window,omitempty"`
-	// Holds are the holds configured, each a phrase; Held those in force
-	// when they were last read (a pass that would have started a swap).
-	Holds []string `json:"holds,omitempty"`
-	Held  []string `json:"held,omitempty"`
+	// Holds are the holds watched, each a phrase; HoldsOff those not
+	// watched, each saying why (off in the configuration, or its object
+	// not found); Held those in force when they were last read.
+	Holds    []string `json:"holds,omitempty"`
+	HoldsOff []string `json:"holdsOff,omitempty"`
+	Held     []string `json:"held,omitempty"`
 }
 
 // WindowState is the maintenance window at a pass: its days and times, open

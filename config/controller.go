@@ -107,16 +107,25 @@ type Remediation struct {
 	MinHealthyPeriod time.Duration `toml:"min_healthy_period"`
 }
 
-// Holds are what else, when configured, holds the start of a swap
-// (automatic or manual; swap --override holds passes): kured's reboot lock, a
+// Holds are what else holds a swap's start and its disruptive steps (the
+// outgoing voter's step-down): kured's reboot lock, a
 // system-upgrade-controller Plan applying to a server, or Prometheus
-// alerts, as kured holds a reboot for them. A swap under way goes on. A
-// hold that cannot be read holds, and says why.
+// alerts, as kured holds a reboot for them. kured's lock and the Plans are
+// watched by default wherever their object exists (kured's DaemonSet found
+// by its label or name, the Plans' CRD installed); "off" turns either off. They
+// are read before every disruptive step, so one that begins mid-swap holds
+// the next stop of a voter; they never hold a member's removal, a
+// rollback, or the steps that change no voter. A swap --override holds passes them
+// at the start only. A hold that cannot be read holds, and says why.
 type Holds struct {
 	// KuredDaemonSet is kured's DaemonSet, "namespace/name" (kured's
 	// --ds-namespace and --ds-name): while its lock annotation names a
 	// holder whose TTL has not run out, a node is rebooting or about to.
-	// Empty: no hold.
+	// Empty (the default): found by itself, a DaemonSet labelled
+	// app.kubernetes.io/name=kured (kured's Helm chart) or named kured
+	// (kured's manifests), its --lock-annotation and --concurrency read
+	// from it where it sets them; no hold while none is found. "off": no
+	// hold.
 	KuredDaemonSet string `toml:"kured_daemonset"`
 	// KuredLockAnnotation is kured's --lock-annotation.
 	KuredLockAnnotation string `toml:"kured_lock_annotation"`
@@ -130,7 +139,9 @@ type Holds struct {
 	KuredConcurrency int `toml:"kured_concurrency"`
 	// UpgradePlansNamespace is the system-upgrade-controller's namespace:
 	// while a Plan in it is applying to a Node of the fleet (a server or a
-	// standby), that Node is being upgraded. Empty: no hold.
+	// standby), that Node is being upgraded. Empty (the default): the
+	// Plans of every namespace, while the CRD plans.upgrade.cattle.io is
+	// installed (no hold while it is not). "off": no hold.
 	UpgradePlansNamespace string `toml:"upgrade_plans_namespace"`
 	// PrometheusURL: while an alert is active there, as kured's
 	// --prometheus-url, filtered as its --alert-filter-regexp,
@@ -156,6 +167,10 @@ type Holds struct {
 	// member and still holds.
 	AlertIgnoreOutgoing bool `toml:"alert_ignore_outgoing"`
 }
+
+// HoldOff turns off a hold that is on by default (holds.kured_daemonset,
+// holds.upgrade_plans_namespace).
+const HoldOff = "off"
 
 // DefaultAlertIgnoreRegexp is holds.alert_ignore_regexp's default.
 const DefaultAlertIgnoreRegexp = "^(Watchdog|InfoInhibitor|FleetRole.*)$"
@@ -499,9 +514,9 @@ func (c Controller) Validate() error {
 }
 
 func (h Holds) validate(p *problems) {
-	if h.KuredDaemonSet != "" {
-		if ns, name, ok := strings.Cut(h.KuredDaemonSet, "/"); !ok || !dnsLabel.MatchString(ns) || name == "" {
-			p.add("holds.kured_daemonset", "%q is not \"namespace/name\"", h.KuredDaemonSet)
+	if h.KuredDaemonSet != HoldOff {
+		if ns, name, ok := strings.Cut(h.KuredDaemonSet, "/"); h.KuredDaemonSet != "" && (!ok || !dnsLabel.MatchString(ns) || name == "") {
+			p.add("holds.kured_daemonset", "%q is not \"namespace/name\", \"\" (found by itself) or %q", h.KuredDaemonSet, HoldOff)
 		}
 		if h.KuredLockAnnotation == "" {
 			p.add("holds.kured_lock_annotation", "must name kured's lock annotation")
@@ -511,8 +526,8 @@ func (h Holds) validate(p *problems) {
 			p.add("holds.kured_concurrency", "must be at least 1, got %d", h.KuredConcurrency)
 		}
 	}
-	if h.UpgradePlansNamespace != "" && !dnsLabel.MatchString(h.UpgradePlansNamespace) {
-		p.add("holds.upgrade_plans_namespace", "%q is not a valid namespace name", h.UpgradePlansNamespace)
+	if n := h.UpgradePlansNamespace; n != "" && n != HoldOff && !dnsLabel.MatchString(n) {
+		p.add("holds.upgrade_plans_namespace", "%q is not a valid namespace name, \"\" (every namespace) or %q", n, HoldOff)
 	}
 	if h.PrometheusURL != "" {
 		if u, err := url.Parse(h.PrometheusURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -527,11 +542,22 @@ func (h Holds) validate(p *problems) {
 	}
 }
 
-// KuredDaemonSetName splits holds.kured_daemonset; both are empty when it is.
+// KuredDaemonSetName splits holds.kured_daemonset; both are empty when it
+// is empty (found by itself) or "off".
 func (h Holds) KuredDaemonSetName() (namespace, name string) {
+	if h.KuredDaemonSet == HoldOff {
+		return "", ""
+	}
 	ns, n, _ := strings.Cut(h.KuredDaemonSet, "/")
 	return ns, n
 }
+
+// KuredOff says kured's lock is not watched (holds.kured_daemonset "off").
+func (h Holds) KuredOff() bool { return h.KuredDaemonSet == HoldOff }
+
+// UpgradesOff says the Plans are not watched
+// (holds.upgrade_plans_namespace "off").
+func (h Holds) UpgradesOff() bool { return h.UpgradePlansNamespace == HoldOff }
 
 func positive(p *problems, key string, d time.Duration) {
 	if d <= 0 {
@@ -644,16 +670,22 @@ start = "{{.MaintenanceWindow.Start}}"
 end = "{{.MaintenanceWindow.End}}"
 time_zone = "{{.MaintenanceWindow.TimeZone}}"
 
-# What else holds the start of a swap, automatic or manual (swap
-# --override holds passes), each off while empty; a swap under way goes on, and a hold that
-# cannot be read holds. kured_daemonset ("namespace/name", e.g.
-# "kube-system/kured"): while kured's reboot lock is held; and while a
-# swap runs, the controller holds that lock itself, in kured's format, with
-# kured_lock_ttl (renewed as the swap goes on) and, for kured's
+# One disruption at a time: what else holds a swap's start and its
+# disruptive steps (the outgoing voter's step-down), read before each, so
+# that one beginning mid-swap holds the next stop of a voter; never a
+# member's removal nor a rollback. swap --override holds passes them at the start
+# only; a hold that cannot be read holds. kured_daemonset: kured's
+# DaemonSet, "namespace/name"; "" (the default) finds it by itself (labelled
+# app.kubernetes.io/name=kured, or named kured), no hold while none is;
+# "off" turns it off. While kured's reboot lock is held, it holds; and while
+# a swap runs, the controller holds that lock itself, in kured's format,
+# with kured_lock_ttl (renewed as the swap goes on) and, for kured's
 # --concurrency above 1, kured_concurrency places.
-# upgrade_plans_namespace (e.g. "system-upgrade"): while a
-# system-upgrade-controller Plan there is applying to a server or a
-# standby. prometheus_url: while an alert is active there, filtered as
+# upgrade_plans_namespace: while a system-upgrade-controller Plan there
+# is applying to a server or a standby; "" (the default) is every
+# namespace, no hold while the CRD plans.upgrade.cattle.io is not
+# installed; "off" turns it off. prometheus_url (off while empty): while an
+# alert is active there, filtered as
 # kured's --alert-filter-regexp, --alert-filter-match-only and
 # --alert-firing-only filter; alert_ignore_regexp's alerts never hold
 # (kube-prometheus's always-firing Watchdog and InfoInhibitor, fleet-role's

@@ -161,3 +161,22 @@ func TestWatchdogInfoInhibitorAndFleetRolesOwnAlertsAreIgnoredUnlessToldAndAnEmp
 	assert.Empty(t, c.Holds.AlertIgnoreRegexp)
 	assert.False(t, c.Holds.AlertIgnoreOutgoing)
 }
+
+func TestKuredsLockAndThePlansAreWatchedByDefaultAndOffOnlyWhenSaidOff(t *testing.T) {
+	def := DefaultController().Holds
+	assert.False(t, def.KuredOff(), "kured's lock is watched by default, its DaemonSet found by itself")
+	assert.False(t, def.UpgradesOff(), "the Plans are watched by default, in every namespace")
+	require.NoError(t, DefaultController().Validate())
+
+	c, err := ParseController([]byte("version = 1\n[holds]\nkured_daemonset = \"off\"\nkured_lock_annotation = \"\"\nupgrade_plans_namespace = \"off\"\n"))
+	require.NoError(t, err, "a lock annotation is not needed where kured is off")
+	assert.True(t, c.Holds.KuredOff())
+	assert.True(t, c.Holds.UpgradesOff())
+	ns, name := c.Holds.KuredDaemonSetName()
+	assert.Empty(t, ns+name)
+
+	_, err = ParseController([]byte("version = 1\n[holds]\nkured_lock_annotation = \"\"\n"))
+	assert.ErrorContains(t, err, "holds.kured_lock_annotation: must name", "kured found by itself needs its lock annotation")
+	_, err = ParseController([]byte("version = 1\n[holds]\nkured_daemonset = \"Off\"\n"))
+	assert.ErrorContains(t, err, `holds.kured_daemonset: "Off" is not "namespace/name", "" (found by itself) or "off"`)
+}

@@ -141,6 +141,7 @@ func New(o Options) (*Controller, error) {
 	c.events = record.NewBroadcaster()
 	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.EventSourceController})
 	if c.holds != nil {
+		c.marks.kured = c.holds.kuredDS // one search for kured's DaemonSet
 		c.holds.warn = holdWarning(c.recorder, o.Config.Namespace)
 	}
 	return c, nil
@@ -300,25 +301,23 @@ func (c *Controller) pass(ctx context.Context) {
 	}
 	plan := swapplan.Next(snap)
 	if c.holds != nil {
-		if starting := plan.Action.Type == api.ActionStart; starting || plan.Swap == nil {
-			// Read on every pass with no swap under way, so that a dry run
-			// and status say what would hold one; fresh when one would
-			// start, and kured's lock taken before it starts, so that no
-			// reboot begins between the read and the start.
-			snap.Holds = c.holds.read(ctx, snap, outgoing(snap, plan), starting)
-			// kured's lock holder is under maintenance: never dead. It
-			// holds, so the plan is made again below.
-			adapt.MarkKuredHolders(&snap, c.holds.kuredHolders)
-			if starting && len(snap.Holds) == 0 {
-				if why := c.marks.claim(ctx); why != "" {
-					snap.Holds = []string{why}
-				}
+		// Read on every pass, so that a dry run and status say what would
+		// hold a swap, and a disruption that begins mid-swap holds its
+		// outgoing voter's stop; fresh when a swap would start or stop its
+		// outgoing voter, and kured's lock taken before a swap starts, so
+		// that no reboot begins between the read and the start.
+		starting := plan.Action.Type == api.ActionStart
+		snap.Holds = c.holds.read(ctx, snap, outgoing(snap, plan), starting || stopsOutgoing(plan))
+		// kured's lock holder is under maintenance: never dead. It
+		// holds, so the plan is made again below.
+		adapt.MarkKuredHolders(&snap, c.holds.kuredHolders)
+		if starting && len(snap.Holds) == 0 {
+			if why := c.marks.claim(ctx); why != "" {
+				snap.Holds = []string{why}
 			}
-			if len(snap.Holds) > 0 {
-				plan = swapplan.Next(snap)
-			}
-		} else {
-			c.holds.clear()
+		}
+		if len(snap.Holds) > 0 {
+			plan = swapplan.Next(snap)
 		}
 	}
 	c.writes.follow(ctx, plan)
@@ -335,7 +334,7 @@ func (c *Controller) pass(ctx context.Context) {
 	if (plan.Action.Type == api.ActionStart && err != nil) || (plan.Action.Type == api.ActionEnd && err == nil) {
 		running = nil
 	}
-	if merr := c.marks.keep(ctx, running); merr != nil {
+	if merr := c.marks.keep(ctx, running, plan.Voters); merr != nil {
 		c.metrics.failures.WithLabelValues(actionMark, failureKind(merr)).Inc()
 		c.log.Warn("the swap's marks for other tools are repeated next pass", logkey.Err, merr)
 	}
@@ -544,7 +543,8 @@ func stepLog(steps []api.StepSpan, prev, swap *api.SwapRecord, plan swapplan.Pla
 
 // state is what governs the controller's decisions at this pass.
 func (c *Controller) state(snap swapplan.Snapshot) *api.ControllerState {
-	st := &api.ControllerState{Leader: c.identity, DryRun: c.plan.DryRun, Holds: describeHolds(c.cfg.Holds), Held: slices.Clone(snap.Holds)}
+	watched, off := holdSources(c.cfg.Holds, c.holds)
+	st := &api.ControllerState{Leader: c.identity, DryRun: c.plan.DryRun, Holds: watched, HoldsOff: off, Held: slices.Clone(snap.Holds)}
 	if w := c.plan.Window; !w.Always() {
 		st.Window = &api.WindowState{Spec: w.String(), Open: w.Open(snap.Now)}
 		if next, ok := w.Next(snap.Now); ok {

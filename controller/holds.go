@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -40,17 +42,24 @@ const (
 	holdPrometheus = "prometheus"
 )
 
-// holds reads what else holds the start of a swap (config.Holds). They are
-// read on every pass while no swap is under way, so that a dry run and
-// status say what would hold one; a reading is shown again for
-// holdReread, but a pass that would start a swap reads them fresh.
+// holds reads what else disrupts the cluster (config.Holds): what holds a
+// swap's start and, during a swap, its outgoing voter's stop. They are
+// read on every pass, with a swap under way or not, so that a dry run and
+// status say what would hold one and a disruption that begins mid-swap
+// holds the next stop; a reading is shown again for holdReread, but a
+// pass that would start a swap or stop its outgoing voter reads them
+// fresh. kured's lock and the Plans are watched where their object
+// exists (kured's DaemonSet found, the Plans' CRD installed).
 type holds struct {
 	cfg    config.Holds
 	client kubernetes.Interface
 	prom   promv1.API
 	filter *regexp.Regexp
 	ignore *regexp.Regexp
-	held   *prometheus.GaugeVec
+	// kuredDS is kured's DaemonSet, configured or found; the marks take
+	// kured's lock on the same one.
+	kuredDS *kuredTarget
+	held    *prometheus.GaugeVec
 	// since is when each hold in force began (this replica's reading).
 	since *prometheus.GaugeVec
 	// unreadable is 1 for each hold whose last read failed;
@@ -70,29 +79,64 @@ type holds struct {
 	// kuredHolders are the Nodes holding kured's lock, as last read (not
 	// the controller): under maintenance (adapt.MarkKuredHolders).
 	kuredHolders []string
+	// off says, per hold on by default, why the last reading found it
+	// off: its object is not there.
+	off map[string]string
 }
 
-// describeHolds names the holds configured, as a person reads them.
-func describeHolds(cfg config.Holds) []string {
-	var out []string
-	if cfg.KuredDaemonSet != "" {
-		out = append(out, "kured's reboot lock ("+cfg.KuredDaemonSet+")")
+// The holds' names as a person reads them, in status's HOLDS line.
+const (
+	kuredPhrase   = "kured's reboot lock"
+	upgradePhrase = "an upgrade Plan applying"
+	alertsPhrase  = "an alert active"
+)
+
+// holdSources says, for status, what each hold watches, and what is off
+// and why (off in the configuration, or its object not found at the last
+// reading): h may be nil, when every hold is off.
+func holdSources(cfg config.Holds, h *holds) (watched, off []string) {
+	found := func(by string) string {
+		if h == nil {
+			return ""
+		}
+		return h.off[by]
 	}
-	if cfg.UpgradePlansNamespace != "" {
-		out = append(out, "an upgrade Plan applying (in "+cfg.UpgradePlansNamespace+")")
+	switch {
+	case cfg.KuredOff():
+		off = append(off, kuredPhrase+` (holds.kured_daemonset is "off")`)
+	case found(holdKured) != "":
+		off = append(off, kuredPhrase+" ("+found(holdKured)+")")
+	case cfg.KuredDaemonSet != "":
+		watched = append(watched, kuredPhrase+" ("+cfg.KuredDaemonSet+")")
+	case h != nil && h.kuredDS.found != "":
+		watched = append(watched, kuredPhrase+" ("+h.kuredDS.found+", found by itself)")
+	default:
+		watched = append(watched, kuredPhrase+" (its DaemonSet is looked for at the next reading)")
 	}
-	if cfg.PrometheusURL != "" {
-		out = append(out, "an alert active at "+cfg.PrometheusURL)
+	switch {
+	case cfg.UpgradesOff():
+		off = append(off, upgradePhrase+` (holds.upgrade_plans_namespace is "off")`)
+	case found(holdUpgrade) != "":
+		off = append(off, upgradePhrase+" ("+found(holdUpgrade)+")")
+	case cfg.UpgradePlansNamespace != "":
+		watched = append(watched, upgradePhrase+" (in "+cfg.UpgradePlansNamespace+")")
+	default:
+		watched = append(watched, upgradePhrase+" (in every namespace)")
 	}
-	return out
+	if cfg.PrometheusURL == "" {
+		off = append(off, alertsPhrase+" (holds.prometheus_url is empty)")
+	} else {
+		watched = append(watched, alertsPhrase+" at "+cfg.PrometheusURL)
+	}
+	return watched, off
 }
 
-// newHolds returns nil when no hold is configured.
+// newHolds returns nil when every hold is off.
 func newHolds(cfg config.Holds, client kubernetes.Interface, reg prometheus.Registerer) (*holds, error) {
-	if cfg.KuredDaemonSet == "" && cfg.UpgradePlansNamespace == "" && cfg.PrometheusURL == "" {
+	if cfg.KuredOff() && cfg.UpgradesOff() && cfg.PrometheusURL == "" {
 		return nil, nil
 	}
-	h := &holds{cfg: cfg, client: client}
+	h := &holds{cfg: cfg, client: client, kuredDS: &kuredTarget{cfg: cfg, client: client}}
 	if cfg.PrometheusURL != "" {
 		c, err := promapi.NewClient(promapi.Config{Address: cfg.PrometheusURL})
 		if err != nil {
@@ -107,7 +151,7 @@ func newHolds(cfg config.Holds, client kubernetes.Interface, reg prometheus.Regi
 		}
 	}
 	h.held = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_start_held",
-		Help: "1 while a hold is in force (read on every pass while no swap is under way), by hold: kured, upgrade or prometheus."}, []string{"by"})
+		Help: "1 while a hold is in force (read on every pass), by hold: kured, upgrade or prometheus."}, []string{"by"})
 	h.since = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_start_held_since_timestamp_seconds",
 		Help: "When each hold in force began, as this replica read it, in seconds since the epoch; no series while it is not in force."}, []string{"by"})
 	h.unreadable = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_role_hold_unreadable",
@@ -115,7 +159,7 @@ func newHolds(cfg config.Holds, client kubernetes.Interface, reg prometheus.Regi
 	h.readFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_role_hold_read_failures_total",
 		Help: "Reads of a hold that failed, by hold: kured, upgrade or prometheus."}, []string{"by"})
 	reg.MustRegister(h.held, h.since, h.unreadable, h.readFailures)
-	h.heldSince, h.failing = map[string]time.Time{}, map[string]bool{}
+	h.heldSince, h.failing, h.off = map[string]time.Time{}, map[string]bool{}, map[string]string{}
 	return h, nil
 }
 
@@ -134,12 +178,15 @@ func (h *holds) read(ctx context.Context, s swapplan.Snapshot, out *swapplan.Nod
 	return slices.Clone(h.last)
 }
 
-// check reads every configured hold and says what holds a swap of out
-// (nil: none known), one sentence each. A hold that cannot be read holds,
-// and is counted, and told when it turns so.
+// check reads every hold not off and says what holds a swap of out (nil:
+// none known), one sentence each. A hold that cannot be read holds, and
+// is counted, and told when it turns so; one whose object is not there
+// (kured's DaemonSet not found, the Plans' CRD not installed) is off, and
+// says so in status.
 func (h *holds) check(ctx context.Context, s swapplan.Snapshot, out *swapplan.Node) []string {
 	var sentences []string
 	add := func(by string, why []string, err error) {
+		delete(h.off, by)
 		if err != nil {
 			h.readFailures.WithLabelValues(by).Inc()
 			h.unreadable.WithLabelValues(by).Set(1)
@@ -162,31 +209,36 @@ func (h *holds) check(ctx context.Context, s swapplan.Snapshot, out *swapplan.No
 		}
 		sentences = append(sentences, why...)
 	}
-	if h.cfg.KuredDaemonSet != "" {
-		why, err := h.kured(ctx, s.Now)
-		add(holdKured, why, err)
-	} else {
-		h.kuredHolders = nil
+	absent := func(by, why string) {
+		add(by, nil, nil)
+		h.off[by] = why
 	}
-	if h.cfg.UpgradePlansNamespace != "" {
-		why, err := h.upgrades(ctx, fleetNodes(s))
-		add(holdUpgrade, why, err)
+	h.kuredHolders = nil
+	if !h.cfg.KuredOff() {
+		ns, name, none, err := h.kuredDS.resolve(ctx, s.Now)
+		switch {
+		case err != nil:
+			add(holdKured, nil, err)
+		case none != "":
+			absent(holdKured, none)
+		default:
+			why, err := h.kured(ctx, s.Now, ns, name)
+			add(holdKured, why, err)
+		}
+	}
+	if !h.cfg.UpgradesOff() {
+		why, none, err := h.upgrades(ctx, fleetNodes(s))
+		if none != "" {
+			absent(holdUpgrade, none)
+		} else {
+			add(holdUpgrade, why, err)
+		}
 	}
 	if h.prom != nil {
 		why, err := h.alerts(ctx, out)
 		add(holdPrometheus, why, err)
 	}
 	return sentences
-}
-
-// clear forgets the holds: a swap is under way, and they are not read.
-func (h *holds) clear() {
-	h.held.Reset()
-	h.since.Reset()
-	h.unreadable.Reset()
-	h.readAt, h.readOut, h.last, h.kuredHolders = time.Time{}, "", nil, nil
-	clear(h.heldSince)
-	clear(h.failing)
 }
 
 // kuredLock is one holder of kured's lock annotation, as kured's
@@ -220,24 +272,27 @@ type kuredLockValue struct {
 	Locks     []kuredLock
 }
 
-// kured says who holds kured's reboot lock, but the controller (a place
-// of its own, left by a release that failed, is released by the pass).
-func (h *holds) kured(ctx context.Context, now time.Time) ([]string, error) {
-	ns, name := h.cfg.KuredDaemonSetName()
+// kured says who holds kured's reboot lock on the DaemonSet ns/name, but
+// the controller: its own place, taken for its swap, never holds that swap
+// (one left by a release that failed is released by the pass).
+func (h *holds) kured(ctx context.Context, now time.Time, ns, name string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
 	defer cancel()
 	h.kuredHolders = nil
 	ds, err := h.client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
+		if apierrors.IsNotFound(err) {
+			h.kuredDS.lost()
+		}
 		return nil, fmt.Errorf("kured's lock on the DaemonSet %s/%s cannot be read: %w", ns, name, err)
 	}
-	value, ok := ds.Annotations[h.cfg.KuredLockAnnotation]
+	value, ok := ds.Annotations[h.kuredDS.lockAnnotation()]
 	if !ok || value == "" {
 		return nil, nil
 	}
 	lock, err := parseKuredLock(value)
 	if err != nil {
-		return nil, fmt.Errorf("kured's lock %s on %s/%s cannot be read: %w", h.cfg.KuredLockAnnotation, ns, name, err)
+		return nil, fmt.Errorf("kured's lock %s on %s/%s cannot be read: %w", h.kuredDS.lockAnnotation(), ns, name, err)
 	}
 	var holders []string
 	for _, l := range lock.Locks {
@@ -282,7 +337,8 @@ func parseKuredLock(value string) (kuredLockValue, error) {
 type upgradePlans struct {
 	Items []struct {
 		Metadata struct {
-			Name string `json:"name"`
+			Namespace string `json:"namespace"`
+			Name      string `json:"name"`
 		} `json:"metadata"`
 		Status struct {
 			Applying []string `json:"applying"`
@@ -290,22 +346,45 @@ type upgradePlans struct {
 	} `json:"items"`
 }
 
-// upgrades says which Plans are applying to a Node of the fleet.
-func (h *holds) upgrades(ctx context.Context, fleet map[string]bool) ([]string, error) {
+// upgradesGroupVersion is the system-upgrade-controller's API; its
+// Plans' CRD is plans.upgrade.cattle.io.
+const upgradesGroupVersion = "upgrade.cattle.io/v1"
+
+// upgrades says which Plans are applying to a Node of the fleet: those of
+// holds.upgrade_plans_namespace, or of every namespace where it is empty.
+// none says why the Plans are not watched: their CRD is not installed.
+func (h *holds) upgrades(ctx context.Context, fleet map[string]bool) (why []string, none string, err error) {
 	ns := h.cfg.UpgradePlansNamespace
+	where, path := "in "+ns, "/apis/"+upgradesGroupVersion+"/namespaces/"+ns+"/plans"
+	if ns == "" {
+		where, path = "in every namespace", "/apis/"+upgradesGroupVersion+"/plans"
+	}
+	resources, err := h.client.Discovery().ServerResourcesForGroupVersion(upgradesGroupVersion)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "plans" })):
+		return nil, "the CRD plans.upgrade.cattle.io is not installed", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("the system-upgrade-controller's API %s cannot be read: %w", upgradesGroupVersion, err)
+	}
 	rc := h.client.Discovery().RESTClient()
-	if rc == nil {
-		return nil, fmt.Errorf("the Plans in %s cannot be read: no REST client", ns)
+	if rc == nil || reflect.ValueOf(rc).IsNil() {
+		return nil, "", fmt.Errorf("the Plans %s cannot be read: no REST client", where)
 	}
 	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
 	defer cancel()
-	raw, err := rc.Get().AbsPath("/apis/upgrade.cattle.io/v1/namespaces", ns, "plans").DoRaw(ctx)
+	raw, err := rc.Get().AbsPath(path).DoRaw(ctx)
+	if ns == "" && apierrors.IsForbidden(err) {
+		// Note: as kured's DaemonSet found by itself (kuredTarget.search),
+		// the Plans of every namespace are a default: off, and said so,
+		// where the controller may not list them.
+		return nil, "the controller may not list the Plans of every namespace: set holds.upgrade_plans_namespace, or grant it list on plans", nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("the system-upgrade-controller's Plans in %s cannot be read: %w", ns, err)
+		return nil, "", fmt.Errorf("the system-upgrade-controller's Plans %s cannot be read: %w", where, err)
 	}
 	var plans upgradePlans
 	if err := json.Unmarshal(raw, &plans); err != nil {
-		return nil, fmt.Errorf("the system-upgrade-controller's Plans in %s cannot be read: %w", ns, err)
+		return nil, "", fmt.Errorf("the system-upgrade-controller's Plans %s cannot be read: %w", where, err)
 	}
 	var out []string
 	for _, p := range plans.Items {
@@ -317,10 +396,10 @@ func (h *holds) upgrades(ctx context.Context, fleet map[string]bool) ([]string, 
 		}
 		if len(nodes) > 0 {
 			slices.Sort(nodes)
-			out = append(out, fmt.Sprintf("the Plan %s/%s is applying to %s", ns, p.Metadata.Name, strings.Join(nodes, ", ")))
+			out = append(out, fmt.Sprintf("the Plan %s/%s is applying to %s", p.Metadata.Namespace, p.Metadata.Name, strings.Join(nodes, ", ")))
 		}
 	}
-	return out, nil
+	return out, "", nil
 }
 
 // fleetNodes are the Nodes a swap may touch: the voters and the standbys.
@@ -428,6 +507,12 @@ func outgoing(s swapplan.Snapshot, plan swapplan.Plan) *swapplan.Node {
 		}
 	}
 	return nil
+}
+
+// stopsOutgoing says the plan stops a swap's outgoing voter (its
+// step-down, the step the holds gate): the holds are read fresh for it.
+func stopsOutgoing(plan swapplan.Plan) bool {
+	return plan.Swap != nil && plan.Action.Type == api.ActionStepDown && plan.Action.Node == plan.Swap.Out
 }
 
 // holdWarning records a warning Event, on the controller's status

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,8 +19,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
@@ -79,8 +85,6 @@ func TestKuredsLockHoldsWhileAHolderWhoseTTLHasNotRunOutIsNamedInEitherForm(t *t
 		h := kuredHolds(t, kuredDaemonSet(lock))
 		h.check(context.Background(), swapplan.Snapshot{Now: now}, nil)
 		assert.Equal(t, []string{"a1"}, h.kuredHolders, "v2's place ran out; the controller's is no maintenance")
-		h.clear()
-		assert.Empty(t, h.kuredHolders, "a swap under way reads no holds")
 	})
 	t.Run("the DaemonSet missing holds, and says so", func(t *testing.T) {
 		got := kuredHolds(t, nil).check(context.Background(), swapplan.Snapshot{Now: now}, nil)
@@ -208,7 +212,7 @@ func TestAHoldThatCannotBeReadHoldsIsCountedAndWarnsOnceEachTimeItTurnsUnreadabl
 	t.Cleanup(srv.Close)
 	setFailing := func(f bool) { mu.Lock(); failing = f; mu.Unlock() }
 	reg := prometheus.NewRegistry()
-	h, err := newHolds(config.Holds{PrometheusURL: srv.URL}, k8sfake.NewClientset(), reg)
+	h, err := newHolds(config.Holds{PrometheusURL: srv.URL, KuredDaemonSet: config.HoldOff, UpgradePlansNamespace: config.HoldOff}, k8sfake.NewClientset(), reg)
 	require.NoError(t, err)
 	var warned []string
 	h.warn = func(by, why string) { warned = append(warned, by+": "+why) }
@@ -286,15 +290,15 @@ func TestAReadingOfTheHoldsIsShownAgainForThirtySecondsButReadFreshWhenASwapWoul
 	assert.Equal(t, 3, asked(), "read anew for another voter")
 	h.read(ctx, swapplan.Snapshot{Now: t0.Add(60 * time.Second)}, v3, false)
 	assert.Equal(t, 4, asked(), "read anew after 30s")
-	h.clear()
-	h.read(ctx, swapplan.Snapshot{Now: t0.Add(61 * time.Second)}, v3, false)
-	assert.Equal(t, 5, asked(), "read anew after a swap")
 }
 
-func TestNoHoldConfiguredReadsNothing(t *testing.T) {
-	h, err := newHolds(config.Holds{KuredLockAnnotation: config.DefaultKuredLockAnnotation}, nil, prometheus.NewRegistry())
+func TestEveryHoldTurnedOffReadsNothing(t *testing.T) {
+	h, err := newHolds(config.Holds{KuredDaemonSet: config.HoldOff, UpgradePlansNamespace: config.HoldOff, KuredLockAnnotation: config.DefaultKuredLockAnnotation}, nil, prometheus.NewRegistry())
 	require.NoError(t, err)
 	assert.Nil(t, h)
+	h, err = newHolds(config.Holds{KuredLockAnnotation: config.DefaultKuredLockAnnotation}, k8sfake.NewClientset(), prometheus.NewRegistry())
+	require.NoError(t, err)
+	assert.NotNil(t, h, "kured's lock and the Plans are on by default")
 }
 
 // webhook records the bodies posted to it.
@@ -389,4 +393,155 @@ func TestANotificationURLShoutrrrDoesNotKnowIsABadConfigurationThatDoesNotShowTh
 	n, err := NewNotifier(config.Notify{}, nil)
 	require.NoError(t, err)
 	assert.Nil(t, n, "no URL, no notifier")
+}
+
+func TestKuredsDaemonSetIsFoundByItsChartLabelOrItsNameAndItsLockHoldsButNotTheControllersOwnPlace(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	held := `{"nodeID":"v3","created":"` + now.Add(-time.Minute).Format(time.RFC3339) + `","TTL":3600000000000}`
+	ours := `{"nodeID":"` + api.ControllerHolder + `","created":"` + now.Add(-time.Minute).Format(time.RFC3339) + `","TTL":3600000000000}`
+	ds := func(ns, name string, labels map[string]string, lock string) *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels,
+			Annotations: map[string]string{config.DefaultKuredLockAnnotation: lock}}}
+	}
+	for _, c := range []struct {
+		name       string
+		configured string
+		objects    []*appsv1.DaemonSet
+		want       []string
+		watched    string
+		off        string
+	}{
+		{"kured's manifests: kube-system/kured", "", []*appsv1.DaemonSet{ds("kube-system", "kured", nil, held)},
+			[]string{"kured's reboot lock is held by v3"}, "kured's reboot lock (kube-system/kured, found by itself)", ""},
+		{"kured's Helm chart: labelled, under its release's name", "", []*appsv1.DaemonSet{
+			ds("ops", "fluent-bit", map[string]string{kuredChartLabel: "fluent-bit"}, held),
+			ds("ops", "reboots", map[string]string{kuredChartLabel: "kured"}, held)},
+			[]string{"kured's reboot lock is held by v3"}, "kured's reboot lock (ops/reboots, found by itself)", ""},
+		{"no kured: off, saying so", "", []*appsv1.DaemonSet{ds("ops", "fluent-bit", nil, held)},
+			nil, "", "kured's reboot lock (no kured DaemonSet found: none labelled app.kubernetes.io/name=kured or named kured)"},
+		{"turned off", config.HoldOff, []*appsv1.DaemonSet{ds("kube-system", "kured", nil, held)},
+			nil, "", `kured's reboot lock (holds.kured_daemonset is "off")`},
+		{"the controller's own place, taken for its swap", "", []*appsv1.DaemonSet{ds("kube-system", "kured", nil, ours)},
+			nil, "kured's reboot lock (kube-system/kured, found by itself)", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			client := k8sfake.NewClientset()
+			for _, o := range c.objects {
+				_, err := client.AppsV1().DaemonSets(o.Namespace).Create(context.Background(), o, metav1.CreateOptions{})
+				require.NoError(t, err)
+			}
+			cfg := config.DefaultController().Holds
+			cfg.KuredDaemonSet, cfg.UpgradePlansNamespace = c.configured, config.HoldOff
+			h, err := newHolds(cfg, client, prometheus.NewRegistry())
+			require.NoError(t, err)
+			if c.configured == config.HoldOff {
+				require.Nil(t, h, "every hold off")
+			} else {
+				assert.Equal(t, c.want, h.check(context.Background(), swapplan.Snapshot{Now: now}, nil))
+			}
+			watched, off := holdSources(cfg, h)
+			if c.watched != "" {
+				assert.Contains(t, watched, c.watched)
+			}
+			if c.off != "" {
+				assert.Contains(t, off, c.off)
+			}
+		})
+	}
+}
+
+func TestTheUpgradePlansAreOffWithoutTheirCRDAndWatchedOnceItIsInstalled(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	cfg := config.DefaultController().Holds
+	cfg.KuredDaemonSet = config.HoldOff
+	client := k8sfake.NewClientset()
+	h, err := newHolds(cfg, client, prometheus.NewRegistry())
+	require.NoError(t, err)
+	assert.Empty(t, h.check(context.Background(), swapplan.Snapshot{Now: now}, nil), "no CRD: no hold, and no error")
+	_, off := holdSources(cfg, h)
+	assert.Contains(t, off, "an upgrade Plan applying (the CRD plans.upgrade.cattle.io is not installed)")
+
+	// Installed: watched. The fake API has no REST client to list them,
+	// and a hold that cannot be read holds.
+	client.Resources = append(client.Resources, &metav1.APIResourceList{GroupVersion: "upgrade.cattle.io/v1",
+		APIResources: []metav1.APIResource{{Name: "plans", Namespaced: true, Kind: "Plan"}}})
+	got := h.check(context.Background(), swapplan.Snapshot{Now: now}, nil)
+	assert.Equal(t, []string{"the Plans in every namespace cannot be read: no REST client"}, got)
+	watched, off := holdSources(cfg, h)
+	assert.Contains(t, watched, "an upgrade Plan applying (in every namespace)")
+	assert.NotContains(t, strings.Join(off, "; "), "Plan")
+}
+
+func TestTheHoldsAreReadFreshForTheOutgoingVotersStepDownAloneNotForARolledBackCandidatesOrOtherSteps(t *testing.T) {
+	rec := &api.SwapRecord{ID: "x", Out: "v1", In: "s1"}
+	for _, c := range []struct {
+		name string
+		plan swapplan.Plan
+		want bool
+	}{
+		{"the outgoing voter's step-down", swapplan.Plan{Swap: rec, Action: swapplan.Action{Type: api.ActionStepDown, Node: "v1"}}, true},
+		{"the candidate's step-down in a rollback", swapplan.Plan{Swap: rec, Action: swapplan.Action{Type: api.ActionStepDown, Node: "s1"}}, false},
+		{"the removal", swapplan.Plan{Swap: rec, Action: swapplan.Action{Type: api.ActionRemoveMember, Node: "v1"}}, false},
+		{"no swap", swapplan.Plan{Action: swapplan.Action{Type: api.ActionStepDown, Node: "v1"}}, false},
+	} {
+		assert.Equal(t, c.want, stopsOutgoing(c.plan), c.name)
+	}
+}
+
+func TestKuredsDaemonSetThatTheControllerMayNotLookForIsOffAndSaysWhyButOneConfiguredAndUnreadableHolds(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	client := k8sfake.NewClientset()
+	forbid := func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "daemonsets"}, "", errors.New("RBAC"))
+	}
+	client.PrependReactor("list", "daemonsets", forbid)
+	client.PrependReactor("get", "daemonsets", forbid)
+	cfg := config.DefaultController().Holds
+	cfg.UpgradePlansNamespace = config.HoldOff
+	h, err := newHolds(cfg, client, prometheus.NewRegistry())
+	require.NoError(t, err)
+	assert.Empty(t, h.check(context.Background(), swapplan.Snapshot{Now: now}, nil), "found by itself: off")
+	_, off := holdSources(cfg, h)
+	assert.Contains(t, off, "kured's reboot lock (the controller may not list DaemonSets to find kured's: set holds.kured_daemonset, or grant it list on daemonsets)")
+
+	cfg.KuredDaemonSet = "kube-system/kured"
+	h, err = newHolds(cfg, client, prometheus.NewRegistry())
+	require.NoError(t, err)
+	got := h.check(context.Background(), swapplan.Snapshot{Now: now}, nil)
+	require.Len(t, got, 1, "configured by name: unreadable, it holds")
+	assert.Contains(t, got[0], "kured's lock on the DaemonSet kube-system/kured cannot be read")
+}
+
+func TestKuredsLockAnnotationAndConcurrencyAreReadFromTheDaemonSetFoundInItsFlagsOrItsEnvironment(t *testing.T) {
+	kured := func(c corev1.Container) *appsv1.DaemonSet {
+		c.Name = "kured"
+		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kured"},
+			Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}}}
+	}
+	for _, c := range []struct {
+		name        string
+		container   corev1.Container
+		annotation  string
+		concurrency int
+	}{
+		{"none given", corev1.Container{Command: []string{"/usr/bin/kured"}, Args: []string{"--period=1h"}}, "", 0},
+		{"flags with =", corev1.Container{Command: []string{"/usr/bin/kured"}, Args: []string{"--lock-annotation=example.org/reboot", "--concurrency=2"}}, "example.org/reboot", 2},
+		{"flags and values apart, in the command", corev1.Container{Command: []string{"/usr/bin/kured", "--lock-annotation", "example.org/reboot", "--concurrency", "3"}}, "example.org/reboot", 3},
+		{"the environment", corev1.Container{Env: []corev1.EnvVar{{Name: "KURED_LOCK_ANNOTATION", Value: "example.org/env"}, {Name: "KURED_CONCURRENCY", Value: "2"}}}, "example.org/env", 2},
+		{"a concurrency that is no number", corev1.Container{Args: []string{"--concurrency=many"}}, "", 0},
+	} {
+		annotation, concurrency := kuredFlags(kured(c.container))
+		assert.Equal(t, c.annotation, annotation, c.name)
+		assert.Equal(t, c.concurrency, concurrency, c.name)
+	}
+
+	// Found by itself, the lock is read under kured's own annotation.
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ds := kured(corev1.Container{Args: []string{"--lock-annotation=example.org/reboot"}})
+	ds.Annotations = map[string]string{"example.org/reboot": `{"nodeID":"v3","created":"` + now.Format(time.RFC3339) + `","TTL":0}`}
+	cfg := config.DefaultController().Holds
+	cfg.UpgradePlansNamespace = config.HoldOff
+	h, err := newHolds(cfg, k8sfake.NewClientset(ds), prometheus.NewRegistry())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"kured's reboot lock is held by v3"}, h.check(context.Background(), swapplan.Snapshot{Now: now}, nil))
 }

@@ -20,16 +20,21 @@ import (
 )
 
 // marks tell other tools to keep off a swap while it runs: kured's reboot
-// lock, which the controller takes itself in kured's own format (when
-// holds.kured_daemonset is configured), so that kured reboots no Node
-// until the swap ends; and the label api.LabelSwapping on the swap's two
-// Nodes. Each pass makes them agree with the swap under way, or with
-// none: an end, a rollback's end and a restart release them alike.
+// lock, which the controller takes itself in kured's own format (on
+// kured's DaemonSet, configured or found, unless holds.kured_daemonset is
+// "off"), so that kured reboots no Node until the swap ends; and the label
+// api.LabelSwapping on the swap's two Nodes and on every other voter, so
+// that an upgrade Plan whose nodeSelector excludes it keeps off every
+// voter while the cluster has a failure less to spare. Each pass makes
+// them agree with the swap under way, or with none: an end, a rollback's
+// end and a restart release them alike.
 type marks struct {
 	client kubernetes.Interface
 	cache  *cache
 	holds  config.Holds
-	now    func() time.Time
+	// kured is kured's DaemonSet, shared with the holds when they are on.
+	kured *kuredTarget
+	now   func() time.Time
 	// lockMaybeOurs: kured's lock may hold a place of ours though no
 	// swap runs (so at the start, and after a claim); false once a read
 	// found none. lockChecked is when the lock was last read while a swap
@@ -47,13 +52,13 @@ const actionMark = "mark"
 const lockCheckEvery = time.Minute
 
 func newMarks(client kubernetes.Interface, c *cache, holds config.Holds, now func() time.Time) *marks {
-	return &marks{client: client, cache: c, holds: holds, now: now, lockMaybeOurs: true}
+	return &marks{client: client, cache: c, holds: holds, kured: &kuredTarget{cfg: holds, client: client}, now: now, lockMaybeOurs: true}
 }
 
 // claim takes kured's lock for a swap about to start; it says why it
 // could not, as a hold.
 func (m *marks) claim(ctx context.Context) string {
-	if m.holds.KuredDaemonSet == "" {
+	if m.holds.KuredOff() {
 		return ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
@@ -61,7 +66,7 @@ func (m *marks) claim(ctx context.Context) string {
 	holders, err := m.takeLock(ctx)
 	switch {
 	case err != nil:
-		return fmt.Sprintf("kured's lock on the DaemonSet %s cannot be taken: %v", m.holds.KuredDaemonSet, err)
+		return fmt.Sprintf("kured's lock cannot be taken: %v", err)
 	case len(holders) > 0:
 		return fmt.Sprintf("kured's reboot lock is held by %s", strings.Join(holders, ", "))
 	}
@@ -69,13 +74,13 @@ func (m *marks) claim(ctx context.Context) string {
 }
 
 // keep makes the marks agree with swap, the swap under way after this
-// pass (nil: none).
-func (m *marks) keep(ctx context.Context, swap *api.SwapRecord) error {
+// pass (nil: none), and voters, the voters at this pass.
+func (m *marks) keep(ctx context.Context, swap *api.SwapRecord, voters []string) error {
 	var errs []error
-	if err := m.label(ctx, swap); err != nil {
+	if err := m.label(ctx, swap, voters); err != nil {
 		errs = append(errs, err)
 	}
-	if m.holds.KuredDaemonSet != "" {
+	if !m.holds.KuredOff() {
 		ctx, cancel := context.WithTimeout(ctx, holdTimeout)
 		defer cancel()
 		if err := m.keepLock(ctx, swap != nil); err != nil {
@@ -88,12 +93,15 @@ func (m *marks) keep(ctx context.Context, swap *api.SwapRecord) error {
 	return nil
 }
 
-// label puts api.LabelSwapping on the swap's two Nodes and takes it off
-// every other; the cache says which carry it, so an idle pass costs no
-// request.
-func (m *marks) label(ctx context.Context, swap *api.SwapRecord) error {
+// label puts api.LabelSwapping on the swap's two Nodes and on every other
+// voter, and takes it off every other Node; the cache says which carry
+// it, so an idle pass costs no request.
+func (m *marks) label(ctx context.Context, swap *api.SwapRecord, voters []string) error {
 	want := map[string]string{}
 	if swap != nil {
+		for _, v := range voters {
+			want[v] = api.LabelSwappingVoter
+		}
 		want[swap.Out], want[swap.In] = api.LabelSwappingOut, api.LabelSwappingIn
 	}
 	have := m.cache.swappingLabels()
@@ -133,9 +141,10 @@ func (m *marks) label(ctx context.Context, swap *api.SwapRecord) error {
 	return nil
 }
 
-// keepLock holds kured's lock while a swap runs (taking it when free,
-// renewing it past half its TTL) and releases the controller's places
-// when none does.
+// keepLock holds kured's lock while a swap runs, from the pass that
+// starts it to the one that ends it (taking it when free, renewing it
+// past half its TTL), and releases the controller's places when none
+// runs.
 func (m *marks) keepLock(ctx context.Context, running bool) error {
 	now := m.now()
 	if !running {
@@ -158,7 +167,7 @@ func (m *marks) keepLock(ctx context.Context, running bool) error {
 // it as the controller's, fresh: the holders that keep it otherwise.
 func (m *marks) takeLock(ctx context.Context) ([]string, error) {
 	ds, lock, err := m.readLock(ctx)
-	if err != nil {
+	if err != nil || ds == nil {
 		return nil, err
 	}
 	now := m.now()
@@ -173,11 +182,11 @@ func (m *marks) takeLock(ctx context.Context) ([]string, error) {
 	}
 	ours := kuredLock{NodeID: api.ControllerHolder, Metadata: json.RawMessage(`{"unschedulable":false}`), Created: now.UTC(), TTL: m.holds.KuredLockTTL}
 	var value any = ours
-	if lock.Multi || m.holds.KuredConcurrency > 1 {
+	if lock.Multi || m.kured.lockConcurrency() > 1 {
 		// Every place, so that no kured takes one (kured's
 		// canAcquireMultiple counts the places taken against its own
 		// --concurrency).
-		n := max(m.holds.KuredConcurrency, lock.MaxOwners)
+		n := max(m.kured.lockConcurrency(), lock.MaxOwners)
 		value = kuredMultiLock{MaxOwners: &n, Locks: slices.Repeat([]kuredLock{ours}, n)}
 	}
 	if err := m.writeLock(ctx, ds, value); err != nil {
@@ -194,6 +203,10 @@ func (m *marks) releaseLock(ctx context.Context) error {
 	ds, lock, err := m.readLock(ctx)
 	if err != nil {
 		return err
+	}
+	if ds == nil {
+		m.lockMaybeOurs = false
+		return nil
 	}
 	rest := slices.DeleteFunc(slices.Clone(lock.Locks), func(l kuredLock) bool { return l.NodeID == api.ControllerHolder })
 	switch {
@@ -213,20 +226,27 @@ func (m *marks) releaseLock(ctx context.Context) error {
 	return nil
 }
 
-// readLock reads kured's DaemonSet and its lock.
+// readLock reads kured's DaemonSet and its lock; no DaemonSet (nil, and
+// no error) when kured's is not found.
 func (m *marks) readLock(ctx context.Context) (*appsv1.DaemonSet, kuredLockValue, error) {
-	ns, name := m.holds.KuredDaemonSetName()
+	ns, name, none, err := m.kured.resolve(ctx, m.now())
+	if err != nil || none != "" {
+		return nil, kuredLockValue{}, err
+	}
 	ds, err := m.client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
+		if apierrors.IsNotFound(err) {
+			m.kured.lost()
+		}
 		return nil, kuredLockValue{}, fmt.Errorf("read kured's DaemonSet %s/%s: %w", ns, name, err)
 	}
-	value := ds.Annotations[m.holds.KuredLockAnnotation]
+	value := ds.Annotations[m.kured.lockAnnotation()]
 	if value == "" {
 		return ds, kuredLockValue{}, nil
 	}
 	lock, err := parseKuredLock(value)
 	if err != nil {
-		return nil, kuredLockValue{}, fmt.Errorf("read kured's lock %s on %s/%s: %w", m.holds.KuredLockAnnotation, ns, name, err)
+		return nil, kuredLockValue{}, fmt.Errorf("read kured's lock %s on %s/%s: %w", m.kured.lockAnnotation(), ns, name, err)
 	}
 	return ds, lock, nil
 }
@@ -235,7 +255,7 @@ func (m *marks) readLock(ctx context.Context) (*appsv1.DaemonSet, kuredLockValue
 // change made meanwhile, by kured or anyone, fails with a conflict.
 func (m *marks) writeLock(ctx context.Context, ds *appsv1.DaemonSet, value any) error {
 	if value == nil {
-		delete(ds.Annotations, m.holds.KuredLockAnnotation)
+		delete(ds.Annotations, m.kured.lockAnnotation())
 	} else {
 		b, err := json.Marshal(value)
 		if err != nil {
@@ -244,7 +264,7 @@ func (m *marks) writeLock(ctx context.Context, ds *appsv1.DaemonSet, value any) 
 		if ds.Annotations == nil {
 			ds.Annotations = map[string]string{}
 		}
-		ds.Annotations[m.holds.KuredLockAnnotation] = string(b)
+		ds.Annotations[m.kured.lockAnnotation()] = string(b)
 	}
 	if _, err := m.client.AppsV1().DaemonSets(ds.Namespace).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("write kured's lock on %s/%s: %w", ds.Namespace, ds.Name, err)

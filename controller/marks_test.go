@@ -44,7 +44,7 @@ func TestTheControllersPlaceInKuredsLockIsTakenRenewedPastHalfItsTTLAndReleased(
 	v, ok := lockOn(t, client)
 	require.True(t, ok)
 	assert.JSONEq(t, `{"nodeID":"fleet-role-controller","metadata":{"unschedulable":false},"created":"2026-12-06T10:00:00Z","TTL":1800000000000}`, v)
-	mine, err := kuredHolds(t, kuredDaemonSet(v)).kured(ctx, now)
+	mine, err := kuredHolds(t, kuredDaemonSet(v)).kured(ctx, now, "kube-system", "kured")
 	require.NoError(t, err)
 	assert.Empty(t, mine, "the controller's own place does not hold its own start")
 
@@ -125,11 +125,11 @@ func TestKuredConcurrencyAboveOneWritesTheMultipleFormWhereNoLockWasYet(t *testi
 	assert.Len(t, multi.Locks, 3)
 }
 
-func TestTheSwapsTwoNodesAreLabelledOutAndInAndEveryOtherLabelIsTakenOff(t *testing.T) {
+func TestTheSwapsTwoNodesAreLabelledOutAndInEveryOtherVoterVoterAndEveryOtherLabelIsTakenOffAndAllAtTheEnd(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	m, client := testMarks(t, "", 1, &now)
-	m.holds.KuredDaemonSet = "" // the labels alone
+	m.holds.KuredDaemonSet = config.HoldOff // the labels alone
 	for _, n := range []*corev1.Node{
 		{ObjectMeta: metav1.ObjectMeta{Name: "v1"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "s1", Labels: map[string]string{api.LabelSwapping: api.LabelSwappingOut}}},
@@ -153,14 +153,41 @@ func TestTheSwapsTwoNodesAreLabelledOutAndInAndEveryOtherLabelIsTakenOff(t *test
 		return out
 	}
 
-	require.NoError(t, m.keep(ctx, &api.SwapRecord{Out: "v1", In: "s1"}))
+	require.NoError(t, m.keep(ctx, &api.SwapRecord{Out: "v1", In: "s1"}, []string{"v1"}))
 	assert.Equal(t, map[string]string{"v1": "out", "s1": "in"}, labels())
 	assert.Equal(t, map[string]string{"v1": "out", "s1": "in"}, m.cache.swappingLabels(), "the cache keeps what was written; the Node gone is forgotten")
 	v3, err := client.CoreV1().Nodes().Get(ctx, "v3", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"zone": "a"}, v3.Labels, "only the label of the swap is taken off")
 
-	require.NoError(t, m.keep(ctx, nil))
+	require.NoError(t, m.keep(ctx, &api.SwapRecord{Out: "v1", In: "s1"}, []string{"s1", "v1", "v3"}))
+	assert.Equal(t, map[string]string{"v1": "out", "s1": "in", "v3": "voter"}, labels(),
+		"every other voter is labelled too, so that an upgrade Plan keeps off it while the swap runs")
+
+	require.NoError(t, m.keep(ctx, nil, []string{"s1", "v1", "v3"}))
 	assert.Empty(t, labels())
 	assert.Empty(t, m.cache.swappingLabels())
+}
+
+func TestWithNoDaemonSetConfiguredKuredsLockIsTakenOnTheOneFoundAndReleasedAndNoneIsWrittenWhereNoneIsFound(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	client := k8sfake.NewClientset(kuredDaemonSet(""))
+	m := newMarks(client, newCache(client, "fleet-role", nil, nil, func() {}), config.DefaultController().Holds, clock)
+	require.Empty(t, m.claim(ctx))
+	v, ok := lockOn(t, client)
+	require.True(t, ok, "taken on kube-system/kured, found by its name")
+	assert.Contains(t, v, `"nodeID":"fleet-role-controller"`)
+	require.NoError(t, m.keep(ctx, nil, nil))
+	_, ok = lockOn(t, client)
+	assert.False(t, ok, "released once no swap runs")
+
+	empty := k8sfake.NewClientset()
+	m = newMarks(empty, newCache(empty, "fleet-role", nil, nil, func() {}), config.DefaultController().Holds, clock)
+	assert.Empty(t, m.claim(ctx), "no kured: nothing holds the start")
+	require.NoError(t, m.keep(ctx, &api.SwapRecord{Out: "v1", In: "s1"}, nil))
+	list, err := empty.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, list.Items)
 }

@@ -1,11 +1,14 @@
 package controller
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/fleet-role/fleet-role/api"
 	"github.com/fleet-role/fleet-role/config"
@@ -23,8 +26,9 @@ func TestEveryStatusSaysWhoLeadsTheDryRunTheWindowAndTheHolds(t *testing.T) {
 	require.NotNil(t, st.Controller)
 	opens := time.Date(2026, 12, 5, 2, 0, 0, 0, time.UTC)
 	assert.Equal(t, api.ControllerState{Leader: "replica-1", DryRun: true,
-		Window: &api.WindowState{Spec: "sun,sat 02:00-05:00 UTC", Open: false, Next: &opens},
-		Holds:  []string{"kured's reboot lock (kube-system/kured)"}}, *st.Controller)
+		Window:   &api.WindowState{Spec: "sun,sat 02:00-05:00 UTC", Open: false, Next: &opens},
+		Holds:    []string{"kured's reboot lock (kube-system/kured)", "an upgrade Plan applying (in every namespace)"},
+		HoldsOff: []string{"an alert active (holds.prometheus_url is empty)"}}, *st.Controller)
 
 	held := []string{"kured's reboot lock is held by v2 (until 2026-12-04T13:00:00Z)"}
 	c.statusChange(swapplan.Snapshot{Now: opens.Add(time.Hour), Holds: held}, swapplan.Plan{Action: swapplan.Action{Type: api.ActionNone}}, nil)(&st, nil)
@@ -32,10 +36,32 @@ func TestEveryStatusSaysWhoLeadsTheDryRunTheWindowAndTheHolds(t *testing.T) {
 	assert.Equal(t, time.Date(2026, 12, 5, 5, 0, 0, 0, time.UTC), *st.Controller.Window.Next)
 	assert.Equal(t, held, st.Controller.Held)
 
-	c = &Controller{cfg: config.DefaultController(), plan: PlanConfig(config.DefaultController()), identity: "replica-2"}
+	// The defaults, read where neither kured nor the Plans' CRD is there:
+	// each off, saying why.
+	def := config.DefaultController()
+	h, err := newHolds(def.Holds, k8sfake.NewClientset(), prometheus.NewRegistry())
+	require.NoError(t, err)
+	c = &Controller{cfg: def, plan: PlanConfig(def), identity: "replica-2", holds: h}
+	assert.Empty(t, h.check(context.Background(), swapplan.Snapshot{Now: now}, nil))
 	c.statusChange(swapplan.Snapshot{Now: now}, swapplan.Plan{Action: swapplan.Action{Type: api.ActionNone}}, nil)(&st, nil)
 	assert.Nil(t, st.Controller.Window, "a window open always says nothing")
 	assert.Empty(t, st.Controller.Holds)
+	assert.Equal(t, []string{
+		"kured's reboot lock (no kured DaemonSet found: none labelled app.kubernetes.io/name=kured or named kured)",
+		"an upgrade Plan applying (the CRD plans.upgrade.cattle.io is not installed)",
+		"an alert active (holds.prometheus_url is empty)",
+	}, st.Controller.HoldsOff)
+
+	// Every hold turned off: no reader at all, and status says so.
+	def.Holds.KuredDaemonSet, def.Holds.UpgradePlansNamespace = config.HoldOff, config.HoldOff
+	c = &Controller{cfg: def, plan: PlanConfig(def), identity: "replica-2"}
+	c.statusChange(swapplan.Snapshot{Now: now}, swapplan.Plan{Action: swapplan.Action{Type: api.ActionNone}}, nil)(&st, nil)
+	assert.Empty(t, st.Controller.Holds)
+	assert.Equal(t, []string{
+		`kured's reboot lock (holds.kured_daemonset is "off")`,
+		`an upgrade Plan applying (holds.upgrade_plans_namespace is "off")`,
+		"an alert active (holds.prometheus_url is empty)",
+	}, st.Controller.HoldsOff)
 }
 
 func TestTheStatusNamesTheRunnerPodsTheSwapWaitsOnAndForgetsThemAfter(t *testing.T) {

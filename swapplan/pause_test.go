@@ -55,7 +55,7 @@ func TestAPauseTakenMidSwapLetsTheSwapEndAndHoldsTheNextAutomaticOne(t *testing.
 	assert.NotContains(t, plan.Reason, "paused")
 }
 
-func TestAHoldKeepsAnySwapFromStartingButARequestThatOverridesTheHoldsAndLetsASwapUnderWayEnd(t *testing.T) {
+func TestAHoldKeepsAnySwapFromStartingButARequestThatOverridesTheHoldsAndHoldsASwapUnderWayAtItsGatesUntilItEnds(t *testing.T) {
 	w := newWorld(t, 3, 2, 0)
 	w.holds = []string{"kured's reboot lock is held by v3", "the Plan system-upgrade/server-plan is applying to v3"}
 	w.node("v2").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 5, Reason: "fsync p99 40 ms"}
@@ -77,7 +77,10 @@ func TestAHoldKeepsAnySwapFromStartingButARequestThatOverridesTheHoldsAndLetsASw
 	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
 	w.runUntil(50, acting(api.ActionPromote, "s2"))
 	w.holds = []string{"the alert EtcdHighFsyncDurations is firing"}
-	assert.Equal(t, api.ResultCompleted, w.run(200).Result, "a swap under way goes on while held")
+	plan = w.runUntil(50, atStep(api.StepGates))
+	assert.Contains(t, plan.Reason, "held: the alert EtcdHighFsyncDurations is firing", "a swap under way does not stop its outgoing voter while held")
+	w.holds = nil
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result, "and ends once the hold does")
 }
 
 func TestADryRunSaysItsDecisionWouldWaitForAPauseAndTheHoldsInForce(t *testing.T) {

@@ -28,11 +28,14 @@ type Snapshot struct {
 	// names is rolled back (or abandoned) while its outgoing voter has not
 	// stepped down.
 	Cancel *api.Cancel
-	// Holds say what else holds the start of a swap now (kured's reboot
-	// lock, an upgrade applying, an alert firing), each a sentence: no
-	// swap starts but a forced manual request; a swap under way goes on.
-	// The controller reads them on every pass while no swap is under way,
-	// so that a dry run says what would wait.
+	// Holds say what else disrupts the cluster now (kured's reboot lock
+	// held by another than the controller, an upgrade applying, an alert
+	// firing), each a sentence: no swap starts but a forced manual
+	// request, and a swap under way does not stop its outgoing voter (the
+	// gates; see gates in swap.go for the steps they hold and why). The
+	// controller reads them on every pass, with a swap under way or not,
+	// so that a dry run says what would wait and a disruption that begins
+	// mid-swap holds the next stop.
 	Holds []string
 }
 

@@ -354,8 +354,23 @@ func beatAfter(n *Node, start time.Time) bool {
 }
 
 // gates: with N+1 voters, every voter but OUT healthy and fresh, each
-// listing exactly the expected members, none a learner; and OUT not
-// silent while its Node is Ready.
+// listing exactly the expected members, none a learner; OUT not silent
+// while its Node is Ready; and no hold in force (Snapshot.Holds: kured's
+// reboot lock held by another, an upgrade Plan applying, an alert).
+//
+// Note: one disruption at a time. The holds gate every step that lowers
+// the failures etcd survives or takes a voter away: in a live voter's
+// swap, the outgoing voter's stop (its step-down, and a failed step-down
+// asked again); they hold every action on OUT until then, as the other
+// gates do, past the gates' bound too. Four members with OUT stopping
+// and another server rebooting leave two of four, below the quorum of
+// three. They hold nothing else a swap does: the candidate's promotion
+// never lowers the failures survived (a learner does not vote, and N+1
+// voters survive as many failures as N, or one more: 3 and 4 survive 1, 5
+// survives 2); a member's removal once OUT's server stopped restores a
+// failure to spare and must never wait (removeMember); a rollback and an
+// abandon put the cluster back as it was; a dead voter's swap removes its
+// member first and promotes after, neither of which lowers them.
 //
 // Note: an OUT whose samples stopped while its kubelet's heartbeats did
 // not (yet) may be paused or cut off, and would come back asked to step
@@ -382,6 +397,9 @@ func (p *planner) gates(in, out *Node) string {
 		if why := p.membershipProblem(v, expected); why != "" {
 			return why
 		}
+	}
+	if h := p.s.Holds; len(h) > 0 {
+		return held(h) + " (one disruption at a time: the outgoing voter is not stopped while another may be)"
 	}
 	return ""
 }
@@ -422,6 +440,8 @@ func (p *planner) stepDownWait(in, out *Node) Plan {
 	rep := out.answer(p.rec.ID, api.RequestStepDown)
 	gone := p.passed(api.StepStepDown)
 	switch {
+	case rep != nil && rep.State == api.StateFailed && out.Ready && !gone && len(p.s.Holds) > 0:
+		return p.wait(api.StepStepDown, "the step-down failed on %s (%s); asking again is %s (one disruption at a time)", out.Name, rep.Message, held(p.s.Holds))
 	case rep != nil && rep.State == api.StateFailed && out.Ready && !gone:
 		a := p.request(out, api.ActionStepDown, api.RequestStepDown)
 		a.Request.Leader = p.rec.In

@@ -212,6 +212,8 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 	}
 	if c := st.Controller; c != nil {
 		controllerRows(row, c, now)
+	} else {
+		row("HOLDS", "not known: the controller has written no state of its own yet")
 	}
 	if s := st.Swap; s != nil {
 		phase := ""
@@ -404,13 +406,25 @@ func controllerRows(row func(k, format string, args ...any), c *api.ControllerSt
 		}
 		row("WINDOW", "%s (%s)%s", state, w.Spec, next)
 	}
+	row("HOLDS", "%s", holdsLine(c))
+}
+
+// holdsLine says what the holds watch, what is off and why, and what holds
+// now: always, so that a fleet whose holds are all off says so.
+func holdsLine(c *api.ControllerState) string {
+	watching := "watching nothing"
 	if len(c.Holds) > 0 {
-		held := "none in force when last read"
-		if len(c.Held) > 0 {
-			held = "in force: " + strings.Join(c.Held, "; ")
-		}
-		row("HOLDS", "%s; %s", strings.Join(c.Holds, ", "), held)
+		watching = "watching " + strings.Join(c.Holds, ", ")
 	}
+	off := ""
+	if len(c.HoldsOff) > 0 {
+		off = "; off: " + strings.Join(c.HoldsOff, ", ")
+	}
+	now := "; nothing holds now"
+	if len(c.Held) > 0 {
+		now = "; holding now: " + strings.Join(c.Held, "; ")
+	}
+	return watching + off + now
 }
 
 // catchUp says, while the candidate joins, how far its member trails the

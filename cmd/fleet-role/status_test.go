@@ -123,7 +123,7 @@ func TestStatusSaysWhoLeadsTheDryRunTheWindowTheHoldsAndTheDomainsOfAQuietFleet(
 	out := b.String()
 	assert.Contains(t, out, "CONTROLLER  fleet-role-controller-7d4b9-x2x9q leads; dry run on: its own decisions are only reported; a manual swap is carried out\n")
 	assert.Contains(t, out, "WINDOW      closed (mon,tue,wed,thu,fri 02:00-05:00 UTC); opens at 2026-12-05 02:00:00Z (in 14h0m0s)\n")
-	assert.Contains(t, out, "HOLDS       kured's reboot lock (kube-system/kured); none in force when last read\n")
+	assert.Contains(t, out, "HOLDS       watching kured's reboot lock (kube-system/kured); nothing holds now\n")
 	assert.Contains(t, out, "DOMAINS     the voters span 2 of topology.kubernetes.io/zone (a 1, b 2); quorum survives the loss of no domain\n")
 
 	st.Controller.DryRun, st.Controller.Window.Open, st.Controller.Held = false, true, []string{"kured's reboot lock is held by v2"}
@@ -133,8 +133,35 @@ func TestStatusSaysWhoLeadsTheDryRunTheWindowTheHoldsAndTheDomainsOfAQuietFleet(
 	out = b.String()
 	assert.Contains(t, out, "dry run off: it carries out its own decisions\n")
 	assert.Contains(t, out, "open (mon,tue,wed,thu,fri 02:00-05:00 UTC); closes at ")
-	assert.Contains(t, out, "in force: kured's reboot lock is held by v2\n")
+	assert.Contains(t, out, "; holding now: kured's reboot lock is held by v2\n")
 	assert.Contains(t, out, "DOMAINS     not known: the voters v1 v3 have no topology.kubernetes.io/zone label\n")
+}
+
+func TestStatusAlwaysHasAHoldsLineSayingWhatIsWatchedWhatIsOffAndWhyAndWhatHoldsNow(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	line := func(c *api.ControllerState) string {
+		var b strings.Builder
+		renderStatus(&b, api.Status{UpdatedAt: now, Controller: c}, now, false)
+		for _, l := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(l, "HOLDS") {
+				return strings.Join(strings.Fields(l), " ")
+			}
+		}
+		return ""
+	}
+	assert.Equal(t, "HOLDS watching kured's reboot lock (kube-system/kured, found by itself), an upgrade Plan applying (in every namespace); "+
+		"off: an alert active (holds.prometheus_url is empty); holding now: kured's reboot lock is held by v3; the Plan system-upgrade/k3s-server is applying to v2",
+		line(&api.ControllerState{Leader: "r",
+			Holds:    []string{"kured's reboot lock (kube-system/kured, found by itself)", "an upgrade Plan applying (in every namespace)"},
+			HoldsOff: []string{"an alert active (holds.prometheus_url is empty)"},
+			Held:     []string{"kured's reboot lock is held by v3", "the Plan system-upgrade/k3s-server is applying to v2"}}))
+	assert.Equal(t, "HOLDS watching nothing; off: kured's reboot lock (no kured DaemonSet found: none labelled app.kubernetes.io/name=kured or named kured), "+
+		`an upgrade Plan applying (holds.upgrade_plans_namespace is "off"), an alert active (holds.prometheus_url is empty); nothing holds now`,
+		line(&api.ControllerState{Leader: "r", HoldsOff: []string{
+			"kured's reboot lock (no kured DaemonSet found: none labelled app.kubernetes.io/name=kured or named kured)",
+			`an upgrade Plan applying (holds.upgrade_plans_namespace is "off")`, "an alert active (holds.prometheus_url is empty)"}}),
+		"every hold off says so, and is not silent")
+	assert.Equal(t, "HOLDS not known: the controller has written no state of its own yet", line(nil))
 }
 
 func TestHistoryListsTheSwapsThatEndedTheNewestFirstTheirWriteGapsAndWideTheirSteps(t *testing.T) {

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,7 +114,7 @@ func kuredHoldsConfig(concurrency int) config.Holds {
 	return h
 }
 
-func TestASwapHoldsKuredsLockAndLabelsItsTwoNodesUntilItEndsThroughARestartAndWhatARestartFindsLeftIsReleased(t *testing.T) {
+func TestASwapHoldsKuredsLockAndLabelsItsTwoNodesAndEveryVoterUntilItEndsThroughARestartAndWhatARestartFindsLeftIsReleased(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 3, 1, 0)
 	// What a controller stopped after an end but before its release left:
@@ -151,7 +152,8 @@ func TestASwapHoldsKuredsLockAndLabelsItsTwoNodesUntilItEndsThroughARestartAndWh
 		assert.False(t, kuredAcquires(t, value, true, 0, 1, node), "kured on %s takes the lock mid-swap", node)
 		assert.False(t, kuredAcquires(t, value, true, time.Second, 1, node), "kured on %s with --lock-ttl=1s takes the lock mid-swap", node)
 	}
-	assert.Equal(t, map[string]string{"v1": api.LabelSwappingOut, "s1": api.LabelSwappingIn}, swapping(t, e))
+	assert.Equal(t, map[string]string{"v1": api.LabelSwappingOut, "s1": api.LabelSwappingIn, "v2": api.LabelSwappingVoter, "v3": api.LabelSwappingVoter}, swapping(t, e),
+		"the swap's two Nodes, and every other voter, which an upgrade Plan's selector keeps off")
 
 	// A restart mid-swap: the next controller goes on holding both.
 	e.stop()
@@ -198,4 +200,80 @@ func TestARolledBackSwapHeldEveryPlaceOfKuredsMultipleLockAndGivesThemBack(t *te
 	}, 10*time.Second, 50*time.Millisecond, "the rollback's end gives the places back: %s", value)
 	assert.Equal(t, 2, m.MaxOwners)
 	assert.True(t, kuredAcquires(t, value, true, 0, 2, "v2"))
+}
+
+// outgoingStopped says v1's Node carries a step-down request.
+func outgoingStopped(t *testing.T, e *env) bool {
+	t.Helper()
+	n, err := e.api.Client.CoreV1().Nodes().Get(context.Background(), "v1", metav1.GetOptions{})
+	require.NoError(t, err)
+	var q api.Request
+	return json.Unmarshal([]byte(n.Annotations[api.AnnotationRequest]), &q) == nil && q.Action == api.RequestStepDown
+}
+
+// setKuredLock writes kured's lock annotation (nil removes it) as kured
+// does, by update, again on a conflict with the controller's renewal.
+func setKuredLock(t *testing.T, e *env, value *string) {
+	t.Helper()
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		ds, err := e.api.Client.AppsV1().DaemonSets("kube-system").Get(ctx, "kured", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		if ds.Annotations == nil {
+			ds.Annotations = map[string]string{}
+		}
+		if value == nil {
+			delete(ds.Annotations, config.DefaultKuredLockAnnotation)
+		} else {
+			ds.Annotations[config.DefaultKuredLockAnnotation] = *value
+		}
+		_, err = e.api.Client.AppsV1().DaemonSets("kube-system").Update(ctx, ds, metav1.UpdateOptions{})
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// The done-criterion of one disruption at a time: a kured that takes its
+// lock for another voter while a swap runs (fleet-role's place ran out,
+// or the swap was forced past it) holds the outgoing voter's stop.
+func TestKuredsLockTakenOnAnotherVoterMidSwapHoldsTheOutgoingVotersStopUntilKuredReleasesIt(t *testing.T) {
+	e := newEnv(t, 3, 1, 0)
+	createKured(t, e, nil)
+	e.cfg.Holds = config.DefaultController().Holds // kured's DaemonSet found by itself
+	e.start()
+	_, stderr, code := e.cli("swap", "v1", "s1")
+	require.Equal(t, 0, code, stderr)
+	require.Eventually(t, func() bool {
+		st, _ := e.status()
+		return st.Swap != nil && (st.Step == api.StepPromote || st.Step == api.StepJoin)
+	}, 30*time.Second, 20*time.Millisecond, "the candidate is promoted")
+	require.False(t, outgoingStopped(t, e))
+	value, held := kuredLock(t, e)
+	require.True(t, held, "the swap holds kured's lock, on the DaemonSet it found")
+	assert.Contains(t, value, api.ControllerHolder)
+
+	v3 := `{"nodeID":"v3","metadata":{"unschedulable":false},"created":"` + time.Now().UTC().Format(time.RFC3339) + `","TTL":0}`
+	setKuredLock(t, e, &v3)
+	var st api.Status
+	require.Eventually(t, func() bool {
+		st, _ = e.status()
+		return st.Step == api.StepGates && strings.Contains(st.Reason, "held: kured's reboot lock is held by v3")
+	}, 60*time.Second, 50*time.Millisecond, "the swap waits at its gates: %s", st.Reason)
+	assert.Contains(t, st.Reason, "the outgoing voter v1 is not touched")
+	require.NotNil(t, st.Controller)
+	assert.Contains(t, st.Controller.Held, "kured's reboot lock is held by v3")
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		require.False(t, outgoingStopped(t, e), "v1 is not asked to step down while kured may reboot v3")
+	}
+	value, _ = kuredLock(t, e)
+	assert.Equal(t, v3, value, "kured's holder is left alone")
+
+	setKuredLock(t, e, nil) // kured's Release
+	res := e.waitEnd(2 * time.Minute)
+	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	require.Eventually(t, func() bool {
+		_, held := kuredLock(t, e)
+		return !held && len(swapping(t, e)) == 0
+	}, 10*time.Second, 50*time.Millisecond, "the end releases the lock it took again and the labels")
 }

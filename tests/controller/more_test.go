@@ -364,7 +364,11 @@ func TestAnIdlePassMakesNoRequestsAndStartUpAHandful(t *testing.T) {
 	require.Eventually(t, func() bool { return e.ctrl.Passes() > 0 }, 20*time.Second, 10*time.Millisecond)
 	startup := cnt.take()
 	t.Logf("start-up: %d requests: %v", len(startup), startup)
-	assert.LessOrEqual(t, len(startup), 12, "a handful at start-up: %v", startup)
+	// Note: 12 before the holds were on by default; the first reading of
+	// the holds adds two: the search for kured's DaemonSet (one list,
+	// again every 5 minutes) and the Plans' API (one discovery GET, again
+	// every 30 s, past this test's idle stretch).
+	assert.LessOrEqual(t, len(startup), 14, "a handful at start-up: %v", startup)
 	passes := e.ctrl.Passes()
 	time.Sleep(6 * time.Second)
 	idle := cnt.take()
