@@ -132,3 +132,28 @@ func TestAHoldNeverHoldsTheRemovalOfAStoppedMemberARollbackThePromotionOrADeadVo
 		assert.Equal(t, api.ResultCompleted, w.run(300).Result)
 	})
 }
+
+func TestAnotherVoterUnderMaintenanceHoldsAStartAndMidSwapTheOutgoingVotersStepDownButNotASwapOfItself(t *testing.T) {
+	const cordonedV3 = "the voter v3 is under maintenance (cordoned, not by fleet-role)"
+	w := newWorld(t, 3, 1, 0)
+	w.node("v3").Maintenance = "cordoned, not by fleet-role"
+	assert.Equal(t, []string{"waits: held: " + cordonedV3 + "; or swap --override holds"},
+		swapplan.Obstacles(w.snapshot(), api.ManualRequest{V: 1, Out: "v1", In: "s1", At: w.now}), "a swap of another voter waits")
+	assert.Empty(t, swapplan.Obstacles(w.snapshot(), api.ManualRequest{V: 1, Out: "v3", In: "s1", At: w.now}),
+		"the voter under maintenance may itself be swapped out: it is the disruption")
+
+	w.node("v3").Maintenance = ""
+	w.requestSwap("v1", "s1")
+	w.runUntil(100, acting(api.ActionDrainOut, "v1"))
+	w.node("v3").Maintenance = "cordoned, not by fleet-role"
+	var plan swapplan.Plan
+	for range 20 {
+		plan = w.pass()
+		require.False(t, stopsOut(plan), "v1 is not stopped while v3 is under maintenance: %s", plan.Reason)
+	}
+	assert.Equal(t, api.StepGates, plan.Step)
+	assert.Contains(t, plan.Reason, "held: "+cordonedV3)
+	w.node("v3").Maintenance = ""
+	assert.True(t, stopsOut(w.runUntil(10, func(p swapplan.Plan) bool { return p.Action.Type != api.ActionNone })))
+	assert.Equal(t, api.ResultCompleted, w.run(200).Result)
+}

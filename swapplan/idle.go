@@ -36,7 +36,7 @@ func (p *planner) requestObstacles(q *api.ManualRequest) []string {
 	if pa := p.s.Pause; pa != nil && !q.Overridden(api.OverridePause) {
 		why = append(why, fmt.Sprintf("waits: %s; fleet-role resume, or swap --override %s", paused(pa), api.OverridePause))
 	}
-	if h := p.s.Holds; len(h) > 0 && !q.Overridden(api.OverrideHolds) {
+	if h := p.holds(q.Out); len(h) > 0 && !q.Overridden(api.OverrideHolds) {
 		why = append(why, fmt.Sprintf("waits: %s; or swap --override %s", held(h), api.OverrideHolds))
 	}
 	out, in := p.node(q.Out), p.node(q.In)
@@ -63,18 +63,33 @@ func paused(pa *api.Pause) string {
 
 // wouldWait says what would keep a dry run's decision from starting were
 // the dry run off: a pause, the holds. Empty when nothing would.
-func (p *planner) wouldWait() string {
+func (p *planner) wouldWait(out string) string {
 	var why []string
 	if pa := p.s.Pause; pa != nil {
 		why = append(why, paused(pa))
 	}
-	if h := p.s.Holds; len(h) > 0 {
+	if h := p.holds(out); len(h) > 0 {
 		why = append(why, held(h))
 	}
 	if len(why) == 0 {
 		return ""
 	}
 	return "; would wait: " + strings.Join(why, "; ")
+}
+
+// holds are the holds in force for a swap of the voter out: the
+// Snapshot's, and every other voter under maintenance (Node.Maintenance:
+// cordoned not by fleet-role, marked, holding kured's lock), each a
+// disruption of its own, as OpenShift's etcd operator counts a cordoned
+// control-plane Node: one disruption at a time.
+func (p *planner) holds(out string) []string {
+	h := slices.Clone(p.s.Holds)
+	for _, n := range p.nodes {
+		if n.Name != out && n.Role == api.RoleVoter && n.Maintenance != "" {
+			h = append(h, fmt.Sprintf("the voter %s is under maintenance (%s)", n.Name, n.Maintenance))
+		}
+	}
+	return h
 }
 
 // held says what holds the start of a swap.
@@ -195,12 +210,12 @@ func (p *planner) automatic() Plan {
 		return plan("the automatic decision to swap %s for %s waits for the maintenance window (%s): %s", out.Name, in.Name, w, why)
 	}
 	if p.s.Config.DryRun {
-		return plan("dry run: would swap %s for %s (%s)%s", out.Name, in.Name, why, p.wouldWait())
+		return plan("dry run: would swap %s for %s (%s)%s", out.Name, in.Name, why, p.wouldWait(out.Name))
 	}
 	if pa := p.s.Pause; pa != nil {
 		return plan("the automatic decision to swap %s for %s waits: %s", out.Name, in.Name, paused(pa))
 	}
-	if h := p.s.Holds; len(h) > 0 {
+	if h := p.holds(out.Name); len(h) > 0 {
 		return plan("the automatic decision to swap %s for %s waits: %s", out.Name, in.Name, held(h))
 	}
 	if gate := p.startGates(out); gate != "" {

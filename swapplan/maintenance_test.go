@@ -54,13 +54,17 @@ func TestAVoterHoldingKuredsLockOrAnnotatedForMaintenanceIsNotDeadHoweverLongItI
 	}
 }
 
-func TestAnUnfitVotersSwapWaitsWhileAnotherVoterIsUnderMaintenanceAndSilentAndSaysItIsNotDead(t *testing.T) {
+func TestAnUnfitVotersSwapIsHeldWhileAnotherVoterIsUnderMaintenanceAndOnePastTheHoldsWaitsSayingItIsNotDead(t *testing.T) {
 	w := deadWorld(t)
 	maintainedFor(t, w, "holding kured's reboot lock", 10*time.Minute)
 	w.node("v1").Verdict = api.Verdict{State: api.VerdictUnfit, Score: 9, Reason: "fsync p99 40 ms"}
 	plan := maintainedFor(t, w, "holding kured's reboot lock", 10*time.Minute)
-	assert.Contains(t, plan.Reason, "the automatic decision to swap v1 for s1 waits: voter v2's probe has been silent since ")
-	assert.Contains(t, plan.Reason, "it is under maintenance (holding kured's reboot lock), not dead")
+	assert.Contains(t, plan.Reason, "the automatic decision to swap v1 for s1 waits: held: the voter v2 is under maintenance (holding kured's reboot lock)",
+		"a voter under maintenance is a disruption: one at a time")
+	obstacles := swapplan.Obstacles(w.snapshot(), api.ManualRequest{V: 1, Out: "v1", In: "s1", At: w.now, Overrides: []string{api.OverrideHolds}})
+	require.Len(t, obstacles, 1, "past the holds, the start gates: %v", obstacles)
+	assert.Contains(t, obstacles[0], "waits: voter v2's probe has been silent since ")
+	assert.Contains(t, obstacles[0], "it is under maintenance (holding kured's reboot lock), not dead")
 }
 
 func TestADeadVoterSwapNotYetAtItsCordonAbandonsWhenTheDeadVoterIsMarkedForMaintenance(t *testing.T) {

@@ -398,7 +398,7 @@ func (p *planner) gates(in, out *Node) string {
 			return why
 		}
 	}
-	if h := p.s.Holds; len(h) > 0 {
+	if h := p.holds(out.Name); len(h) > 0 {
 		return held(h) + " (one disruption at a time: the outgoing voter is not stopped while another may be)"
 	}
 	return ""
@@ -440,8 +440,8 @@ func (p *planner) stepDownWait(in, out *Node) Plan {
 	rep := out.answer(p.rec.ID, api.RequestStepDown)
 	gone := p.passed(api.StepStepDown)
 	switch {
-	case rep != nil && rep.State == api.StateFailed && out.Ready && !gone && len(p.s.Holds) > 0:
-		return p.wait(api.StepStepDown, "the step-down failed on %s (%s); asking again is %s (one disruption at a time)", out.Name, rep.Message, held(p.s.Holds))
+	case rep != nil && rep.State == api.StateFailed && out.Ready && !gone && len(p.holds(out.Name)) > 0:
+		return p.wait(api.StepStepDown, "the step-down failed on %s (%s); asking again is %s (one disruption at a time)", out.Name, rep.Message, held(p.holds(out.Name)))
 	case rep != nil && rep.State == api.StateFailed && out.Ready && !gone:
 		a := p.request(out, api.ActionStepDown, api.RequestStepDown)
 		a.Request.Leader = p.rec.In
