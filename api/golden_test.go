@@ -85,8 +85,8 @@ func documents() []golden {
 			Member: "v2-0a1b2c3d", Leader: "v1-0a1b2c3d", FsyncP99Ms: 2.5, RTTMs: 1.25,
 			EtcdLatencies: &api.EtcdLatencies{Error: "etcd metrics: Get \"https://127.0.0.1:2379/metrics\": context deadline exceeded"}}},
 		{file: "status-voter-latencies.json", indent: true, later: true, value: api.Status{V: 1,
-			Reason:  "no swap: no voter is unfit",
-			Voters:  []string{"v1", "v2", "v3"},
+			Reason: "no swap: no voter is unfit",
+			Voters: []string{"v1", "v2", "v3"},
 			Verdicts: map[string]api.Verdict{
 				"v1": {State: api.VerdictUnfit, Score: 34.5, Samples: 25, FsyncP99Ms: 2.5, RTTMs: 4.5, WALFsyncP99Ms: 34.5, BackendCommitP99Ms: 41, Writes: 1520,
 					Reason: "etcd's WAL fsync p99 34.5 ms over 10ms, backend commit p99 41.0 ms over 25ms, over 1520 writes; 0 of 25 samples bad"},

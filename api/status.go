@@ -113,7 +113,7 @@ type Verdict struct {
 	WALFsyncP99Ms      float64 `json:"walFsyncP99Ms,omitempty"`
 	BackendCommitP99Ms float64 `json:"backendCommitP99Ms,omitempty"`
 	Writes             uint64  `json:"writes,omitempty"`
-	Reason     string  `json:"reason,omitempty"`
+	Reason             string  `json:"reason,omitempty"`
 }
 
 // Decision is the automatic decision, swap Out for In, published in
