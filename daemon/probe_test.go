@@ -317,7 +317,7 @@ func TestOnceAHungFdatasyncReturnsTheSampleWaitingForItKeepsItsLatencyAndTheNext
 	calls, _ := h.made()
 	assert.Equal(t, 5, calls, "the first sample's writes returned, and no new ones were begun")
 	assert.Empty(t, s.Error, "the writes returned within this sample's period")
-	assert.False(t, s.Healthy, "the hung write's latency is in the p99")
+	assert.Greater(t, s.FsyncP99Ms, ms(p.cfg.FsyncLimit), "the hung write's latency is in the p99")
 	assert.GreaterOrEqual(t, s.FsyncP99Ms, late.FsyncP99Ms, "as slow as it was found, and then some")
 
 	s, _ = p.sample(context.Background(), time.Now(), false, false)
@@ -394,22 +394,17 @@ func TestTheDiskWritesAndTheEtcdCallsWaitSideBySideWithinOnePeriod(t *testing.T)
 	assert.False(t, s.Healthy)
 }
 
-func TestASampleWhoseFsyncP99IsOverTheLimitIsUnhealthyWithNoErrorAndOneUnderItHealthy(t *testing.T) {
+func TestASampleWhoseFsyncP99IsOverTheOldAgentLimitIsStillHealthyTheControllerJudgesIt(t *testing.T) {
 	const slow = 20 * time.Millisecond
-	cfg := config.DefaultAgent().Probe // a limit of 10 ms
+	cfg := config.DefaultAgent().Probe
+	cfg.FsyncLimit = 10 * time.Millisecond // deprecated: set, and ignored
 	p := newProber(t.TempDir(), cfg, time.Minute, &fakeEtcd{})
 	p.sync = func(*os.File) error { time.Sleep(slow); return nil }
 	defer p.close()
 	s, _ := p.sample(context.Background(), time.Now(), false, false)
-	assert.False(t, s.Healthy)
+	assert.True(t, s.Healthy, "the agent does not judge the fsync p99: one limit, the controller's")
 	assert.Empty(t, s.Error, "a slow disk is no error")
 	assert.GreaterOrEqual(t, s.FsyncP99Ms, ms(slow), "a write takes its fdatasync's time at least")
-
-	// Note: the writes take 20 ms and what this machine adds; a limit
-	// fifty times that leaves room for any load a test run sees.
-	p.cfg.FsyncLimit = 50 * slow
-	s, _ = p.sample(context.Background(), time.Now(), false, false)
-	assert.True(t, s.Healthy, s.Error)
 }
 
 func TestAFailedFdatasyncIsInTheSampleAndTheNextSampleWritesAgain(t *testing.T) {
