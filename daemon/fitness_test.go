@@ -174,29 +174,31 @@ func TestAVoterOnAHostAsBusyAsARunnerWhoseEtcdIsWithinItsLimitsIsNotJudgedUnfitO
 	v.sample(t, &samples, 2*fitness.Window, func(x api.Verdict) { verdicts = append(verdicts, x) })
 	took := time.Since(start)
 
-	require.Len(t, verdicts, fitness.Window+1, "a verdict at each sample from the first full window on")
 	var walMax, commitMax float64
 	for _, x := range verdicts {
-		assert.Equal(t, api.VerdictFit, x.State, x.Reason)
-		assert.GreaterOrEqual(t, x.Writes, uint64(swapplan.MinWrites), "judged on its latencies: %s", x.Reason)
-		assert.Positive(t, x.WALFsyncP99Ms, x.Reason)
-		assert.Positive(t, x.BackendCommitP99Ms, x.Reason)
 		walMax, commitMax = max(walMax, x.WALFsyncP99Ms), max(commitMax, x.BackendCommitP99Ms)
 	}
-	// The load was there: a core's worth of CPU, the writer's writes.
 	cpu := cpuSeconds(t, spinner.Process.Pid)
-	assert.Greater(t, cpu, 0.5*took.Seconds(), "the spinner kept a core at least half busy")
-	assert.Greater(t, synced.Load(), int64(10*took.Seconds()), "the CI job's writes were made, at least half of 20 a second")
 	var probeOver int
 	for _, s := range samples {
 		if s.FsyncP99Ms > ms(fitness.FsyncLimit) {
 			probeOver++
 		}
 	}
+	require.Len(t, verdicts, fitness.Window+1, "a verdict at each sample from the first full window on")
 	last := verdicts[len(verdicts)-1]
-	t.Logf("busy host over %s: %d verdicts on full windows, all fit; etcd's WAL fsync p99 at most %.2f ms, backend commit p99 at most %.2f ms "+
+	t.Logf("busy host over %s: %d verdicts on full windows; etcd's WAL fsync p99 at most %.2f ms, backend commit p99 at most %.2f ms "+
 		"(last: %s); the load: spinner %.1f s of CPU, %d fdatasync'd 64 KiB writes, %d etcd puts; the probe's own fsync p99 over 10 ms in %d of %d samples",
 		took.Round(time.Second), len(verdicts), walMax, commitMax, last.Reason, cpu, synced.Load(), v.writes.Load(), probeOver, len(samples))
+	for _, x := range verdicts {
+		assert.Equal(t, api.VerdictFit, x.State, x.Reason)
+		assert.GreaterOrEqual(t, x.Writes, uint64(swapplan.MinWrites), "judged on its latencies: %s", x.Reason)
+		assert.Positive(t, x.WALFsyncP99Ms, x.Reason)
+		assert.Positive(t, x.BackendCommitP99Ms, x.Reason)
+	}
+	// The load was there: a core's worth of CPU, the writer's writes.
+	assert.Greater(t, cpu, 0.5*took.Seconds(), "the spinner kept a core at least half busy")
+	assert.Greater(t, synced.Load(), int64(10*took.Seconds()), "the CI job's writes were made, at least half of 20 a second")
 }
 
 // slowIOPS is the writes a second a disk made slow takes, as tests/e2e's
