@@ -444,3 +444,38 @@ func TestAProbeClosedWhileItsWritesHangClosesItsFileOnceTheyReturn(t *testing.T)
 	defer p.mu.Unlock()
 	assert.Nil(t, p.file, "closed once the writes returned")
 }
+
+// latencyEtcd is a local member whose latency histograms read as l, or
+// fail with err.
+type latencyEtcd struct {
+	fakeEtcd
+	l   api.EtcdLatencies
+	err error
+}
+
+func (e *latencyEtcd) Latencies(context.Context) (api.EtcdLatencies, error) { return e.l, e.err }
+
+func TestAServersSampleCarriesItsMembersLatencyHistogramsAndOnesNotReadSayWhyWithoutAnError(t *testing.T) {
+	wal := &api.Histogram{Count: 3, Sum: 0.002, Buckets: []api.Bucket{{LE: 0.001, Count: 2}, {LE: 0.002, Count: 3}}}
+	e := &latencyEtcd{l: api.EtcdLatencies{WALFsync: wal, BackendCommit: wal}}
+	p := newProber(t.TempDir(), anyDisk(), time.Minute, e)
+	defer p.close()
+	s, _ := p.sample(context.Background(), time.Now(), true, false)
+	require.NotNil(t, s.EtcdLatencies)
+	assert.Equal(t, e.l, *s.EtcdLatencies)
+	assert.True(t, s.Healthy, s.Error)
+
+	e.l, e.err = api.EtcdLatencies{}, errors.New("etcd metrics: connection refused")
+	s, _ = p.sample(context.Background(), time.Now(), true, false)
+	require.NotNil(t, s.EtcdLatencies)
+	assert.Equal(t, "etcd metrics: connection refused", s.EtcdLatencies.Error)
+	assert.Empty(t, s.Error, "latencies not read are no fault of the host")
+	assert.True(t, s.Healthy)
+
+	agent, _ := p.sample(context.Background(), time.Now(), false, false)
+	assert.Nil(t, agent.EtcdLatencies, "a host with no server runs no member")
+	plain := newProber(t.TempDir(), anyDisk(), time.Minute, &fakeEtcd{})
+	defer plain.close()
+	s, _ = plain.sample(context.Background(), time.Now(), true, false)
+	assert.Nil(t, s.EtcdLatencies, "an Etcd that does not read them")
+}
