@@ -231,6 +231,10 @@ func TestAVoterWhoseDiskIsMadeSlowIsJudgedUnfitWithinAWindow(t *testing.T) {
 	require.NotNil(t, unfit, "unfit within a window of %d samples after the disk turned slow: %s", fitness.Window,
 		swapplan.Judge(samples, time.Now(), fitness).Reason)
 	assert.Greater(t, unfit.WALFsyncP99Ms, ms(fitness.WALFsyncLimit), unfit.Reason)
+	// Note: a slowed disk also makes the probe's samples bad (its etcd
+	// calls wait past the period), one a sample: the verdict must come
+	// from etcd's latencies, before most of a window's samples are bad.
+	assert.LessOrEqual(t, 2*unfit.Bad, unfit.Samples, "unfit on etcd's latencies, not on most samples bad: %s", unfit.Reason)
 	assert.Contains(t, unfit.Reason, "etcd's WAL fsync p99")
 	t.Logf("slowed disk (%d writes a second): unfit %s after (%d samples of %s); before: %s; unfit: %s",
 		slowIOPS, time.Since(slowed).Round(100*time.Millisecond), after, fitness.Period, before.Reason, unfit.Reason)
