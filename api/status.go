@@ -162,10 +162,17 @@ type Verdict struct {
 	// Samples and Bad count the window's samples and those over a threshold.
 	Samples int `json:"samples,omitempty"`
 	Bad     int `json:"bad,omitempty"`
-	// Figures that led to it.
+	// Figures that led to it: the median of the samples' probe fsync p99
+	// and read latencies.
 	FsyncP99Ms float64 `json:"fsyncP99Ms,omitempty"`
 	RTTMs      float64 `json:"rttMs,omitempty"`
-	Reason     string  `json:"reason,omitempty"`
+	// WALFsyncP99Ms and BackendCommitP99Ms are a voter's member's own
+	// p99s over the window, from its histograms (0 when not judged on
+	// them); Writes is the WAL fsyncs they are over.
+	WALFsyncP99Ms      float64 `json:"walFsyncP99Ms,omitempty"`
+	BackendCommitP99Ms float64 `json:"backendCommitP99Ms,omitempty"`
+	Writes             uint64  `json:"writes,omitempty"`
+	Reason             string  `json:"reason,omitempty"`
 }
 
 // Decision is the automatic decision, swap Out for In, published in

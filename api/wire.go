@@ -3,8 +3,10 @@ package api
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -210,8 +212,14 @@ type Probe struct {
 	Leader string `json:"leader,omitempty"`
 	// Etcd is what this host's member says of itself (servers only; nil
 	// when it did not answer).
-	Etcd       *EtcdStatus `json:"etcd,omitempty"`
-	FsyncP99Ms float64     `json:"fsyncP99Ms"`
+	Etcd *EtcdStatus `json:"etcd,omitempty"`
+	// EtcdLatencies are this host's member's own latency histograms
+	// (servers only; nil from an agent that does not read them): the
+	// controller judges a voter by them.
+	EtcdLatencies *EtcdLatencies `json:"etcdLatencies,omitempty"`
+	// FsyncP99Ms is the p99 of the probe's own fdatasync'd writes: the
+	// controller judges a standby by it.
+	FsyncP99Ms float64 `json:"fsyncP99Ms"`
 	// RTTMs is the latency of a linearizable read through the local etcd.
 	RTTMs float64 `json:"rttMs,omitempty"`
 	// Error says what could not be sampled (etcd unreachable, say).
@@ -223,6 +231,58 @@ type Probe struct {
 	// when the role file is good or missing.
 	RoleFileError string   `json:"roleFileError,omitempty"`
 	KeptRole      HostRole `json:"keptRole,omitempty"`
+}
+
+// EtcdLatencies are a member's own latency histograms from its /metrics,
+// as they stand when sampled: cumulative since the member started, so
+// that the controller takes the p99 over its verdict's window from the
+// difference of two samples.
+type EtcdLatencies struct {
+	// WALFsync is etcd_disk_wal_fsync_duration_seconds; BackendCommit is
+	// etcd_disk_backend_commit_duration_seconds. etcd's own guidance: p99
+	// under 10 ms and 25 ms.
+	WALFsync      *Histogram `json:"walFsync,omitempty"`
+	BackendCommit *Histogram `json:"backendCommit,omitempty"`
+	// Error says why they could not be read: not a fault of the host, and
+	// no verdict is made on latencies not read.
+	Error string `json:"error,omitempty"`
+}
+
+// Histogram is a cumulative Prometheus histogram of durations in seconds.
+type Histogram struct {
+	// Count is every observation (the +Inf bucket); Sum their total, in
+	// seconds.
+	Count uint64  `json:"count"`
+	Sum   float64 `json:"sum"`
+	// Buckets are by upper bound, ascending, +Inf left out: each counts
+	// the observations at most its bound.
+	Buckets []Bucket `json:"buckets"`
+}
+
+// Bucket is one cumulative bucket of a Histogram.
+type Bucket struct {
+	// LE is the bucket's upper bound, in seconds.
+	LE    float64 `json:"le"`
+	Count uint64  `json:"count"`
+}
+
+// Validate reports what is wrong with a histogram: bounds not ascending,
+// or counts that fall.
+func (h Histogram) Validate() error {
+	prevLE, prev := math.Inf(-1), uint64(0)
+	for i, b := range h.Buckets {
+		if math.IsNaN(b.LE) || math.IsInf(b.LE, 0) || b.LE <= prevLE {
+			return fmt.Errorf("buckets[%d].le: %v is not a finite bound above the one before", i, b.LE)
+		}
+		if b.Count < prev {
+			return fmt.Errorf("buckets[%d].count: %d is less than the bucket before's %d", i, b.Count, prev)
+		}
+		prevLE, prev = b.LE, b.Count
+	}
+	if h.Count < prev {
+		return fmt.Errorf("count: %d is less than the last bucket's %d", h.Count, prev)
+	}
+	return nil
 }
 
 // Validate reports the fields that are missing or wrong.
@@ -237,6 +297,18 @@ func (p Probe) Validate() error {
 	for i, m := range p.Members {
 		if m.Name == "" && !m.Learner {
 			errs = append(errs, missing(fmt.Sprintf("members[%d].name", i)))
+		}
+	}
+	if l := p.EtcdLatencies; l != nil {
+		for _, h := range []struct {
+			field string
+			h     *Histogram
+		}{{"etcdLatencies.walFsync", l.WALFsync}, {"etcdLatencies.backendCommit", l.BackendCommit}} {
+			if h.h != nil {
+				if err := h.h.Validate(); err != nil {
+					errs = append(errs, prefixed("field "+strconv.Quote(h.field), err))
+				}
+			}
 		}
 	}
 	return joinFields(errs)

@@ -107,8 +107,11 @@ type Server struct {
 // and on a server the member list, the status and a timed linearizable
 // read through its etcd.
 type Probe struct {
-	// FsyncLimit: a sample whose fsync p99 is over it is not healthy.
-	// etcd's own disk guidance: WAL fsync p99 under 10 ms.
+	// FsyncLimit is deprecated and ignored: the controller's verdicts
+	// set every fitness limit in one place (verdicts.fsync_limit for the
+	// probe's writes, verdicts.wal_fsync_p99_limit and
+	// verdicts.backend_commit_p99_limit for a voter's etcd). A file that
+	// sets it still loads; Deprecated says so, and the agent warns.
 	FsyncLimit time.Duration `toml:"fsync_limit"`
 	// ReadLimit: a sample whose timed read through etcd (on a server) took
 	// longer is not healthy.
@@ -219,7 +222,7 @@ func DefaultAgent() Agent {
 		JoinFile:      "/etc/rancher/k3s/config.yaml.d/90-fleet-role.yaml",
 		KeepRemoved:   3,
 		KeepSnapshots: 5,
-		Probe:         Probe{FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond, Writes: 5, History: 100},
+		Probe:         Probe{ReadLimit: 100 * time.Millisecond, Writes: 5, History: 100},
 		Etcd: Etcd{
 			Endpoint: "https://127.0.0.1:2379",
 			CAFile:   api.K3sEtcdCA,
@@ -272,6 +275,17 @@ func ParseAgent(data []byte) (Agent, error) {
 		return Agent{}, err
 	}
 	return a, nil
+}
+
+// Deprecated names the keys set that are deprecated, each with what
+// replaces it: the agent warns of each as it starts.
+func (a Agent) Deprecated() []string {
+	var d []string
+	if a.Probe.FsyncLimit != 0 {
+		d = append(d, "probe.fsync_limit is ignored: the controller's verdicts.fsync_limit judges the probe's writes, "+
+			"verdicts.wal_fsync_p99_limit and verdicts.backend_commit_p99_limit a voter's etcd")
+	}
+	return d
 }
 
 // Validate reports every problem at once, each naming its key.
@@ -331,7 +345,6 @@ func (a Agent) Validate() error {
 			p.add(key+".address", "%q is neither an IP address nor a host name", s.Address)
 		}
 	}
-	positive(&p, "probe.fsync_limit", a.Probe.FsyncLimit)
 	positive(&p, "probe.read_limit", a.Probe.ReadLimit)
 	if a.Probe.Writes < 1 || a.Probe.Writes > 100 {
 		p.add("probe.writes", "must be between 1 and 100, got %d", a.Probe.Writes)
@@ -496,9 +509,9 @@ address = "10.0.0.3"
 # data_dir (as etcd's WAL does), and on a server the member list, the
 # status and a timed linearizable read through its etcd.
 [probe]
-# A sample over either limit is not healthy (etcd's disk guidance: WAL
-# fsync p99 under 10 ms).
-fsync_limit = "{{d .Probe.FsyncLimit}}"
+# A sample whose read is over read_limit is not healthy. The disk's limits
+# are the controller's (its [verdicts]); fsync_limit here is deprecated and
+# ignored.
 read_limit = "{{d .Probe.ReadLimit}}"
 # Writes a sample makes; its fsync p99 is over the last history of them.
 writes = {{.Probe.Writes}}

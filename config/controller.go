@@ -252,17 +252,28 @@ func timeOfDay(s string) (time.Duration, error) {
 }
 
 // Verdicts is how a host's fitness is judged over a window of its probe
-// samples: unfit when most are bad (fsync p99 or a read over its limit,
-// unhealthy, or an error); no verdict on a partial window; silent after 3
+// samples, and the one place that sets the fitness limits: a voter is
+// unfit when its etcd's own WAL fsync or backend commit p99 over the
+// window is over its limit; any host when most samples are bad (a read
+// over its limit, unhealthy, or an error; for a standby, the probe's fsync
+// p99 over its limit); no verdict on a partial window; silent after 3
 // probe periods without one. The automatic decision swaps the worst unfit
 // voter for the fittest eligible standby.
 type Verdicts struct {
 	// Window is the number of samples a verdict needs; fewer is a partial
 	// window, with no verdict. The default is 25 minutes at a 60s period.
 	Window int `toml:"window"`
-	// FsyncLimit: a sample whose fsync p99 is over it is bad. etcd's own
-	// disk guidance: WAL fsync p99 under 10 ms.
+	// FsyncLimit: a standby's sample whose probe fsync p99 (over its last
+	// writes) is over it is bad. etcd's own disk guidance: WAL fsync p99
+	// under 10 ms.
 	FsyncLimit time.Duration `toml:"fsync_limit"`
+	// WALFsyncP99Limit and BackendCommitP99Limit: a voter whose etcd's own
+	// p99 of etcd_disk_wal_fsync_duration_seconds or
+	// etcd_disk_backend_commit_duration_seconds over the window is over
+	// it is unfit (etcd's guidance: under 10 ms and 25 ms). A window of
+	// fewer than 100 writes is not judged on them.
+	WALFsyncP99Limit      time.Duration `toml:"wal_fsync_p99_limit"`
+	BackendCommitP99Limit time.Duration `toml:"backend_commit_p99_limit"`
 	// ReadLimit: a sample whose linearizable read took longer is bad.
 	ReadLimit time.Duration `toml:"read_limit"`
 }
@@ -371,7 +382,8 @@ func DefaultController() Controller {
 			RenewDeadline: 10 * time.Second,
 			RetryPeriod:   2 * time.Second,
 		},
-		Verdicts:          Verdicts{Window: 25, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond},
+		Verdicts: Verdicts{Window: 25, FsyncLimit: 10 * time.Millisecond, ReadLimit: 100 * time.Millisecond,
+			WALFsyncP99Limit: 10 * time.Millisecond, BackendCommitP99Limit: 25 * time.Millisecond},
 		MaintenanceWindow: MaintenanceWindow{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "00:00", End: "00:00", TimeZone: "UTC"},
 		Holds: Holds{KuredLockAnnotation: DefaultKuredLockAnnotation, KuredLockTTL: 30 * time.Minute, KuredConcurrency: 1,
 			AlertIgnoreRegexp: DefaultAlertIgnoreRegexp, AlertIgnoreOutgoing: true},
@@ -475,6 +487,8 @@ func (c Controller) Validate() error {
 		p.add("verdicts.window", "must be at least 1 sample, got %d", c.Verdicts.Window)
 	}
 	positive(&p, "verdicts.fsync_limit", c.Verdicts.FsyncLimit)
+	positive(&p, "verdicts.wal_fsync_p99_limit", c.Verdicts.WALFsyncP99Limit)
+	positive(&p, "verdicts.backend_commit_p99_limit", c.Verdicts.BackendCommitP99Limit)
 	if _, _, _, _, err := c.MaintenanceWindow.Parse(); err != nil {
 		p.add("maintenance_window", "%v", err)
 	}
@@ -650,14 +664,20 @@ lease_duration = "{{d .LeaderElection.LeaseDuration}}"
 renew_deadline = "{{d .LeaderElection.RenewDeadline}}"
 retry_period = "{{d .LeaderElection.RetryPeriod}}"
 
-# A host's verdict, over its last window of probe samples: unfit when most
-# are bad (fsync p99 or a read over its limit, unhealthy, or an error); no
-# verdict on a partial window; silent after 3 probe periods without one.
+# A host's verdict, over its last window of probe samples, and the one place
+# the fitness limits are set: a voter is unfit when its etcd's own WAL fsync
+# or backend commit p99 over the window (from its metrics; not judged on
+# fewer than 100 writes) is over its limit; any host when most samples are
+# bad (a read over read_limit, unhealthy, or an error; for a standby, the
+# probe's fsync p99 over fsync_limit); no verdict on a partial window;
+# silent after 3 probe periods without one.
 # The automatic decision swaps the worst unfit voter for the fittest
 # eligible standby. The default window is 25 minutes at a 60s period.
 [verdicts]
 window = {{.Verdicts.Window}}
 fsync_limit = "{{d .Verdicts.FsyncLimit}}"
+wal_fsync_p99_limit = "{{d .Verdicts.WALFsyncP99Limit}}"
+backend_commit_p99_limit = "{{d .Verdicts.BackendCommitP99Limit}}"
 read_limit = "{{d .Verdicts.ReadLimit}}"
 
 # When an automatic swap may start, as kured's reboot window: on these days,

@@ -37,5 +37,6 @@ func PlanConfig(c config.Controller) swapplan.Config {
 
 // VerdictConfig is how the controller's configuration judges the verdicts.
 func VerdictConfig(c config.Controller) swapplan.VerdictConfig {
-	return swapplan.VerdictConfig{Window: c.Verdicts.Window, FsyncLimit: c.Verdicts.FsyncLimit, ReadLimit: c.Verdicts.ReadLimit, Period: c.ProbePeriod}
+	return swapplan.VerdictConfig{Window: c.Verdicts.Window, FsyncLimit: c.Verdicts.FsyncLimit, ReadLimit: c.Verdicts.ReadLimit,
+		WALFsyncLimit: c.Verdicts.WALFsyncP99Limit, BackendCommitLimit: c.Verdicts.BackendCommitP99Limit, Period: c.ProbePeriod}
 }

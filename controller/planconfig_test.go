@@ -29,5 +29,7 @@ func TestTheConfigurationReachesThePlanner(t *testing.T) {
 	v := VerdictConfig(c)
 	assert.Equal(t, c.Verdicts.Window, v.Window)
 	assert.Equal(t, c.Verdicts.FsyncLimit, v.FsyncLimit)
+	assert.Equal(t, c.Verdicts.WALFsyncP99Limit, v.WALFsyncLimit)
+	assert.Equal(t, c.Verdicts.BackendCommitP99Limit, v.BackendCommitLimit)
 	assert.Equal(t, c.ProbePeriod, v.Period)
 }

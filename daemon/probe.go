@@ -24,7 +24,8 @@ import (
 // prober samples the host's health: small writes each followed by
 // fdatasync in the data dir, as etcd's WAL writes, the p99 over the last
 // writes; and on a server, through the local etcd, the member list, the
-// status and a timed linearizable read. The writes are made in a goroutine
+// status, a timed linearizable read and the member's own WAL fsync and
+// backend commit histograms. The writes are made in a goroutine
 // of their own, beside the etcd calls, and a sample waits for neither past
 // its period: a part that cannot be sampled within it says so in the
 // sample.
@@ -288,8 +289,11 @@ func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool)
 	for _, err := range diskErrs {
 		problems = append(problems, "disk: "+err.Error())
 	}
+	// Note: the fsync p99 is a figure, not the agent's judgement: the
+	// controller's verdicts set the one limit it is judged by, and judge
+	// a voter by its member's own latencies instead.
 	s.FsyncP99Ms = round(ms(p99(latencies)))
-	healthy := s.FsyncP99Ms <= ms(p.cfg.FsyncLimit)
+	healthy := true
 	var members []etcdclient.Member
 	if server {
 		members = e.members
@@ -311,6 +315,9 @@ func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool)
 				Leader: strconv.FormatUint(st.Leader, 16),
 				DBSize: st.DBSize, DBSizeInUse: st.DBSizeInUse, Errors: st.Errors}
 		}
+		if e.latencies != nil {
+			s.EtcdLatencies = e.latencies
+		}
 		if e.readErr == nil {
 			s.RTTMs = round(ms(e.rtt))
 			healthy = healthy && e.rtt <= p.cfg.ReadLimit
@@ -321,6 +328,14 @@ func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool)
 	return s, members
 }
 
+// latencyReader is an Etcd that reads its member's latency histograms
+// (etcdclient.Client does). Note: a member whose histograms cannot be
+// read is no fault of the host: the sample says why in its
+// EtcdLatencies, not its Error, and no verdict is made on them.
+type latencyReader interface {
+	Latencies(ctx context.Context) (api.EtcdLatencies, error)
+}
+
 // etcdSample is what the local member answered within a sample.
 type etcdSample struct {
 	members    []etcdclient.Member
@@ -329,6 +344,9 @@ type etcdSample struct {
 	statusErr  error
 	rtt        time.Duration
 	readErr    error
+	// latencies are the member's latency histograms, or why they were
+	// not read; nil from an Etcd that does not read them.
+	latencies *api.EtcdLatencies
 	// unreachable are the other members that did not answer.
 	unreachable []string
 }
@@ -342,6 +360,15 @@ func (p *prober) etcdSample(ctx context.Context) etcdSample {
 	wg.Go(func() { e.members, e.membersErr = p.etcd.Members(ctx) })
 	wg.Go(func() { e.status, e.statusErr = p.etcd.Status(ctx) })
 	wg.Go(func() { e.rtt, e.readErr = p.etcd.Read(ctx) })
+	if lr, ok := p.etcd.(latencyReader); ok {
+		wg.Go(func() {
+			l, err := lr.Latencies(ctx)
+			if err != nil {
+				l = api.EtcdLatencies{Error: err.Error()}
+			}
+			e.latencies = &l
+		})
+	}
 	wg.Wait()
 	if e.membersErr == nil && e.statusErr == nil {
 		// Note: its own failure is not the sample's: the list and the

@@ -45,6 +45,9 @@ func newAgentCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("%s: %w", configFile, err)
 			}
+			for _, d := range cfg.Deprecated() {
+				log.Warn("deprecated configuration key", logkey.Config, configFile, logkey.Reason, d)
+			}
 			plat, err := newPlatform(cfg)
 			if err != nil {
 				return err

@@ -53,7 +53,11 @@ leaves the files alone, to check a configuration made for another host.`,
 			switch k {
 			case "agent":
 				var a config.Agent
-				if a, err = config.LoadAgent(path); err == nil && files {
+				a, err = config.LoadAgent(path)
+				for _, d := range a.Deprecated() {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: deprecated: %s\n", path, d)
+				}
+				if err == nil && files {
 					var notes []string
 					notes, err = a.CheckFiles()
 					for _, n := range notes {

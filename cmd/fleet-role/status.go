@@ -330,7 +330,12 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 			case v.Samples > 0:
 				samples = fmt.Sprintf("%d bad of %d", v.Bad, v.Samples)
 			}
-			if v.FsyncP99Ms > 0 {
+			// Note: the figure the host is judged by: a voter's etcd's own
+			// WAL fsync p99 over the window, else the probe's.
+			switch {
+			case v.WALFsyncP99Ms > 0:
+				fsync = fmt.Sprintf("%.1f ms etcd", v.WALFsyncP99Ms)
+			case v.FsyncP99Ms > 0:
 				fsync = fmt.Sprintf("%.1f ms", v.FsyncP99Ms)
 			}
 			if v.RTTMs > 0 {

@@ -40,6 +40,17 @@ func TestStatusOfAStuckSwapNamesTheCommandThatRemovesTheMember(t *testing.T) {
 	assert.NotContains(t, b.String(), "etcdctl", "no command once the swap is no longer stuck")
 }
 
+func TestTheStatusTableShowsAVotersEtcdWALFsyncP99WhereItIsJudgedByItAndAStandbysProbeFsyncP99(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	st := api.Status{UpdatedAt: now, Voters: []string{"v1"}, Verdicts: map[string]api.Verdict{
+		"v1": {State: api.VerdictFit, Samples: 25, FsyncP99Ms: 31, WALFsyncP99Ms: 3.9, BackendCommitP99Ms: 7.75},
+		"s1": {State: api.VerdictFit, Samples: 25, FsyncP99Ms: 2.5}}}
+	var b strings.Builder
+	renderStatus(&b, st, now, false)
+	assert.Regexp(t, `(?m)^v1 +fit +0 bad of 25 +3\.9 ms etcd `, b.String(), "the voter's etcd's own p99, not the probe's 31 ms")
+	assert.Regexp(t, `(?m)^s1 \(standby\) +fit +0 bad of 25 +2\.5 ms `, b.String())
+}
+
 func TestStatusOutputsTheTableWideJSONAndYAML(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	st := api.Status{UpdatedAt: now, Voters: []string{"v1"},

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -101,6 +102,8 @@ type Client struct {
 	c   *clientv3.Client
 	// peers are clients of the other members, by client URL (Unanswering).
 	peers map[string]*clientv3.Client
+	// http reads the member's /metrics (Latencies).
+	http *http.Client
 }
 
 // New returns a client of the local member; it connects on first use.
@@ -171,6 +174,10 @@ func (c *Client) Close() error {
 	for url, cl := range c.peers {
 		_ = cl.Close()
 		delete(c.peers, url)
+	}
+	if c.http != nil {
+		c.http.CloseIdleConnections()
+		c.http = nil
 	}
 	if c.c == nil {
 		return nil

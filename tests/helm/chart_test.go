@@ -278,7 +278,8 @@ func TestTheTypedConfigurationValuesReachTheirKeys(t *testing.T) {
 		"leaseDuration": "2m", "deadAfter": "10m", "writeGapBudget": "3s", "minPassInterval": "1s", "drainTimeout": "45s",
 		"failureDomainLabel": "",
 		"maintenanceWindow":  map[string]any{"days": []any{"sat", "sun"}, "start": "01:00", "end": "05:30", "timeZone": "Europe/Paris"},
-		"verdicts":           map[string]any{"window": 12, "fsyncLimit": "20ms", "readLimit": "200ms"},
+		"verdicts": map[string]any{"window": 12, "fsyncLimit": "20ms", "readLimit": "200ms",
+			"walFsyncP99Limit": "15ms", "backendCommitP99Limit": "40ms"},
 		"bounds": map[string]any{"snapshot": "1m", "runners": "2m", "drain": "3m", "promote": "4m", "join": "5m", "gates": "6m",
 			"stepDown": "7m", "removeMember": "8m", "memberGone": "9m", "uncordon": "10m", "rollback": "11m",
 			"removeFallback": "12m", "removeByVoter": "13m"},
@@ -291,7 +292,8 @@ func TestTheTypedConfigurationValuesReachTheirKeys(t *testing.T) {
 	want.LeaseDuration, want.DeadAfter, want.WriteGapBudget = 2*time.Minute, 10*time.Minute, 3*time.Second
 	want.MinPassInterval, want.DrainTimeout, want.FailureDomainLabel = time.Second, 45*time.Second, ""
 	want.MaintenanceWindow = config.MaintenanceWindow{Days: []string{"sat", "sun"}, Start: "01:00", End: "05:30", TimeZone: "Europe/Paris"}
-	want.Verdicts = config.Verdicts{Window: 12, FsyncLimit: 20 * time.Millisecond, ReadLimit: 200 * time.Millisecond}
+	want.Verdicts = config.Verdicts{Window: 12, FsyncLimit: 20 * time.Millisecond, ReadLimit: 200 * time.Millisecond,
+		WALFsyncP99Limit: 15 * time.Millisecond, BackendCommitP99Limit: 40 * time.Millisecond}
 	want.Bounds = config.Bounds{Snapshot: time.Minute, Runners: 2 * time.Minute, Drain: 3 * time.Minute, Promote: 4 * time.Minute,
 		Join: 5 * time.Minute, Gates: 6 * time.Minute, StepDown: 7 * time.Minute, RemoveMember: 8 * time.Minute,
 		MemberGone: 9 * time.Minute, Uncordon: 10 * time.Minute, Rollback: 11 * time.Minute,

@@ -134,7 +134,8 @@ of it is set. */}}
 {{- end }}
 {{- with .Values.config.verdicts }}
 {{- include "fleet-role.tomlTable" (dict "name" "verdicts" "keys" (dict
-  "window" .window "fsync_limit" .fsyncLimit "read_limit" .readLimit)) }}
+  "window" .window "fsync_limit" .fsyncLimit "read_limit" .readLimit
+  "wal_fsync_p99_limit" .walFsyncP99Limit "backend_commit_p99_limit" .backendCommitP99Limit)) }}
 {{- end }}
 {{- with .Values.config.maintenanceWindow }}
 {{- include "fleet-role.tomlTable" (dict "name" "maintenance_window" "keys" (dict
