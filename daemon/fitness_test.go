@@ -21,6 +21,7 @@ import (
 	"github.com/fleet-role/fleet-role/swapplan"
 	"github.com/fleet-role/fleet-role/tests/etcdtest"
 	"github.com/fleet-role/fleet-role/tests/slowdisk"
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // fitness is how the fitness tests judge: etcd's guidance for the
@@ -77,17 +78,23 @@ func startVoter(t *testing.T, ctx context.Context) *voterUnderTest {
 }
 
 // baseline is the verdict on a first full window of the member alone,
-// with nothing of the test's beside it. Note: a verdict of unfit there is
-// this machine's own doing (a shared machine whose other work delays
-// etcd's fdatasync past etcd's guidance), and leaves a test of fitness
-// nothing to tell: it is skipped, with the figures.
+// with nothing of the test's beside it, of up to three windows. Note: a
+// verdict of unfit on each is this machine's own doing (a shared machine
+// whose other work delays etcd's fdatasync past etcd's guidance), and
+// leaves a test of fitness nothing to tell: it is skipped with the
+// figures, and fails under CI, where make test runs these tests alone,
+// after the others (Makefile, QUIET).
 func (v *voterUnderTest) baseline(t *testing.T, samples *[]api.Probe) api.Verdict {
 	var before api.Verdict
-	v.sample(t, samples, fitness.Window, func(x api.Verdict) { before = x })
-	if before.State != api.VerdictFit {
-		t.Skipf("this machine's etcd is over etcd's guidance with nothing of the test's beside it, no fitness to tell: %s", before.Reason)
+	for range 3 {
+		v.sample(t, samples, fitness.Window, func(x api.Verdict) { before = x })
+		if before.State == api.VerdictFit {
+			t.Logf("baseline, the member alone: %s", before.Reason)
+			return before
+		}
+		t.Logf("the member alone is over etcd's guidance: %s", before.Reason)
 	}
-	t.Logf("baseline, the member alone: %s", before.Reason)
+	testhost.Unavailable(t, "this machine's etcd is over etcd's guidance with nothing of the test's beside it, no fitness to tell: %s", before.Reason)
 	return before
 }
 
@@ -230,12 +237,16 @@ func TestAVoterWhoseDiskIsMadeSlowIsJudgedUnfitWithinAWindow(t *testing.T) {
 	}
 	require.NotNil(t, unfit, "unfit within a window of %d samples after the disk turned slow: %s", fitness.Window,
 		swapplan.Judge(samples, time.Now(), fitness).Reason)
-	assert.Greater(t, unfit.WALFsyncP99Ms, ms(fitness.WALFsyncLimit), unfit.Reason)
+	// Note: a slowed disk delays both of etcd's syncs, its WAL's and its
+	// backend's commit; which one's p99 crosses its limit first is the
+	// disk's doing (both did here).
+	assert.True(t, unfit.WALFsyncP99Ms > ms(fitness.WALFsyncLimit) || unfit.BackendCommitP99Ms > ms(fitness.BackendCommitLimit),
+		"one of etcd's p99s over its limit: %s", unfit.Reason)
 	// Note: a slowed disk also makes the probe's samples bad (its etcd
 	// calls wait past the period), one a sample: the verdict must come
 	// from etcd's latencies, before most of a window's samples are bad.
 	assert.LessOrEqual(t, 2*unfit.Bad, unfit.Samples, "unfit on etcd's latencies, not on most samples bad: %s", unfit.Reason)
-	assert.Contains(t, unfit.Reason, "etcd's WAL fsync p99")
+	assert.Regexp(t, `etcd's WAL fsync p99 [0-9.]+ ms( over [0-9.]+m?s)?, backend commit p99 [0-9.]+ ms( over [0-9.]+m?s)?`, unfit.Reason)
 	t.Logf("slowed disk (%d writes a second): unfit %s after (%d samples of %s); before: %s; unfit: %s",
 		slowIOPS, time.Since(slowed).Round(100*time.Millisecond), after, fitness.Period, before.Reason, unfit.Reason)
 }
