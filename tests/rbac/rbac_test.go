@@ -51,6 +51,10 @@ var holdValues = map[string]any{
 	},
 }
 
+// defaultValues render the chart as packaged: the holds on by default,
+// kured's DaemonSet and the Plans looked for in every namespace.
+var defaultValues = map[string]any{"namespace": map[string]any{"create": true}}
+
 // everyOptionalPart renders every optional part of the chart: the holds,
 // the notifications' Secret, people's access, and the monitoring objects.
 var everyOptionalPart = map[string]any{
@@ -497,13 +501,13 @@ func TestNoRuleShippedHoldsAWildcard(t *testing.T) {
 // The packaged render, which kubectl apply and the Ansible role
 // fleet_role_controller apply, is the default render (tests/helm checks
 // it); its RBAC is a part of the render with the holds tested above.
-func TestThePackagedRBACIsAPartOfTheRenderTested(t *testing.T) {
+func TestThePackagedRBACIsTheDefaultRenderTested(t *testing.T) {
 	packaged, err := os.ReadFile(filepath.Join(testhost.Root(), "packaging", "kubernetes", "controller.yaml"))
 	require.NoError(t, err)
-	b, err := helm.Render(api.Namespace, holdValues)
+	b, err := helm.Render(api.Namespace, defaultValues)
 	require.NoError(t, err)
 	tested := map[string]shippedRBAC{}
-	for _, s := range readRBAC(t, "holds", b) {
+	for _, s := range readRBAC(t, "default", b) {
 		tested[s.kind+" "+s.name] = s
 	}
 	rbac := readRBAC(t, "packaged", packaged)
@@ -514,5 +518,29 @@ func TestThePackagedRBACIsAPartOfTheRenderTested(t *testing.T) {
 			assert.Equal(t, s.rules, got.rules, "%s %s", s.kind, s.name)
 			assert.Equal(t, s.roleRef, got.roleRef, "%s %s", s.kind, s.name)
 		}
+	}
+}
+
+func TestTheDefaultRBACLetsTheControllerFindKuredAndThePlansAndWriteNoDaemonSetButKureds(t *testing.T) {
+	kube := kubeapi.Start(t)
+	b, err := helm.Render(api.Namespace, defaultValues)
+	require.NoError(t, err)
+	kubeapi.Apply(t, kube.Client, b)
+	for _, r := range []request{
+		{verb: "list", group: "apps", resource: "daemonsets", why: "controller/holds.go kuredTarget: kured's DaemonSet looked for in every namespace, by its label and by its name"},
+		{verb: "get", group: "apps", resource: "daemonsets", namespace: "kured", name: "kured", why: "controller/holds.go kured: the lock read on the DaemonSet found"},
+		{verb: "update", group: "apps", resource: "daemonsets", namespace: "kured", name: "kured", why: "controller/marks.go: kured's lock held on the DaemonSet found while a swap runs"},
+		{verb: "list", group: "upgrade.cattle.io", resource: "plans", why: "controller/holds.go upgrades: the Plans of every namespace, while their CRD is installed"},
+	} {
+		assert.True(t, review(t, kube.Client, controllerAccount, r), "allowed: %s %s/%s %s/%s: %s", r.verb, r.group, r.resource, r.namespace, r.name, r.why)
+	}
+	for _, r := range []request{
+		{verb: "update", group: "apps", resource: "daemonsets", namespace: "kube-system", name: "other", why: "no DaemonSet but kured's is written"},
+		{verb: "patch", group: "apps", resource: "daemonsets", namespace: "kube-system", name: "kured", why: "kured's lock is written by update, as kured writes it"},
+		{verb: "delete", group: "apps", resource: "daemonsets", namespace: "kube-system", name: "kured", why: "kured's DaemonSet is never deleted"},
+		{verb: "watch", group: "apps", resource: "daemonsets", why: "no watch of every DaemonSet"},
+		{verb: "update", group: "upgrade.cattle.io", resource: "plans", namespace: upgradeNamespace, name: "server", why: "a Plan is read, never changed"},
+	} {
+		assert.False(t, review(t, kube.Client, controllerAccount, r), "refused: %s %s/%s %s/%s: %s", r.verb, r.group, r.resource, r.namespace, r.name, r.why)
 	}
 }

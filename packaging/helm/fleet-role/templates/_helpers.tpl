@@ -154,7 +154,9 @@ of it is set. */}}
 {{- end }}
 {{- with .Values.holds }}
 {{- $kured := dict }}
-{{- if .kured.namespace }}
+{{- if eq .kured.namespace "off" }}
+{{- $kured = dict "kured_daemonset" "off" }}
+{{- else if .kured.namespace }}
 {{- $kured = dict "kured_daemonset" (printf "%s/%s" .kured.namespace .kured.name)
   "kured_lock_annotation" .kured.lockAnnotation "kured_lock_ttl" .kured.lockTTL
   "kured_concurrency" .kured.concurrency }}
