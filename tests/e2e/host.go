@@ -10,13 +10,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/distribution/reference"
-	"golang.org/x/sys/unix"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/tests/slowdisk"
 	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
@@ -128,7 +127,7 @@ func (h *Host) KillAgent() {
 // kubelet and a Docker host's engine for theirs.
 func (h *Host) SlowDisk(iops int) {
 	h.f.t.Helper()
-	dev, err := deviceOf(filepath.Join(h.dir, "data"))
+	dev, err := slowdisk.DeviceOf(filepath.Join(h.dir, "data"))
 	if err != nil {
 		h.f.t.Fatal(err)
 	}
@@ -205,25 +204,6 @@ func (h *Host) RestorePeerPort() {
 			_ = h.iptables(append([]string{"-D"}, r...)...)
 		}
 	}
-}
-
-// deviceOf is the major:minor of the disk that holds path (the whole
-// disk, which the blkio throttle takes, not a partition).
-func deviceOf(path string) (string, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return "", err
-	}
-	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-	sys := filepath.Join("/sys/dev/block", dev)
-	if _, err := os.Stat(filepath.Join(sys, "partition")); err == nil {
-		parent, err := os.ReadFile(filepath.Join(sys, "..", "dev"))
-		if err != nil {
-			return "", err
-		}
-		dev = strings.TrimSpace(string(parent))
-	}
-	return dev, nil
 }
 
 // doubleImages is where the k3s double keeps the references of the images

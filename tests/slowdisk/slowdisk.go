@@ -29,7 +29,7 @@ func Throttle(t testing.TB, path string, iops int) {
 	if _, err := os.Stat(filepath.Join(blkio, "blkio.throttle.write_iops_device")); err != nil {
 		testhost.Unavailable(t, "no cgroup v1 blkio controller at %s (%v): the disk cannot be slowed", blkio, err)
 	}
-	dev, err := deviceOf(path)
+	dev, err := DeviceOf(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,9 +74,9 @@ func ownCgroup() (string, error) {
 	return "", fmt.Errorf("no blkio cgroup in /proc/self/cgroup")
 }
 
-// deviceOf is the major:minor of the whole disk path is on (the disk of a
+// DeviceOf is the major:minor of the whole disk path is on (the disk of a
 // partition), as the blkio controller names it.
-func deviceOf(path string) (string, error) {
+func DeviceOf(path string) (string, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
 		return "", err
