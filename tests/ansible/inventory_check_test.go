@@ -79,7 +79,7 @@ func TestDeployRefusesAVoterOrStandbyListedAmongFleetAgentsNamingEachBeforeChang
 		"-e", "fleet_role_controller_helm="+helmBinary, "-e", "fleet_role_controller_wait=false", "-e", "fleet_role_agent_manage_service=false")
 	require.Error(t, err, out)
 	assert.Contains(t, out, "Not deploying: the inventory lists among fleet_agents runner-03 (Node runner-03: a voter on the cluster), "+
-		"runner-04 (Node runner-04: a voter on the cluster), runner-05 (Node runner-05: a standby on the cluster).")
+		"runner-04 (Node runner-04: an etcd server on the cluster), runner-05 (Node runner-05: a standby on the cluster).")
 	for _, h := range []string{"runner-01", "runner-02", "runner-06", "runner-07"} {
 		assert.NotContains(t, out, h+" (Node", "%s is not named: its group agrees with the cluster, or the cluster knows no role of it", h)
 	}
@@ -130,7 +130,7 @@ func TestTheFirstRoleFileIsTheClustersRoleOfTheHostAndTheInventoryGroupsOnlyWher
 		got[h] = strings.TrimSpace(string(b))
 	}
 	assert.Equal(t, map[string]string{
-		"runner-01": "server", // k3s's etcd server
+		"runner-01": "server", // not labelled by fleet-role: its group's
 		"runner-02": "server", // a voter on the cluster, in fleet_standbys
 		"runner-03": "agent",  // a standby on the cluster, in fleet_servers
 		"runner-04": "server", // no Node: its group's

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -179,6 +180,10 @@ func TestSwapOverrideCompletesTheOverridesNotNamedYetWithWhatEachPasses(t *testi
 // nothing: no fleet-role-status ConfigMap, no Lease.
 func TestSwapDryRunAgainstAnAPIServerSaysWhyItWouldNotStartAndWritesNothing(t *testing.T) {
 	s := cluster(t)
+	// v2's server is k3s's etcd server with its member, as k3s labels it.
+	_, err := s.Client.CoreV1().Nodes().Patch(context.Background(), "v2", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+api.LabelEtcd+`":"true"},"annotations":{"`+api.AnnotationEtcdNodeName+`":"v2-0ac16eda"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
 	out, stderr, code := run(t, "swap", "--dry-run", "v2", "s2", "--override", "holds", "--kubeconfig", s.Kubeconfig)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "dry run, nothing written: swap v2 out for s2 in, by ")
@@ -187,7 +192,7 @@ func TestSwapDryRunAgainstAnAPIServerSaysWhyItWouldNotStartAndWritesNothing(t *t
 	assert.Contains(t, out, "holds: unknown, the controller has published none\n")
 	assert.Contains(t, out, "steps, in order:\n   1. start\n")
 	ctx := context.Background()
-	_, err := s.Client.CoreV1().ConfigMaps(api.Namespace).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
+	_, err = s.Client.CoreV1().ConfigMaps(api.Namespace).Get(ctx, api.StatusConfigMap, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "no request written: %v", err)
 	_, err = s.Client.CoordinationV1().Leases(api.Namespace).Get(ctx, api.LeaseName, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "no Lease taken: %v", err)
@@ -242,7 +247,7 @@ func TestArgumentErrorsNameWhatIsExpectedAndExit2(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"swap", "v1"}, "swap: want OUT, the voter to swap out, and IN, the standby to swap in: got 1 argument(s) [\"v1\"]\n\nUsage: fleet-role swap OUT IN | swap --cancel"},
+		{[]string{"swap", "v1"}, "swap: want OUT, the voter to swap out, and IN, the standby to swap in: got 1 argument(s) [\"v1\"]\n\nUsage: fleet-role swap OUT IN [--override pause|holds|domains]... [--dry-run] | swap --cancel"},
 		{[]string{"resume", "extra"}, `resume takes no arguments: got ["extra"]`},
 		{[]string{"config", "default", "agnet"}, `config default: "agnet" is not one of agent, controller`},
 		{[]string{"swap", "--wait", "--cancel"}, "--wait follows the swap a request starts"},

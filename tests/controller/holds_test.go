@@ -236,7 +236,7 @@ func TestADryRunSaysItWouldWaitForAnAlertButNotForWatchdogOrTheOutgoingVotersOwn
 	out, _, code := e.cli("status")
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "would wait: held: alerts are active at")
-	assert.Contains(t, out, "in force: alerts are active at "+prom.srv.URL+": etcdGRPCRequestsSlow")
+	assert.Contains(t, out, "holding now: alerts are active at "+prom.srv.URL+": etcdGRPCRequestsSlow")
 
 	// Prometheus stops answering: the hold holds, says so, is counted and
 	// told in a warning Event on the status ConfigMap.
