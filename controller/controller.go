@@ -334,14 +334,15 @@ func (c *Controller) pass(ctx context.Context) {
 	if (plan.Action.Type == api.ActionStart && err != nil) || (plan.Action.Type == api.ActionEnd && err == nil) {
 		running = nil
 	}
+	if r := c.exec.ended; plan.Action.Type == api.ActionEnd && err == nil && plan.Swap != nil && r != nil && r.ID == plan.Swap.ID {
+		// The steps and the write cost of the swap that ended, as the
+		// end just wrote them (the cache may not hold that write yet),
+		// before the marks are made to agree (their writes take a while).
+		c.metrics.ended(*r)
+	}
 	if merr := c.marks.keep(ctx, running, plan.Voters); merr != nil {
 		c.metrics.failures.WithLabelValues(actionMark, failureKind(merr)).Inc()
 		c.log.Warn("the swap's marks for other tools are repeated next pass", logkey.Err, merr)
-	}
-	if r := c.exec.ended; plan.Action.Type == api.ActionEnd && err == nil && plan.Swap != nil && r != nil && r.ID == plan.Swap.ID {
-		// The steps and the write cost of the swap that ended, as the
-		// end just wrote them (the cache may not hold that write yet).
-		c.metrics.ended(*r)
 	}
 	a := plan.Action
 	log := c.log.With(logkey.Step, plan.Step, logkey.Action, a.Type, logkey.Node, a.Node)
