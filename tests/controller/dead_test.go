@@ -120,7 +120,8 @@ func TestACordonedVoterFrozenPastDeadAfterIsNotCalledDeadNorRemovedWithTheDryRun
 	assert.Equal(t, 3, e.d.MemberCount(), "its member is kept")
 	assert.Equal(t, api.RoleVoter, e.node("v2").Labels[api.LabelRole])
 
-	// Uncordoned while still down: dead, and replaced.
+	// Uncordoned while still down: dead, and replaced. Note: as the test
+	// above, a swap of about 50 s; 3 minutes are the outer limit.
 	cordon(false)
 	res := e.waitEnd(3 * time.Minute)
 	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)

@@ -244,6 +244,8 @@ func TestKuredsLockTakenOnAnotherVoterMidSwapHoldsTheOutgoingVotersStopUntilKure
 	e.start()
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
+	// Note: the test bounds reach the promotion in a few passes of 1 s;
+	// 30 s are an outer limit for a busy machine, as in the tests above.
 	require.Eventually(t, func() bool {
 		st, _ := e.status()
 		return st.Swap != nil && (st.Step == api.StepPromote || st.Step == api.StepJoin)
@@ -256,6 +258,8 @@ func TestKuredsLockTakenOnAnotherVoterMidSwapHoldsTheOutgoingVotersStopUntilKure
 	v3 := `{"nodeID":"v3","metadata":{"unschedulable":false},"created":"` + time.Now().UTC().Format(time.RFC3339) + `","TTL":0}`
 	setKuredLock(t, e, &v3)
 	var st api.Status
+	// Note: the join (the fleet's learner catching up) and a pass that
+	// reads the holds afresh; a minute is an outer limit.
 	require.Eventually(t, func() bool {
 		st, _ = e.status()
 		return st.Step == api.StepGates && strings.Contains(st.Reason, "held: kured's reboot lock is held by v3")
@@ -263,6 +267,7 @@ func TestKuredsLockTakenOnAnotherVoterMidSwapHoldsTheOutgoingVotersStopUntilKure
 	assert.Contains(t, st.Reason, "the outgoing voter v1 is not touched")
 	require.NotNil(t, st.Controller)
 	assert.Contains(t, st.Controller.Held, "kured's reboot lock is held by v3")
+	// Three passes of 1 s held: each would have asked v1 to step down.
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		require.False(t, outgoingStopped(t, e), "v1 is not asked to step down while kured may reboot v3")
 	}
@@ -270,10 +275,12 @@ func TestKuredsLockTakenOnAnotherVoterMidSwapHoldsTheOutgoingVotersStopUntilKure
 	assert.Equal(t, v3, value, "kured's holder is left alone")
 
 	setKuredLock(t, e, nil) // kured's Release
+	// Note: the rest of the swap at the test bounds takes under 20 s; 2
+	// minutes are an outer limit, as waitEnd's other callers give.
 	res := e.waitEnd(2 * time.Minute)
 	assert.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	require.Eventually(t, func() bool {
 		_, held := kuredLock(t, e)
 		return !held && len(swapping(t, e)) == 0
-	}, 10*time.Second, 50*time.Millisecond, "the end releases the lock it took again and the labels")
+	}, 10*time.Second, 50*time.Millisecond, "the end releases the lock it took again and the labels") // the end's pass, and the next
 }

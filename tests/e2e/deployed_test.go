@@ -285,16 +285,23 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunThroughAControllersPodAn
 	writesAcross(t, d, count, 1)
 	took("the swap of v3 for v1")
 
-	// s1, a voter now, listed among the agents: the playbook refuses
-	// before it changes anything, naming it, and s1 votes on.
-	out = d.PlaybookRefused(map[string]string{"s1": "fleet_agents"})
-	assert.Contains(t, out, "Not deploying: the inventory lists among fleet_agents s1 (Node s1: a voter on the cluster).")
+	d.requirePlaybookRefusesAVoterAmongTheAgents(t, "s1")
+	took("the playbook refusing s1 among the agents")
+}
+
+// requirePlaybookRefusesAVoterAmongTheAgents runs the playbook with the
+// voter listed among fleet_agents: it refuses before it changes anything,
+// naming it, and the voter votes on, its role file as it was.
+func (f *Fleet) requirePlaybookRefusesAVoterAmongTheAgents(t *testing.T, voter string) {
+	t.Helper()
+	out := f.PlaybookRefused(map[string]string{voter: "fleet_agents"})
+	assert.Contains(t, out, "Not deploying: the inventory lists among fleet_agents "+voter+" (Node "+voter+": a voter on the cluster).")
 	assert.NotContains(t, out, "TASK [fleet_role_agent", "no task of the agent role ran")
-	assert.Equal(t, "server", strings.TrimSpace(d.Hosts["s1"].Exec("cat", "/var/lib/fleet-role/role")), "s1's role file is left as it was")
-	m, err := d.Members()
+	role, _ := f.Hosts[voter].exec("cat", "/var/lib/fleet-role/role")
+	assert.Equal(t, "server", strings.TrimSpace(role), "%s's role file is left as it was", voter)
+	m, err := f.Members()
 	require.NoError(t, err)
 	assert.Len(t, m.Voters, 3, "three voters: %+v", m)
-	assert.True(t, slices.ContainsFunc(m.Voters, func(v string) bool { return strings.HasPrefix(v, "s1") }), "s1's member votes on: %+v", m)
-	assert.Equal(t, api.RoleVoter, d.roles()["s1"])
-	took("the playbook refusing s1 among the agents")
+	assert.True(t, slices.ContainsFunc(m.Voters, func(v string) bool { return strings.HasPrefix(v, voter) }), "%s's member votes on: %+v", voter, m)
+	assert.Equal(t, api.RoleVoter, f.roles()[voter])
 }

@@ -369,6 +369,10 @@ func TestOnRealK3s(t *testing.T) {
 		d.ended(t, res, api.ResultCompleted)
 		d.threeVotersNoLearner(t)
 		took("the second swap, v2 for v1")
+
+		// s1, a voter now, listed among the agents: refused.
+		d.requirePlaybookRefusesAVoterAmongTheAgents(t, "s1")
+		took("the playbook refusing s1 among the agents")
 	})
 	if !ok {
 		return
