@@ -356,9 +356,13 @@ type Status struct {
 	Reason string      `json:"reason,omitempty"`
 	// WaitingOn are the runner pods the swap waits for to finish (at
 	// runners-in and runners-out), namespace/name, all of them: each runs
-	// one GitHub Actions job (the job's own name is not known to the
-	// controller). Written by the controller, read by fleet-role status.
-	WaitingOn     []string           `json:"waitingOn,omitempty"`
+	// one GitHub Actions job. Written by the controller, read by
+	// fleet-role status.
+	WaitingOn []string `json:"waitingOn,omitempty"`
+	// Jobs names the GitHub Actions job each pod of WaitingOn runs, by
+	// namespace/name, where its actions-runner-controller EphemeralRunner
+	// names one ("owner/repo: job (run N)").
+	Jobs          map[string]string  `json:"jobs,omitempty"`
 	Last          *SwapResult        `json:"last,omitempty"`
 	CooldownUntil *time.Time         `json:"cooldownUntil,omitempty"`
 	Verdicts      map[string]Verdict `json:"verdicts,omitempty"`

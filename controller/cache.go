@@ -375,6 +375,24 @@ func (c *cache) watchPods(ctx context.Context, node string) *podWatch {
 	return w
 }
 
+// podsNamed are the watched Nodes' Pods named namespace/name.
+func (c *cache) podsNamed(names []string) []*corev1.Pod {
+	if len(names) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*corev1.Pod
+	for _, w := range c.pods {
+		for _, name := range names {
+			if obj, ok, _ := w.informer.GetStore().GetByKey(name); ok {
+				out = append(out, obj.(*corev1.Pod))
+			}
+		}
+	}
+	return out
+}
+
 // slimPod keeps of a Pod what a swap's runner wait and drain read.
 func slimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)

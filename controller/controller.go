@@ -71,7 +71,11 @@ type Controller struct {
 	writes *writeTimer
 	// notifier tells a swap's start and end; nil when no URL is configured.
 	notifier *Notifier
-	trigger  chan struct{}
+	// jobs names the jobs of the runner pods a swap waits on; waitingJobs
+	// are those of the pass's plan.
+	jobs        *jobs
+	waitingJobs map[string]string
+	trigger     chan struct{}
 	// woken is when the first change not yet looked at arrived (unix ns);
 	// acted is when the last action ended.
 	woken atomic.Int64
@@ -124,6 +128,7 @@ func New(o Options) (*Controller, error) {
 	c.windows = newWindows(o.Config.Verdicts.Window)
 	c.cache.sampled, c.cache.gone = c.windows.add, c.windows.forget
 	c.cache.now = o.Now
+	c.jobs = newJobs(o.Client, c.log)
 	c.exec = &executor{client: o.Client, ns: o.Config.Namespace, cache: c.cache,
 		leaseDuration: o.Config.LeaseDuration, drainTimeout: o.Config.DrainTimeout, now: o.Now}
 	if c.holds, err = newHolds(o.Config.Holds, o.Client, o.Registry); err != nil {
@@ -321,6 +326,7 @@ func (c *Controller) pass(ctx context.Context) {
 		}
 	}
 	c.writes.follow(ctx, plan)
+	c.waitingJobs = c.jobs.of(ctx, c.cache.podsNamed(plan.WaitingOn), now)
 	decide := time.Since(start)
 	acting := time.Now()
 	var err error
@@ -477,6 +483,15 @@ func (c *Controller) statusChange(snap swapplan.Snapshot, plan swapplan.Plan, pr
 		}
 		st.Steps = stepLog(st.Steps, prev, st.Swap, plan, snap.Now)
 		st.Step, st.Since, st.Bound, st.Reason, st.Decision, st.WaitingOn = plan.Step, plan.Since, plan.Bound, plan.Reason, plan.Decision, plan.WaitingOn
+		st.Jobs = nil
+		for _, pod := range plan.WaitingOn {
+			if j, ok := c.waitingJobs[pod]; ok {
+				if st.Jobs == nil {
+					st.Jobs = map[string]string{}
+				}
+				st.Jobs[pod] = j
+			}
+		}
 		st.Voters, st.Domains, st.Dead = plan.Voters, plan.Domains, plan.Dead
 		st.Controller = c.state(snap)
 		st.Members, st.Etcd = map[string][]api.Member{}, nil

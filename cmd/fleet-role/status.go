@@ -231,7 +231,14 @@ func renderStatus(w io.Writer, st api.Status, now time.Time, wide bool) {
 		}
 		row("STEP", "%s", step)
 		if len(st.WaitingOn) > 0 {
-			row("WAITING ON", "%d runner pod(s), each running a job: %s", len(st.WaitingOn), strings.Join(st.WaitingOn, " "))
+			pods := make([]string, len(st.WaitingOn))
+			for i, p := range st.WaitingOn {
+				pods[i] = p
+				if j, ok := st.Jobs[p]; ok {
+					pods[i] += " (" + j + ")"
+				}
+			}
+			row("WAITING ON", "%d runner pod(s), each running a job: %s", len(st.WaitingOn), strings.Join(pods, ", "))
 		}
 		if line := catchUp(st); line != "" {
 			row("CATCH-UP", "%s", line)

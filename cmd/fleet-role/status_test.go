@@ -88,15 +88,16 @@ func TestStatusNamesEachDeadVoterWithEverySign(t *testing.T) {
 		"(6m0s ago, dead_after 5m0s); its member v2-4f59c04e unreachable from v1, v3; etcd tolerates one failure less until it is replaced or its member removed\n")
 }
 
-func TestStatusNamesEveryRunnerPodTheSwapWaitsOn(t *testing.T) {
+func TestStatusNamesEveryRunnerPodTheSwapWaitsOnAndTheJobOfEachWhoseRunnerNamesOne(t *testing.T) {
 	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	since := now.Add(-70 * time.Minute)
 	st := api.Status{UpdatedAt: now, Step: api.StepRunnersOut, Since: &since, Bound: api.Duration(time.Hour),
 		Swap:      &api.SwapRecord{ID: "20261206-104500-v1", Out: "v1", In: "s1", Origin: api.OriginAutomatic, StartedAt: now.Add(-75 * time.Minute)},
-		WaitingOn: []string{"arc/runner-a", "arc/runner-b", "arc/runner-c", "arc/runner-d"}}
+		WaitingOn: []string{"arc/runner-a", "arc/runner-b", "arc/runner-c", "arc/runner-d"},
+		Jobs:      map[string]string{"arc/runner-b": "octo-org/app: build (run 42)"}}
 	var b strings.Builder
 	renderStatus(&b, st, now, false)
-	assert.Contains(t, b.String(), "WAITING ON  4 runner pod(s), each running a job: arc/runner-a arc/runner-b arc/runner-c arc/runner-d\n")
+	assert.Contains(t, b.String(), "WAITING ON  4 runner pod(s), each running a job: arc/runner-a, arc/runner-b (octo-org/app: build (run 42)), arc/runner-c, arc/runner-d\n")
 	st.WaitingOn = nil
 	b.Reset()
 	renderStatus(&b, st, now, false)

@@ -184,6 +184,7 @@ func controllerUses() []request {
 		{verb: "patch", group: "coordination.k8s.io", resource: "leases", namespace: ns, name: api.WritesLease, why: "controller/writes.go write: the Lease renewed to time a swap's cost to the cluster's writes"},
 		{verb: "update", group: "apps", resource: "daemonsets", namespace: kuredNamespace, name: "kured", why: "controller/marks.go writeLock: kured's lock held while a swap runs, written as kured's pkg/daemonsetlock writes it (Update)"},
 		{verb: "list", group: "upgrade.cattle.io", resource: "plans", namespace: upgradeNamespace, why: "controller/holds.go upgrades: the system-upgrade-controller's Plans"},
+		{verb: "get", group: "actions.github.com", resource: "ephemeralrunners", namespace: "arc-runners", name: "runner-7kq2p", why: "controller/jobs.go read: the job a runner pod a swap waits on runs, from its EphemeralRunner, in any namespace"},
 	}
 }
 
@@ -248,6 +249,8 @@ func controllerMustNot() []request {
 		{verb: "create", resource: "serviceaccounts/token", namespace: api.Namespace, name: "fleet-role-controller", why: "the controller's token is the kubelet's to mint, not its own"},
 		{verb: "create", resource: "serviceaccounts/token", namespace: api.Namespace, name: "fleet-role-agent-h1", why: "no token of an agent"},
 		{verb: "watch", group: "coordination.k8s.io", resource: "leases", namespace: api.Namespace, name: api.LeaderElectionLease, why: "the election Lease is read by get, never watched"},
+		{verb: "list", group: "actions.github.com", resource: "ephemeralrunners", why: "an EphemeralRunner is read by get, one per runner pod waited on, never listed"},
+		{verb: "update", group: "actions.github.com", resource: "ephemeralrunners", namespace: "arc-runners", name: "runner-7kq2p", why: "an EphemeralRunner is read, never written"},
 	}
 }
 
