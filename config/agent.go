@@ -119,6 +119,16 @@ func (a Agent) K3sConfigFile() string {
 	return strings.TrimSuffix(filepath.Dir(a.JoinFile), ".d")
 }
 
+// K3sServerArgs are the flags of k3s's server command line the agent
+// knows: a Docker host's server_args; none on a systemd host, whose
+// unit's are not read.
+func (a Agent) K3sServerArgs() []string {
+	if a.Platform != PlatformDocker {
+		return nil
+	}
+	return a.Docker.ServerArgs
+}
+
 // Probe is how the host samples its own health every probe period: small
 // writes each followed by fdatasync in the data dir (as etcd's WAL does),
 // and on a server the member list, the status and a timed linearizable
@@ -405,9 +415,8 @@ func (a Agent) Validate() error {
 			}
 		}
 		for i, arg := range d.ServerArgs {
-			if k := k3sFlagReadFromItsConfig(arg); k != "" {
-				p.add(fmt.Sprintf("docker.server_args[%d]", i), "%s: set it in k3s's config file (see join_file), "+
-					"where the agent reads it too; on the command line it would win over the file unseen by the agent", k)
+			if k := k3sConfigFlag(arg); k != "" {
+				p.add(fmt.Sprintf("docker.server_args[%d]", i), "%s moves k3s's config file away from the one whose drop-ins hold join_file, which the agent reads", k)
 			}
 		}
 		for i, e := range d.Env {
@@ -428,20 +437,20 @@ func (a Agent) Validate() error {
 	return p.err()
 }
 
-// k3sFlagReadFromItsConfig names the k3s flag arg sets that the agent
-// reads from k3s's config file instead ("" for any other): k3s puts the
-// command line's flags after the file's, so they win (k3s-io/k3s
-// pkg/configfilearg/parser.go, Parse), and --config names another file.
-// urfave/cli takes a flag with one dash or two, its value after "=" or
-// as the next argument.
-func k3sFlagReadFromItsConfig(arg string) string {
-	if !strings.HasPrefix(arg, "-") {
+// k3sConfigFlag says "--config" where arg is k3s's --config (or -c),
+// which names another config file than the one the agent reads (k3s-io/k3s
+// pkg/configfilearg/parser.go, Parse); "" for any other. urfave/cli takes
+// a flag with one dash or two, its value after "=" or as the next
+// argument. The flags the agent reads from k3s's config it reads from
+// server_args too (daemon/k3sconfig, Read).
+func k3sConfigFlag(arg string) string {
+	name, ok := strings.CutPrefix(arg, "-")
+	if !ok {
 		return ""
 	}
-	name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-"), "=")
-	switch name {
-	case "https-listen-port", "node-ip", "node-external-ip", "advertise-address", "config", "c":
-		return "--" + name
+	name, _, _ = strings.Cut(strings.TrimPrefix(name, "-"), "=")
+	if name == "config" || name == "c" {
+		return "--config"
 	}
 	return ""
 }

@@ -374,7 +374,7 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 	f.Datastore, f.Tombstone, f.Member = a.host.datastore()
 	// Note: read at every look, as k3s reads it at every start: Ansible
 	// or its operator may change it while the agent runs.
-	if k3s, err := k3sconfig.Read(a.cfg.K3sConfigFile()); err != nil {
+	if k3s, err := k3sconfig.Read(a.cfg.K3sConfigFile(), a.cfg.K3sServerArgs()); err != nil {
 		f.K3sConfigErr = err
 	} else {
 		f.ServerPort = k3s.HTTPSPort

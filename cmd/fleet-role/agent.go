@@ -129,7 +129,7 @@ func agentClient(cfg config.Agent, log *slog.Logger) (typedcorev1.CoreV1Interfac
 	rc = withOurDefaults(rc)
 	var follow func(context.Context)
 	if cfg.FollowServers && cfg.Kubeconfig != "" {
-		k3s, err := k3sconfig.Read(cfg.K3sConfigFile())
+		k3s, err := k3sconfig.Read(cfg.K3sConfigFile(), cfg.K3sServerArgs())
 		if err != nil {
 			return nil, nil, fmt.Errorf("the servers to follow: %w", err)
 		}

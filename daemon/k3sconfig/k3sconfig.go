@@ -82,11 +82,18 @@ func (s Settings) Own() []string {
 }
 
 // Read reads k3s's settings from file and its drop-ins in file+".d", as
-// k3s merges them. Neither there gives k3s's defaults.
-func Read(file string) (Settings, error) {
+// k3s merges them, then from args, the flags of k3s's command line (a
+// Docker host's server_args; none on a systemd host, whose unit's are not
+// read), which k3s puts after the file's: an int or string flag given on
+// both keeps the command line's, a list flag has both. Neither file nor
+// flag gives k3s's defaults.
+func Read(file string, args []string) (Settings, error) {
 	values, err := readFiles(file)
 	if err != nil {
 		return Settings{}, err
+	}
+	for k, v := range commandLine(args) {
+		values[k] = append(values[k], v...)
 	}
 	s := Settings{HTTPSPort: DefaultHTTPSPort}
 	if v, ok := last(values["https-listen-port"]); ok {
@@ -112,6 +119,36 @@ func Read(file string) (Settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// read are the flags Read takes from the command line.
+var read = []string{"https-listen-port", "node-ip", "node-external-ip", "advertise-address", "kube-apiserver-arg"}
+
+// commandLine are the values of the flags Read takes from args, in
+// order: urfave/cli, as k3s parses its command line, takes a flag with
+// one dash or two, its value after "=" or as the next argument.
+func commandLine(args []string) map[string][]string {
+	out := map[string][]string{}
+	for i := 0; i < len(args); i++ {
+		name, ok := strings.CutPrefix(args[i], "-")
+		if !ok {
+			continue
+		}
+		name = strings.TrimPrefix(name, "-")
+		name, value, hasValue := strings.Cut(name, "=")
+		if !slices.Contains(read, name) {
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				continue
+			}
+			i++
+			value = args[i]
+		}
+		out[name] = append(out[name], value)
+	}
+	return out
 }
 
 // dropIns are the drop-in files of a config file, in the order k3s reads
