@@ -39,8 +39,8 @@ func k3sHost(t *testing.T, config string, dropIns map[string]string) host {
 }
 
 func TestTheDropInsMergeOverConfigYAMLInLexicalOrderAsK3sMergesThem(t *testing.T) {
-	h := k3sHost(t, "cluster-cidr: 10.42.0.0/16\ndisable:\n  - traefik\ncluster-domain: first.local\n", map[string]string{
-		"10-net.yaml":    "cluster-cidr: 10.44.0.0/16\ndisable+: servicelb\n",
+	h := k3sHost(t, "cluster-cidr: 10.42.0.0/16\ndisable:\n  - servicelb\ncluster-domain: first.local\n", map[string]string{
+		"10-net.yaml":    "cluster-cidr: 10.44.0.0/16\ndisable+: traefik\n",
 		"20-domain.yaml": "cluster-domain: second.local\n",
 		"30-domain.YML":  "cluster-domain: third.local\n",
 		"40-notes.txt":   "flannel-backend: host-gw\n",
@@ -49,7 +49,7 @@ func TestTheDropInsMergeOverConfigYAMLInLexicalOrderAsK3sMergesThem(t *testing.T
 	c := h.k3sConfig()
 	require.Empty(t, c.Error)
 	assert.Equal(t, "10.44.0.0/16", c.Critical["cluster-cidr"], "a drop-in's key replaces config.yaml's")
-	assert.Equal(t, "true", c.Critical["disable-service-lb"], "disable+ appends servicelb to config.yaml's disable list")
+	assert.Equal(t, "true", c.Critical["disable-service-lb"], "disable+ appends traefik to config.yaml's disable list, servicelb kept")
 	assert.Equal(t, "third.local", c.Critical["cluster-domain"], "the last drop-in in lexical order wins, .YML read too")
 	assert.Equal(t, "vxlan", c.Critical["flannel-backend"], "a file not .yaml or .yml is not read")
 }
@@ -75,6 +75,7 @@ func TestSettingsAreResolvedAsK3sResolvesThem(t *testing.T) {
 		"disable-network-policy: yes",
 		"secrets-encryption: \"1\"",
 		"egress-selector-mode: cluster",
+		"flannel-backend: [host-gw, wireguard-native]",
 		"disable: traefik,servicelb",
 	}, "\n"), nil).k3sConfig()
 	require.Empty(t, c.Error)
@@ -85,6 +86,7 @@ func TestSettingsAreResolvedAsK3sResolvesThem(t *testing.T) {
 	assert.Equal(t, "true", c.Critical["secrets-encryption"])
 	assert.Equal(t, "cluster", c.Critical["egress-selector-mode"])
 	assert.Equal(t, "true", c.Critical["disable-service-lb"])
+	assert.Equal(t, "wireguard-native", c.Critical["flannel-backend"], "a list given to a flag of one value: the last item wins")
 }
 
 func TestAnIPv6NodeIPTakesK3sIPv6Defaults(t *testing.T) {
@@ -135,7 +137,8 @@ func TestATokenWithACAHashK3sRefusesIsAnErrorThatDoesNotShowIt(t *testing.T) {
 }
 
 func TestAConfigFileThatIsNoMappingIsAnErrorThatDoesNotShowItsValue(t *testing.T) {
-	c := k3sHost(t, "K10"+testCAHash+"::server:s3cr3tpassw0rd\n", nil).k3sConfig()
+	c := k3sHost(t, "- s3cr3t\n", nil).k3sConfig()
+	assert.Contains(t, c.Error, "cannot unmarshal")
 	assert.Contains(t, c.Error, "config.yaml")
 	assert.NotContains(t, c.Error, "s3cr3t")
 }
