@@ -107,6 +107,9 @@ func (p *planner) consumed(q *api.ManualRequest) bool {
 // (requestObstacles); else it waits, saying the first thing that does.
 func (p *planner) manual(q *api.ManualRequest) Plan {
 	if why := p.requestObstacles(q); len(why) > 0 {
+		if r, _ := p.preflight(p.node(q.Out), p.node(q.In)); r != "" && why[0] == "is refused: "+r {
+			p.refused = append(p.refused, PreflightRefusal{Node: q.In, Reason: r})
+		}
 		return p.wait("", "the manual request to swap %s for %s %s", q.Out, q.In, why[0])
 	}
 	at := q.At
@@ -333,6 +336,7 @@ func (p *planner) decide() (out, in *Node, why string) {
 		}
 		if refused, _ := p.preflight(out, n); refused != "" {
 			mismatched = append(mismatched, refused)
+			p.refused = append(p.refused, PreflightRefusal{Node: n.Name, Reason: refused})
 			continue
 		}
 		if in == nil {

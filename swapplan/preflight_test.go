@@ -35,6 +35,7 @@ func manualRefused(t *testing.T, w *world, out, in, why string) {
 		plan := w.pass()
 		assert.Equal(t, api.ActionNone, plan.Action.Type)
 		assert.Equal(t, "the manual request to swap "+out+" for "+in+" is refused: "+why, plan.Reason)
+		assert.Equal(t, []swapplan.PreflightRefusal{{Node: in, Reason: why}}, plan.Refused, "for the controller's Event on "+in)
 	}
 	for _, n := range w.nodes {
 		assert.False(t, n.Unschedulable, "%s cordoned", n.Name)
@@ -131,6 +132,7 @@ func TestAMatchingK3sConfigStartsTheSwapWithNoPreflightNote(t *testing.T) {
 	plan := w.pass()
 	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
 	assert.NotContains(t, plan.Reason, "preflight")
+	assert.Empty(t, plan.Refused)
 }
 
 func TestTheAutomaticChoicePassesOverAStandbyWhoseStagedK3sSettingDiffers(t *testing.T) {
@@ -141,6 +143,8 @@ func TestTheAutomaticChoicePassesOverAStandbyWhoseStagedK3sSettingDiffers(t *tes
 	plan := w.pass()
 	require.Equal(t, api.ActionStart, plan.Action.Type, plan.Reason)
 	assert.Equal(t, "s2", plan.Swap.In)
+	assert.Equal(t, []swapplan.PreflightRefusal{{Node: "s1", Reason: "s1's staged cluster-cidr 10.44.0.0/16 differs from the voters' 10.42.0.0/16: k3s would refuse its join"}},
+		plan.Refused)
 
 	w = newWorld(t, 3, 1, 0)
 	w.stage("s1", "cluster-cidr", "10.44.0.0/16")
