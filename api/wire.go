@@ -258,6 +258,9 @@ type K3sConfig struct {
 	// (server/tls/server-ca.crt) as k3s computes it for its tokens: what
 	// a joining server's TokenCAHash must be. Empty where there is none.
 	ServerCAHash string `json:"serverCAHash,omitempty"`
+	// TokenError says why the token's CA hash could not be read (a token
+	// file unreadable, a hash k3s refuses); the settings are still given.
+	TokenError string `json:"tokenError,omitempty"`
 	// Error says why the configuration could not be read; then Critical
 	// and TokenCAHash are empty.
 	Error string `json:"error,omitempty"`

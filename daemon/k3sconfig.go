@@ -400,11 +400,11 @@ func (h host) k3sConfig() *api.K3sConfig {
 	if err == nil {
 		c.Critical, err = criticalSettings(flags)
 	}
-	if err == nil {
-		c.TokenCAHash, err = configTokenCAHash(flags)
-	}
 	if err != nil {
 		return &api.K3sConfig{ServerCAHash: c.ServerCAHash, Error: err.Error()}
+	}
+	if c.TokenCAHash, err = configTokenCAHash(flags); err != nil {
+		c.TokenError = err.Error()
 	}
 	return c
 }

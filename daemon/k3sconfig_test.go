@@ -132,8 +132,17 @@ func TestTheTokensCAHashIsPublishedAndNeverItsPassword(t *testing.T) {
 
 func TestATokenWithACAHashK3sRefusesIsAnErrorThatDoesNotShowIt(t *testing.T) {
 	c := k3sHost(t, "token: K10abc::server:s3cr3tpassw0rd\n", nil).k3sConfig()
-	assert.Contains(t, c.Error, "invalid token CA hash length")
-	assert.NotContains(t, c.Error, "s3cr3t")
+	assert.Contains(t, c.TokenError, "invalid token CA hash length")
+	assert.NotContains(t, c.TokenError, "s3cr3t")
+	assert.Empty(t, c.Error)
+	assert.Equal(t, "10.42.0.0/16", c.Critical["cluster-cidr"], "the settings are still given")
+}
+
+func TestAnUnreadableTokenFileIsATokenErrorAndTheSettingsAreStillGiven(t *testing.T) {
+	c := k3sHost(t, "token-file: /nonexistent/token\nflannel-backend: host-gw\n", nil).k3sConfig()
+	assert.Contains(t, c.TokenError, "token-file: open /nonexistent/token")
+	assert.Empty(t, c.Error)
+	assert.Equal(t, "host-gw", c.Critical["flannel-backend"])
 }
 
 func TestAConfigFileThatIsNoMappingIsAnErrorThatDoesNotShowItsValue(t *testing.T) {

@@ -62,10 +62,13 @@ func (p *planner) preflight(out, in *Node) (refused, unknown string) {
 			why = append(why, fmt.Sprintf("%s's staged token pins the cluster CA hash %s, which differs from %s", in.Name, c.TokenCAHash, d))
 		}
 	}
-	if len(why) == 0 {
-		return "", ""
+	if c.TokenError != "" {
+		unknown = fmt.Sprintf("%s's token could not be read (%s): its cluster CA is not compared with the voters'", in.Name, c.TokenError)
 	}
-	return strings.Join(why, "; ") + ": k3s would refuse its join", ""
+	if len(why) == 0 {
+		return "", unknown
+	}
+	return strings.Join(why, "; ") + ": k3s would refuse its join", unknown
 }
 
 // differs says whose value of a setting differs from want, among the

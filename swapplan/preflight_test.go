@@ -100,6 +100,10 @@ func TestAnUnknownK3sConfigDoesNotRefuseTheSwapButItsStartSaysSo(t *testing.T) {
 			w.Hosts["s1"].K3sConfig = &api.K3sConfig{Error: "/etc/rancher/k3s/config.yaml: yaml: line 2: did not find expected key"}
 		}, "s1's staged k3s server config could not be read (/etc/rancher/k3s/config.yaml: yaml: line 2: did not find expected key): " +
 			"its settings are not compared with the voters'"},
+		{"a token the candidate could not read", func(w *world) {
+			w.Hosts["s1"].K3sConfig.TokenCAHash = ""
+			w.Hosts["s1"].K3sConfig.TokenError = "token-file: open /etc/rancher/k3s/token: permission denied"
+		}, "s1's token could not be read (token-file: open /etc/rancher/k3s/token: permission denied): its cluster CA is not compared with the voters'"},
 		{"older voter agents", func(w *world) {
 			for _, v := range []string{"v1", "v2", "v3"} {
 				w.Hosts[v].K3sConfig = nil
