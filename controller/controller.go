@@ -84,10 +84,10 @@ type Controller struct {
 	dryRunSeen string
 	// refusedSeen are the preflight's refusals last recorded, by Node.
 	refusedSeen map[string]string
-	events     record.EventBroadcaster
-	recorder   record.EventRecorder
-	leading    atomic.Bool
-	passes     atomic.Int64
+	events      record.EventBroadcaster
+	recorder    record.EventRecorder
+	leading     atomic.Bool
+	passes      atomic.Int64
 	// lastPass is what the last pass planned and did, for the tests.
 	lastPass atomic.Pointer[PassResult]
 }
