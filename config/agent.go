@@ -63,7 +63,14 @@ type Agent struct {
 	// JoinFile is the k3s config drop-in in which the agent writes, before
 	// it starts a server that has no datastore, the `server:` that server
 	// joins through: a live voter. k3s merges config.yaml.d/*.yaml over
-	// config.yaml, so the config.yaml Ansible renders stays unchanged.
+	// config.yaml, so the config.yaml Ansible renders stays unchanged. It
+	// must be a .yaml or .yml file in the drop-in directory of k3s's
+	// config file (<file>.d), the only place k3s reads drop-ins from; the
+	// agent reads k3s's settings from that config file and its drop-ins:
+	// https-listen-port, the port of the `server:` it writes and of the
+	// servers' apiservers, which the fleet's servers share, and the
+	// addresses this host's apiserver is advertised by (node-ip,
+	// node-external-ip, advertise-address), never dialled.
 	JoinFile string `toml:"join_file"`
 	// KeepRemoved is how many moved-aside datastores (db/etcd-removed-*)
 	// to keep.
@@ -98,8 +105,28 @@ type Server struct {
 	// Name is the server's Kubernetes Node; required, and listed once.
 	Name string `toml:"name"`
 	// Address is the server's IP address or host name; required. A host
-	// joins the server at https://<address>:6443.
+	// joins the server at https://<address>:<port>, the port being the
+	// https-listen-port of the host's own k3s configuration (6443 unless
+	// set; see join_file): the fleet's servers share one.
 	Address string `toml:"address"`
+}
+
+// K3sConfigFile is k3s's config file whose drop-in directory holds the
+// join file: the join file's directory less its ".d" (k3s-io/k3s
+// pkg/configfilearg/parser.go, dotDFiles: the drop-ins of a config file
+// are in <file>.d).
+func (a Agent) K3sConfigFile() string {
+	return strings.TrimSuffix(filepath.Dir(a.JoinFile), ".d")
+}
+
+// K3sServerArgs are the flags of k3s's server command line the agent
+// knows: a Docker host's server_args; none on a systemd host, whose
+// unit's are not read.
+func (a Agent) K3sServerArgs() []string {
+	if a.Platform != PlatformDocker {
+		return nil
+	}
+	return a.Docker.ServerArgs
 }
 
 // Probe is how the host samples its own health every probe period: small
@@ -310,6 +337,11 @@ func (a Agent) Validate() error {
 		absolute(&p, fmt.Sprintf("staged_files[%d]", i), f)
 	}
 	absolute(&p, "join_file", a.JoinFile)
+	if name := strings.ToLower(filepath.Base(a.JoinFile)); !strings.HasSuffix(filepath.Dir(a.JoinFile), ".d") ||
+		!(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+		p.add("join_file", "%q is not a .yaml file in the drop-in directory (<config file>.d) of k3s's config file, "+
+			"where alone k3s reads drop-ins", a.JoinFile)
+	}
 	if a.SnapshotCopyDir != "" {
 		absolute(&p, "snapshot_copy_dir", a.SnapshotCopyDir)
 	}
@@ -382,9 +414,16 @@ func (a Agent) Validate() error {
 				p.add(fmt.Sprintf("docker.volumes[%d]", i), "%q is not source:/target[:options]", v)
 			}
 		}
+		for i, arg := range d.ServerArgs {
+			if k := k3sConfigFlag(arg); k != "" {
+				p.add(fmt.Sprintf("docker.server_args[%d]", i), "%s moves k3s's config file away from the one whose drop-ins hold join_file, which the agent reads", k)
+			}
+		}
 		for i, e := range d.Env {
 			if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 				p.add(fmt.Sprintf("docker.env[%d]", i), "%q is not NAME=value", e)
+			} else if k == "K3S_CONFIG_FILE" {
+				p.add(fmt.Sprintf("docker.env[%d]", i), "K3S_CONFIG_FILE moves k3s's config file away from the one whose drop-ins hold join_file, which the agent reads")
 			} else if k == "K3S_URL" {
 				p.add(fmt.Sprintf("docker.env[%d]", i), "K3S_URL is set by the agent from the inventory")
 			} else if k == "K3S_TOKEN" || k == "K3S_AGENT_TOKEN" {
@@ -396,6 +435,24 @@ func (a Agent) Validate() error {
 		p.add("platform", "must be %q or %q, got %q", PlatformSystemd, PlatformDocker, a.Platform)
 	}
 	return p.err()
+}
+
+// k3sConfigFlag says "--config" where arg is k3s's --config (or -c),
+// which names another config file than the one the agent reads (k3s-io/k3s
+// pkg/configfilearg/parser.go, Parse); "" for any other. urfave/cli takes
+// a flag with one dash or two, its value after "=" or as the next
+// argument. The flags the agent reads from k3s's config it reads from
+// server_args too (daemon/k3sconfig, Read).
+func k3sConfigFlag(arg string) string {
+	name, ok := strings.CutPrefix(arg, "-")
+	if !ok {
+		return ""
+	}
+	name, _, _ = strings.Cut(strings.TrimPrefix(name, "-"), "=")
+	if name == "config" || name == "c" {
+		return "--config"
+	}
+	return ""
 }
 
 func absolute(p *problems, key, path string) {
@@ -469,7 +526,11 @@ debounce = "{{d .Debounce}}"
 staged_files = {{q .StagedFiles}}
 
 # The k3s config drop-in where the agent writes, before a server with no
-# datastore starts, the server: it joins through (a live voter).
+# datastore starts, the server: it joins through (a live voter). It lies in
+# the drop-in directory of k3s's config file (<file>.d), from which, with
+# its drop-ins, the agent reads k3s's https-listen-port (the port of every
+# server: it writes and of the servers' apiservers; 6443 unless set) and
+# the addresses this host's apiserver is advertised by.
 join_file = "{{.JoinFile}}"
 
 # How many moved-aside datastores (server/db/etcd-removed-<unix>) to keep.
@@ -492,7 +553,8 @@ snapshot_copy_dir = "{{.SnapshotCopyDir}}"
 listen_address = "{{.ListenAddress}}"
 
 # The servers of the inventory, in order. A demoted host's agent joins the
-# first other server that is a current voter (else the first other one).
+# first other server that is a current voter (else the first other one),
+# at the https-listen-port of this host's k3s configuration.
 [[servers]]
 name = "runner-01"
 address = "10.0.0.1"

@@ -41,6 +41,19 @@ func TestAMinimalAgentConfigurationTakesTheDefaults(t *testing.T) {
 	assert.Empty(t, a.TokenFile, "no token to renew: the kubeconfig holds its own credentials")
 }
 
+func TestK3sConfigFileIsTheOneWhoseDropInDirectoryHoldsTheJoinFile(t *testing.T) {
+	a := DefaultAgent()
+	assert.Equal(t, "/etc/rancher/k3s/config.yaml", a.K3sConfigFile())
+	a.JoinFile = "/srv/k3s/k3s.yaml.d/90-fleet-role.yaml"
+	assert.Equal(t, "/srv/k3s/k3s.yaml", a.K3sConfigFile())
+}
+
+func TestADockerServersOtherFlagsAreAccepted(t *testing.T) {
+	_, err := ParseAgent([]byte("platform = \"docker\"\n" + minimalAgent +
+		"[docker]\nimage = \"i\"\nserver_args = [\"server\", \"--token-file=/t\", \"--node-label\", \"a=b\", \"--data-dir=/d\"]\n"))
+	require.NoError(t, err)
+}
+
 func TestADockerAgentNeedsItsImage(t *testing.T) {
 	_, err := ParseAgent([]byte(minimalAgent + "platform = \"docker\"\n"))
 	require.Error(t, err, "platform after a table is a key of the table")
@@ -70,6 +83,15 @@ func TestBadAgentConfigurations(t *testing.T) {
 			[]string{"docker.env[0]: K3S_URL is set by the agent"}},
 		{"the token is never in a container's environment", "platform = \"docker\"\n" + minimalAgent + "[docker]\nimage = \"i\"\nenv = [\"K3S_TOKEN=secret\"]\n",
 			[]string{"docker.env[0]: K3S_TOKEN would show in `docker inspect`"}},
+		{"the join file is outside k3s's drop-in directory, where k3s would never read it", "join_file = \"/etc/rancher/k3s/fleet-role.yaml\"\n" + minimalAgent,
+			[]string{`join_file: "/etc/rancher/k3s/fleet-role.yaml" is not a .yaml file in the drop-in directory`}},
+		{"the join file is no .yaml file, which k3s would never read", "join_file = \"/etc/rancher/k3s/config.yaml.d/90-fleet-role.conf\"\n" + minimalAgent,
+			[]string{`join_file: "/etc/rancher/k3s/config.yaml.d/90-fleet-role.conf" is not a .yaml file`}},
+		{"k3s's config file is not moved by the server container's command line, where the settings the agent reads may be",
+			"platform = \"docker\"\n" + minimalAgent + "[docker]\nimage = \"i\"\nserver_args = [\"server\", \"--https-listen-port=7443\", \"-node-external-ip\", \"203.0.113.5\", \"--token-file=/t\", \"-c\", \"/k3s.yaml\", \"--config=/k.yaml\"]\n",
+			[]string{"docker.server_args[5]: --config moves k3s's config file", "docker.server_args[7]: --config moves"}},
+		{"k3s's config file is not moved by the containers' environment", "platform = \"docker\"\n" + minimalAgent + "[docker]\nimage = \"i\"\nenv = [\"K3S_CONFIG_FILE=/k3s.yaml\"]\n",
+			[]string{"docker.env[0]: K3S_CONFIG_FILE moves k3s's config file"}},
 		{"the token file is an absolute path", "token_file = \"token\"\n" + minimalAgent, []string{`token_file: must be an absolute path, got "token"`}},
 		{"at least one snapshot is kept", "keep_snapshots = 0\n" + minimalAgent, []string{"keep_snapshots: must be at least 1, got 0"}},
 		{"the snapshots' copy goes to an absolute path", "snapshot_copy_dir = \"backup\"\n" + minimalAgent,

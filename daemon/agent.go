@@ -24,6 +24,7 @@ import (
 	"github.com/fleet-role/fleet-role/api/logkey"
 	"github.com/fleet-role/fleet-role/config"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/daemon/k3sconfig"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/role"
 )
@@ -371,6 +372,13 @@ func (a *Agent) look(ctx context.Context) (role.Facts, error) {
 	f.Finished = s.Finished
 	f.KnowsVoters = slices.ContainsFunc(s.Voters, func(v string) bool { return v != a.cfg.NodeName })
 	f.Datastore, f.Tombstone, f.Member = a.host.datastore()
+	// Note: read at every look, as k3s reads it at every start: Ansible
+	// or its operator may change it while the agent runs.
+	if k3s, err := k3sconfig.Read(a.cfg.K3sConfigFile(), a.cfg.K3sServerArgs()); err != nil {
+		f.K3sConfigErr = err
+	} else {
+		f.ServerPort = k3s.HTTPSPort
+	}
 	for _, u := range platform.Units {
 		st, err := a.platform.State(ctx, u)
 		if err != nil {
@@ -519,7 +527,10 @@ func (a *Agent) step(ctx context.Context, step role.Step, f role.Facts, out *out
 	case role.WriteJoin:
 		return a.writeJoin(f)
 	case role.StartAgent:
-		url, err := role.AgentServerURL(a.inventory(), a.cfg.NodeName, a.st.get().Voters)
+		if f.K3sConfigErr != nil {
+			return f.K3sConfigErr
+		}
+		url, err := role.AgentServerURL(a.inventory(), a.cfg.NodeName, a.st.get().Voters, f.ServerPort)
 		if err != nil {
 			return err
 		}
@@ -636,7 +647,10 @@ func (a *Agent) writeJoin(f role.Facts) error {
 			}
 		}
 	}
-	url, err := role.ServerJoinURL(a.inventory(), a.cfg.NodeName, voters)
+	if f.K3sConfigErr != nil {
+		return f.K3sConfigErr
+	}
+	url, err := role.ServerJoinURL(a.inventory(), a.cfg.NodeName, voters, f.ServerPort)
 	if err != nil {
 		return fmt.Errorf("derive the server to join: %w", err)
 	}

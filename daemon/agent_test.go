@@ -349,6 +349,35 @@ func TestAPromotionOfAStagedStandbyStartsTheServerAndReportsItsStart(t *testing.
 	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "readable by k3s whatever user it runs as, as config.yaml is; it holds no secret")
 }
 
+func TestAPromotionJoinsTheLiveVoterAtTheHTTPSListenPortOfThisHostsK3sConfig(t *testing.T) {
+	f := newFixture(t)
+	f.write(f.cfg.StagedFiles[0], "token-file: /etc/token\nhttps-listen-port: 7443\n")
+	f.role("agent")
+	f.plat.Set(platform.Agent, true, time.Now().Add(-time.Hour))
+	f.start()
+	f.request(api.RequestPromote)
+	f.waitReport(api.RequestPromote, api.StateDone)
+	b, err := os.ReadFile(f.cfg.JoinFile)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "\nserver: https://10.0.0.1:7443\n")
+}
+
+func TestAPromotionIsRefusedAndNothingChangesWhileThisHostsK3sConfigCannotBeRead(t *testing.T) {
+	f := newFixture(t)
+	f.write(f.cfg.StagedFiles[0], "https-listen-port: seven\n")
+	f.role("agent")
+	f.plat.Set(platform.Agent, true, time.Now().Add(-time.Hour))
+	f.start()
+	f.request(api.RequestPromote)
+	r := f.waitReport(api.RequestPromote, api.StateRefused)
+	assert.Contains(t, r.Message, `https-listen-port "seven" is not a port`)
+	assert.Contains(t, r.Message, f.cfg.StagedFiles[0])
+	assert.Empty(t, f.plat.Calls(), "no unit started or stopped")
+	b, _ := os.ReadFile(f.cfg.RoleFile)
+	assert.Equal(t, "agent\n", string(b))
+	assert.NoFileExists(t, f.cfg.JoinFile)
+}
+
 func TestAPromotionNamingNoLiveServerOfTheInventoryFailsBeforeTheServerStarts(t *testing.T) {
 	f := newFixture(t)
 	f.staged()
@@ -411,6 +440,19 @@ func TestATombstoneWrittenFinishesTheDemotion(t *testing.T) {
 	b, err := os.ReadFile(f.cfg.JoinFile)
 	require.NoError(t, err)
 	assert.Contains(t, string(b), "\nserver: https://10.0.0.3:6443\n", "k3s's agent reads config.yaml's server: over K3S_URL: the drop-in names the same")
+}
+
+func TestAFinishedDemotionsAgentJoinsAtTheHTTPSListenPortOfTheLastDropIn(t *testing.T) {
+	f := newFixture(t)
+	stepDown(t, f)
+	f.write(f.cfg.StagedFiles[0], "https-listen-port: 7443\n")
+	f.write(filepath.Join(filepath.Dir(f.cfg.JoinFile), "50-port.yaml"), "https-listen-port: 8443\n")
+	f.tombstone()
+	f.waitReport(api.ReportFinish, api.StateDone)
+	assert.Equal(t, "https://10.0.0.1:8443", f.plat.URL())
+	b, err := os.ReadFile(f.cfg.JoinFile)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "\nserver: https://10.0.0.1:8443\n")
 }
 
 func TestMemberGoneNamingTheSwapFinishesADemotionWhoseRemovedNodeNameNamesAnotherMember(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,16 +46,22 @@ var ErrNoServer = errors.New("no other server in the inventory to join")
 // ErrNoLiveServer: none of the voters named is a server of the inventory.
 var ErrNoLiveServer = errors.New("no voter named is a server of the inventory")
 
+// ErrNoPort: the port given is no TCP port.
+var ErrNoPort = errors.New("not a port")
+
 // ServerJoinURL is the server a promoted host's k3s server joins through
 // (its `server:`): the first other server of the inventory that is one of
-// the live voters. Unlike AgentServerURL it never falls back to a server
-// that may no longer be one: k3s's server fails to start when its
-// `server:` does not answer, and a server with no `server:` and an empty
-// datastore starts a cluster of its own.
-func ServerJoinURL(inventory []InventoryServer, self string, voters []string) (string, error) {
+// the live voters, at port (Facts.ServerPort). Unlike AgentServerURL it
+// never falls back to a server that may no longer be one: k3s's server
+// fails to start when its `server:` does not answer, and a server with no
+// `server:` and an empty datastore starts a cluster of its own.
+func ServerJoinURL(inventory []InventoryServer, self string, voters []string, port int) (string, error) {
+	if port < 1 || port > 65535 {
+		return "", fmt.Errorf("the servers' port %d: %w", port, ErrNoPort)
+	}
 	for _, s := range inventory {
 		if s.Name != self && slices.Contains(voters, s.Name) {
-			return url(s.Address), nil
+			return url(s.Address, port), nil
 		}
 	}
 	return "", fmt.Errorf("%w: voters %v", ErrNoLiveServer, voters)
@@ -62,9 +69,12 @@ func ServerJoinURL(inventory []InventoryServer, self string, voters []string) (s
 
 // AgentServerURL is the server a demoted host's agent joins: the first
 // other server of the inventory that is a current voter, else the first
-// other server of the inventory. A host never joins itself, so the
-// bootstrap host joins another server too.
-func AgentServerURL(inventory []InventoryServer, self string, voters []string) (string, error) {
+// other server of the inventory, at port (Facts.ServerPort). A host never
+// joins itself, so the bootstrap host joins another server too.
+func AgentServerURL(inventory []InventoryServer, self string, voters []string, port int) (string, error) {
+	if port < 1 || port > 65535 {
+		return "", fmt.Errorf("the servers' port %d: %w", port, ErrNoPort)
+	}
 	var first *InventoryServer
 	for i := range inventory {
 		s := &inventory[i]
@@ -72,7 +82,7 @@ func AgentServerURL(inventory []InventoryServer, self string, voters []string) (
 			continue
 		}
 		if slices.Contains(voters, s.Name) {
-			return url(s.Address), nil
+			return url(s.Address, port), nil
 		}
 		if first == nil {
 			first = s
@@ -81,14 +91,19 @@ func AgentServerURL(inventory []InventoryServer, self string, voters []string) (
 	if first == nil {
 		return "", ErrNoServer
 	}
-	return url(first.Address), nil
+	return url(first.Address, port), nil
 }
 
-func url(address string) string {
+// url is a server's URL: k3s's supervisor, which a joining server's
+// bootstrap and an agent dial, listens on the server's
+// https-listen-port (k3s-io/k3s pkg/cli/server/server.go, run:
+// SupervisorPort is HTTPSPort; pkg/agent/proxy/apiproxy.go,
+// NewSupervisorProxy, takes the URL's port as the supervisor's).
+func url(address string, port int) string {
 	if strings.Contains(address, ":") {
 		address = "[" + address + "]" // IPv6
 	}
-	return "https://" + address + ":6443"
+	return "https://" + address + ":" + strconv.Itoa(port)
 }
 
 // same says both are the one request: the same swap, action and time.
@@ -136,6 +151,13 @@ type Facts struct {
 	// so Request is the controller's latest request (none when there is
 	// none, or no Node yet).
 	NodeRead bool
+	// ServerPort is the port of every server URL the agent writes for
+	// this host's k3s to join through: the https-listen-port of this
+	// host's k3s configuration (k3s's 6443 when it sets none), which the
+	// fleet's servers share. 0 when that configuration cannot be read;
+	// K3sConfigErr says why, and nothing that needs a server URL is done.
+	ServerPort   int
+	K3sConfigErr error
 	// Unlisted: the voters' member list, asked while this host's server
 	// does not run, lists neither this host's member (Member) nor a member
 	// at its peer URL, and the cluster listed that member before: it was
@@ -267,6 +289,13 @@ func decideRequest(f Facts, q *api.Request) Decision {
 			return Decision{Do: api.RequestPromote, Report: answer(api.StateRefused, "this host is not staged as a standby"),
 				Why: "refusing the promotion: this host is not staged as a standby; nothing is changed"}
 		}
+		if !f.Server.Active && f.K3sConfigErr != nil {
+			// Note: refused before the agent unit stops: the server's join
+			// needs the servers' port, and a host left with neither unit
+			// running would be a promotion half done.
+			return Decision{Do: api.RequestPromote, Report: answer(api.StateRefused, f.K3sConfigErr.Error()),
+				Why: "refusing the promotion: " + f.K3sConfigErr.Error() + "; nothing is changed"}
+		}
 		// Note: the role file is written first, so that an agent stopped
 		// midway keeps the server it started, rather than reading "agent"
 		// and stopping it again.
@@ -394,6 +423,10 @@ func decideServer(f Facts) Decision {
 		// Node; the voters it knew from before may since have been
 		// demoted.
 		return Decision{Do: DoNone, Why: "the role file says server and the server has no datastore yet: waiting to read this host's Node, whose request names the voters to join through"}
+	}
+	if !f.Server.Active && !f.Datastore && f.KnowsVoters && f.K3sConfigErr != nil {
+		return Decision{Do: DoNone, Why: "the role file says server, but its join cannot be written: " + f.K3sConfigErr.Error() +
+			": nothing is done until it is mended"}
 	}
 	var steps []Step
 	if f.Agent.Active || f.Agent.Enabled {

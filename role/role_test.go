@@ -1,6 +1,7 @@
 package role
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -37,39 +38,58 @@ func TestAgentServerURL(t *testing.T) {
 		name   string
 		self   string
 		voters []string
+		port   int
 		want   string
 	}{
-		{"the first other server that is a current voter", "h1", []string{"h3", "h2"}, "https://10.0.0.2:6443"},
-		{"a server that is no voter is passed over", "h1", []string{"h3"}, "https://10.0.0.3:6443"},
-		{"with no voter known, the first other server", "h2", nil, "https://10.0.0.1:6443"},
-		{"the bootstrap host joins another server, never itself", "h1", []string{"h1"}, "https://10.0.0.2:6443"},
-		{"an IPv6 address is bracketed", "h1", []string{"h4"}, "https://[fd00::4]:6443"},
+		{"the first other server that is a current voter", "h1", []string{"h3", "h2"}, 6443, "https://10.0.0.2:6443"},
+		{"a server that is no voter is passed over", "h1", []string{"h3"}, 6443, "https://10.0.0.3:6443"},
+		{"with no voter known, the first other server", "h2", nil, 6443, "https://10.0.0.1:6443"},
+		{"the bootstrap host joins another server, never itself", "h1", []string{"h1"}, 6443, "https://10.0.0.2:6443"},
+		{"an IPv6 address is bracketed", "h1", []string{"h4"}, 6443, "https://[fd00::4]:6443"},
+		{"the port is the servers' port given", "h1", []string{"h2"}, 7443, "https://10.0.0.2:7443"},
+		{"an IPv6 address at the servers' port given", "h1", []string{"h4"}, 7443, "https://[fd00::4]:7443"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := AgentServerURL(inv, tc.self, tc.voters)
+			got, err := AgentServerURL(inv, tc.self, tc.voters, tc.port)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
 	}
-	_, err := AgentServerURL([]InventoryServer{{"h1", "10.0.0.1"}}, "h1", nil)
+	_, err := AgentServerURL([]InventoryServer{{"h1", "10.0.0.1"}}, "h1", nil, 6443)
 	assert.ErrorIs(t, err, ErrNoServer)
+	for _, port := range []int{0, -1, 65536} {
+		_, err := AgentServerURL(inv, "h1", []string{"h2"}, port)
+		assert.ErrorIs(t, err, ErrNoPort, "port %d", port)
+	}
 }
 
 func TestServerJoinURL(t *testing.T) {
-	inv := []InventoryServer{{"h1", "10.0.0.1"}, {"h2", "10.0.0.2"}, {"h3", "10.0.0.3"}}
-	got, err := ServerJoinURL(inv, "h1", []string{"h3", "h2"})
+	inv := []InventoryServer{{"h1", "10.0.0.1"}, {"h2", "10.0.0.2"}, {"h3", "10.0.0.3"}, {"h4", "fd00::4"}}
+	got, err := ServerJoinURL(inv, "h1", []string{"h3", "h2"}, 6443)
 	require.NoError(t, err)
 	assert.Equal(t, "https://10.0.0.2:6443", got, "the first other server of the inventory that is a live voter")
-	got, err = ServerJoinURL(inv, "h1", []string{"h1", "h3"})
+	got, err = ServerJoinURL(inv, "h1", []string{"h1", "h3"}, 6443)
 	require.NoError(t, err)
 	assert.Equal(t, "https://10.0.0.3:6443", got, "the bootstrap host promoted again joins a live voter, never itself")
+	got, err = ServerJoinURL(inv, "h1", []string{"h3"}, 7443)
+	require.NoError(t, err)
+	assert.Equal(t, "https://10.0.0.3:7443", got, "at the servers' port given")
+	got, err = ServerJoinURL(inv, "h1", []string{"h4"}, 7443)
+	require.NoError(t, err)
+	assert.Equal(t, "https://[fd00::4]:7443", got, "an IPv6 address bracketed, at the servers' port given")
 	for _, voters := range [][]string{nil, {"h1"}, {"h9"}} {
-		_, err := ServerJoinURL(inv, "h1", voters)
+		_, err := ServerJoinURL(inv, "h1", voters, 6443)
 		assert.ErrorIs(t, err, ErrNoLiveServer, "no fallback to a server that may no longer be one: %v", voters)
+	}
+	for _, port := range []int{0, -1, 65536} {
+		_, err := ServerJoinURL(inv, "h1", []string{"h2"}, port)
+		assert.ErrorIs(t, err, ErrNoPort, "port %d", port)
 	}
 }
 
 var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+var errK3sConfig = errors.New("k3s's configuration /etc/rancher/k3s/config.yaml: https-listen-port \"seven\" is not a port")
 
 func req(action string) *api.Request { return &api.Request{Swap: "s1", Action: action, At: at} }
 
@@ -96,6 +116,17 @@ func TestDecide(t *testing.T) {
 			Facts{Role: api.HostAgent, Agent: running, Request: req(api.RequestPromote)},
 			api.RequestPromote, nil,
 			&Report{Swap: "s1", Action: api.RequestPromote, State: api.StateRefused, Message: "this host is not staged as a standby", Answers: req(api.RequestPromote)}},
+		{"a promotion is refused and changes nothing while k3s's configuration, which gives the servers' port, cannot be read",
+			Facts{Role: api.HostAgent, Agent: running, Staged: true, Request: req(api.RequestPromote), K3sConfigErr: errK3sConfig},
+			api.RequestPromote, nil,
+			&Report{Swap: "s1", Action: api.RequestPromote, State: api.StateRefused, Message: errK3sConfig.Error(), Answers: req(api.RequestPromote)}},
+		{"a promotion of a running server goes on while k3s's configuration cannot be read: it writes no join",
+			Facts{Role: api.HostServer, Server: running, Staged: true, Datastore: true, Request: req(api.RequestPromote), K3sConfigErr: errK3sConfig},
+			api.RequestPromote, []Step{StopAgent, StartServer},
+			&Report{Swap: "s1", Action: api.RequestPromote, State: api.StateDone, Answers: req(api.RequestPromote)}},
+		{"a host rebooted mid-promotion starts no server while its join cannot be written",
+			Facts{Role: api.HostServer, Staged: true, KnowsVoters: true, NodeRead: true, K3sConfigErr: errK3sConfig},
+			DoNone, nil, nil},
 		{"a promotion asked again of a running server starts nothing new",
 			Facts{Role: api.HostServer, Server: running, Request: req(api.RequestPromote)},
 			api.RequestPromote, []Step{StopAgent, StartServer},

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"path/filepath"
+	"strconv"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
@@ -19,6 +21,7 @@ import (
 	"github.com/fleet-role/fleet-role/daemon"
 	"github.com/fleet-role/fleet-role/daemon/apiservers"
 	"github.com/fleet-role/fleet-role/daemon/etcdclient"
+	"github.com/fleet-role/fleet-role/daemon/k3sconfig"
 	"github.com/fleet-role/fleet-role/platform"
 	"github.com/fleet-role/fleet-role/platform/docker"
 	"github.com/fleet-role/fleet-role/platform/systemd"
@@ -126,11 +129,15 @@ func agentClient(cfg config.Agent, log *slog.Logger) (typedcorev1.CoreV1Interfac
 	rc = withOurDefaults(rc)
 	var follow func(context.Context)
 	if cfg.FollowServers && cfg.Kubeconfig != "" {
-		servers, err := agentServers(cfg, rc, log)
+		k3s, err := k3sconfig.Read(cfg.K3sConfigFile(), cfg.K3sServerArgs())
+		if err != nil {
+			return nil, nil, fmt.Errorf("the servers to follow: %w", err)
+		}
+		servers, err := agentServers(cfg, k3s, rc, log)
 		if err != nil {
 			return nil, nil, err
 		}
-		if follow, err = followServers(rc, servers, api.Namespace, inventoryAddress(cfg)); err != nil {
+		if follow, err = followServers(rc, servers, api.Namespace, inventoryAddress(cfg, k3s.HTTPSPort)); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -142,13 +149,14 @@ func agentClient(cfg config.Agent, log *slog.Logger) (typedcorev1.CoreV1Interfac
 }
 
 // inventoryAddress is a server's apiserver address by its Node's name,
-// from the inventory (the configuration's servers), at k3s's port; ""
-// for a host the inventory does not name.
-func inventoryAddress(cfg config.Agent) func(string) string {
+// from the inventory (the configuration's servers), at the servers' port
+// (the https-listen-port of this host's k3s configuration); "" for a host
+// the inventory does not name.
+func inventoryAddress(cfg config.Agent, port int) func(string) string {
 	return func(node string) string {
 		for _, s := range cfg.Servers {
 			if s.Name == node {
-				return net.JoinHostPort(s.Address, "6443")
+				return net.JoinHostPort(s.Address, strconv.Itoa(port))
 			}
 		}
 		return ""
@@ -157,20 +165,29 @@ func inventoryAddress(cfg config.Agent) func(string) string {
 
 // agentServers are the apiservers the agent may reach: those kept in its
 // state dir, then the kubeconfig's, then every server of the inventory
-// at k3s's port, never this host's own.
-func agentServers(cfg config.Agent, rc *rest.Config, log *slog.Logger) (*apiservers.Servers, error) {
+// at the servers' port (k3s's https-listen-port), never this host's own:
+// neither its address in the inventory nor any address k3s may advertise
+// its apiserver by in the `kubernetes` EndpointSlice (node-ip,
+// node-external-ip, advertise-address: k3s-io/k3s pkg/cli/server/server.go,
+// run), which would otherwise be taken for another server's.
+func agentServers(cfg config.Agent, k3s k3sconfig.Settings, rc *rest.Config, log *slog.Logger) (*apiservers.Servers, error) {
 	first, err := serverAddress(rc)
 	if err != nil {
 		return nil, err
 	}
 	seed := []string{first}
-	var own []string
+	own := k3s.Own()
 	for _, s := range cfg.Servers {
 		if s.Name == cfg.NodeName {
-			own = append(own, s.Address)
+			// Note: canonical, as the EndpointSlice writes an IP address.
+			if a, err := netip.ParseAddr(s.Address); err == nil {
+				own = append(own, a.String())
+			} else {
+				own = append(own, s.Address)
+			}
 			continue
 		}
-		seed = append(seed, net.JoinHostPort(s.Address, "6443"))
+		seed = append(seed, net.JoinHostPort(s.Address, strconv.Itoa(k3s.HTTPSPort)))
 	}
 	file := filepath.Join(cfg.StateDir, api.APIServersFile)
 	return apiservers.New(file, seed, own, log.With(logkey.Component, "agent", logkey.Part, "apiservers")), nil
