@@ -12,130 +12,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"time"
-
-	yaml "go.yaml.in/yaml/v2"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/daemon/k3sconfig"
 )
-
-// k3sConfigFile is k3s's config file for the join file given: k3s reads
-// the drop-ins of a config file X from the directory X.d (k3s-io/k3s
-// pkg/configfilearg/parser.go, dotDFiles), so the join file's directory,
-// less its ".d", is the config file the join file is a drop-in of. Empty
-// when the join file is in no such directory.
-func k3sConfigFile(joinFile string) string {
-	dir := filepath.Dir(joinFile)
-	base, ok := strings.CutSuffix(dir, ".d")
-	if !ok || base == "" || strings.HasSuffix(base, string(filepath.Separator)) {
-		return ""
-	}
-	return base
-}
-
-// readK3sConfig reads k3s's config file and its drop-ins and merges them
-// as k3s does, each key to the values k3s's flag parser is handed for it,
-// in order. A config file that is missing is no config (k3s starts on its
-// defaults), unless drop-ins exist.
-//
-// Note: a copy of k3s-io/k3s pkg/configfilearg/parser.go, readConfigFile
-// and dotDFiles: the file first, then X.d/*.yaml and *.yml (any case) in
-// lexical order; a key set again replaces the value before, a key ending
-// in "+" appends to it; a list gives its flag once for each item. It reads
-// only the files: flags on k3s's command line and K3S_* environment
-// variables are not seen.
-func readK3sConfig(file string) (map[string][]string, error) {
-	var files []string
-	entries, err := os.ReadDir(file + ".d")
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("read %s.d: %w", file, err)
-	}
-	for _, e := range entries {
-		name := strings.ToLower(e.Name())
-		if e.IsDir() || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-			continue
-		}
-		files = append(files, filepath.Join(file+".d", e.Name()))
-	}
-	if _, err := os.Stat(file); err == nil {
-		files = append([]string{file}, files...)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("read %s: %w", file, err)
-	}
-	values := map[string]any{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", f, err)
-		}
-		var data yaml.MapSlice
-		if err := yaml.Unmarshal(b, &data); err != nil {
-			// Note: the YAML library quotes the values it could not
-			// read between backquotes, a token among them perhaps.
-			return nil, fmt.Errorf("%s: %s", f, yamlQuoted.ReplaceAllString(err.Error(), "`...`"))
-		}
-		for _, item := range data {
-			k, v := yamlString(item.Key), item.Value
-			k, appends := strings.CutSuffix(k, "+")
-			if old, ok := values[k]; ok && appends {
-				values[k] = append(yamlSlice(old), yamlSlice(v)...)
-			} else {
-				values[k] = v
-			}
-		}
-	}
-	flags := make(map[string][]string, len(values))
-	for k, v := range values {
-		if list, ok := v.([]any); ok {
-			for _, item := range list {
-				flags[k] = append(flags[k], yamlString(item))
-			}
-			continue
-		}
-		flags[k] = []string{yamlString(v)}
-	}
-	return flags, nil
-}
-
-// yamlQuoted is a value the YAML library quotes in an error.
-var yamlQuoted = regexp.MustCompile("`[^`]*`")
-
-// yamlString is k3s's ToString of a YAML value (k3s-io/k3s
-// pkg/configfilearg/convert.go): a list's first item, printed, trimmed.
-func yamlString(v any) string {
-	if list, ok := v.([]any); ok {
-		if len(list) == 0 {
-			return ""
-		}
-		v = list[0]
-	}
-	if v == nil {
-		return ""
-	}
-	if t, ok := v.(time.Time); ok {
-		return t.Format(time.RFC3339)
-	}
-	return strings.TrimSpace(fmt.Sprint(v))
-}
-
-// yamlSlice is k3s's toSlice (pkg/configfilearg/parser.go): a value
-// appended to with "key+".
-func yamlSlice(v any) []any {
-	switch k := v.(type) {
-	case string:
-		return []any{k}
-	case []any:
-		return k
-	default:
-		if s := yamlString(v); s != "" {
-			return []any{s}
-		}
-		return nil
-	}
-}
 
 // Names of the critical settings, as k3s's cli tags name them
 // (pkg/daemons/config/types.go, CriticalControlArgs).
@@ -391,12 +273,7 @@ func (h host) k3sConfig() *api.K3sConfig {
 			c.ServerCAHash = hash
 		}
 	}
-	file := k3sConfigFile(h.joinFile)
-	if file == "" {
-		c.Error = fmt.Sprintf("join_file %s is in no config.yaml.d directory, so the k3s config file is not known", h.joinFile)
-		return c
-	}
-	flags, err := readK3sConfig(file)
+	flags, err := k3sconfig.Flags(h.k3sFile, h.k3sArgs)
 	if err == nil {
 		c.Critical, err = criticalSettings(flags)
 	}

@@ -35,7 +35,8 @@ func k3sHost(t *testing.T, config string, dropIns map[string]string) host {
 	for name, content := range dropIns {
 		require.NoError(t, os.WriteFile(filepath.Join(etc, "config.yaml.d", name), []byte(content), 0o644))
 	}
-	return host{dataDir: filepath.Join(dir, "var", "lib", "rancher", "k3s"), joinFile: filepath.Join(etc, "config.yaml.d", "90-fleet-role.yaml")}
+	return host{dataDir: filepath.Join(dir, "var", "lib", "rancher", "k3s"), joinFile: filepath.Join(etc, "config.yaml.d", "90-fleet-role.yaml"),
+		k3sFile: filepath.Join(etc, "config.yaml")}
 }
 
 func TestTheDropInsMergeOverConfigYAMLInLexicalOrderAsK3sMergesThem(t *testing.T) {
@@ -119,7 +120,7 @@ func TestTheTokensCAHashIsPublishedAndNeverItsPassword(t *testing.T) {
 			h := k3sHost(t, "", nil)
 			tokenFile := filepath.Join(t.TempDir(), "token")
 			require.NoError(t, os.WriteFile(tokenFile, []byte(tc.file), 0o600))
-			require.NoError(t, os.WriteFile(k3sConfigFile(h.joinFile), []byte(strings.ReplaceAll(tc.config, "TOKENFILE", tokenFile)), 0o600))
+			require.NoError(t, os.WriteFile(h.k3sFile, []byte(strings.ReplaceAll(tc.config, "TOKENFILE", tokenFile)), 0o600))
 			c := h.k3sConfig()
 			require.Empty(t, c.Error)
 			assert.Equal(t, tc.want, c.TokenCAHash)
@@ -150,13 +151,6 @@ func TestAConfigFileThatIsNoMappingIsAnErrorThatDoesNotShowItsValue(t *testing.T
 	assert.Contains(t, c.Error, "cannot unmarshal")
 	assert.Contains(t, c.Error, "config.yaml")
 	assert.NotContains(t, c.Error, "s3cr3t")
-}
-
-func TestTheConfigFileIsTheOneTheJoinFileIsADropInOf(t *testing.T) {
-	assert.Equal(t, "/etc/rancher/k3s/config.yaml", k3sConfigFile("/etc/rancher/k3s/config.yaml.d/90-fleet-role.yaml"))
-	assert.Equal(t, "", k3sConfigFile("/etc/rancher/k3s/90-fleet-role.yaml"))
-	c := host{joinFile: "/etc/rancher/k3s/90-fleet-role.yaml", dataDir: t.TempDir()}.k3sConfig()
-	assert.Contains(t, c.Error, "in no config.yaml.d directory")
 }
 
 // testCert makes a certificate signed by parent (self-signed when nil).
