@@ -35,3 +35,14 @@ func TestAProbeWhoseHistogramsAreNotCumulativeOrNotAscendingIsInvalid(t *testing
 		})
 	}
 }
+
+func TestAProbeWhoseK3sConfigHashesAreNotSHA256InHexIsInvalid(t *testing.T) {
+	probe := func(c api.K3sConfig) api.Probe {
+		return api.Probe{At: time.Now(), Period: api.Duration(time.Minute), K3sConfig: &c}
+	}
+	hash := "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	assert.NoError(t, probe(api.K3sConfig{TokenCAHash: hash, ServerCAHash: hash}).Validate())
+	assert.NoError(t, probe(api.K3sConfig{}).Validate(), "no hash known")
+	assert.EqualError(t, probe(api.K3sConfig{TokenCAHash: "abc"}).Validate(), `field "k3sConfig.tokenCAHash": "abc" is not a sha256 in hex`)
+	assert.EqualError(t, probe(api.K3sConfig{ServerCAHash: hash + "0"}).Validate(), `field "k3sConfig.serverCAHash": "`+hash+`0" is not a sha256 in hex`)
+}

@@ -214,6 +214,12 @@ const (
 	// its status ConfigMap, that a hold (config [holds]) turned unreadable:
 	// it holds until it can be read (fleet_role_hold_unreadable).
 	EventHoldUnreadable = "HoldUnreadable"
+	// EventPreflightRefused is the reason of the controller's warning, on
+	// a standby's Node, that the preflight refuses to swap it in: a
+	// setting of its staged k3s server config, or its token's CA, differs
+	// from the voters', so k3s would refuse its join. Recorded once for
+	// as long as the same refusal stands.
+	EventPreflightRefused = "PreflightRefused"
 )
 
 // EventSwapReason is the reason of the controller's Event for the action

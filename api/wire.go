@@ -231,6 +231,39 @@ type Probe struct {
 	// when the role file is good or missing.
 	RoleFileError string   `json:"roleFileError,omitempty"`
 	KeptRole      HostRole `json:"keptRole,omitempty"`
+	// K3sConfig is what the agent read of its host's k3s server
+	// configuration: a voter's running one, a standby's staged one. The
+	// controller compares a candidate's with the voters' before a swap
+	// starts. Nil from an agent that does not read it.
+	K3sConfig *K3sConfig `json:"k3sConfig,omitempty"`
+}
+
+// K3sConfig is a host's k3s server configuration as far as k3s requires
+// every server to agree on it: the settings k3s compares when a server
+// joins (k3s-io/k3s pkg/cluster/bootstrap.go, compareConfig, over
+// pkg/daemons/config CriticalControlArgs), and the cluster CA its token
+// pins. Its values are no secret: the token's password is never in it.
+type K3sConfig struct {
+	// Critical are the settings by k3s's own name for each (the cli tag
+	// k3s logs on a mismatch, "critical configuration mismatched:
+	// cluster-cidr"), each value as k3s resolves it from the config
+	// files and its defaults: CIDRs and IPs in canonical form, lists
+	// joined by commas, booleans "true" or "false".
+	Critical map[string]string `json:"critical,omitempty"`
+	// TokenCAHash is the cluster CA hash the token pins: the hex after
+	// K10 in a token of k3s's full form K10<hash>::<user>:<password>.
+	// Empty when the config files give no token, or one without a hash.
+	TokenCAHash string `json:"tokenCAHash,omitempty"`
+	// ServerCAHash is the hash of this host's cluster CA
+	// (server/tls/server-ca.crt) as k3s computes it for its tokens: what
+	// a joining server's TokenCAHash must be. Empty where there is none.
+	ServerCAHash string `json:"serverCAHash,omitempty"`
+	// TokenError says why the token's CA hash could not be read (a token
+	// file unreadable, a hash k3s refuses); the settings are still given.
+	TokenError string `json:"tokenError,omitempty"`
+	// Error says why the configuration could not be read; then Critical
+	// and TokenCAHash are empty.
+	Error string `json:"error,omitempty"`
 }
 
 // EtcdLatencies are a member's own latency histograms from its /metrics,
@@ -297,6 +330,13 @@ func (p Probe) Validate() error {
 	for i, m := range p.Members {
 		if m.Name == "" && !m.Learner {
 			errs = append(errs, missing(fmt.Sprintf("members[%d].name", i)))
+		}
+	}
+	if c := p.K3sConfig; c != nil {
+		for _, h := range []struct{ field, v string }{{"k3sConfig.tokenCAHash", c.TokenCAHash}, {"k3sConfig.serverCAHash", c.ServerCAHash}} {
+			if h.v != "" && !sha256Hex.MatchString(h.v) {
+				errs = append(errs, fmt.Errorf("field %q: %q is not a sha256 in hex", h.field, h.v))
+			}
 		}
 	}
 	if l := p.EtcdLatencies; l != nil {

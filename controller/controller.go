@@ -82,10 +82,12 @@ type Controller struct {
 	acted time.Time
 	// dryRunSeen is the dry run's decision last reported, "out in".
 	dryRunSeen string
-	events     record.EventBroadcaster
-	recorder   record.EventRecorder
-	leading    atomic.Bool
-	passes     atomic.Int64
+	// refusedSeen are the preflight's refusals last recorded, by Node.
+	refusedSeen map[string]string
+	events      record.EventBroadcaster
+	recorder    record.EventRecorder
+	leading     atomic.Bool
+	passes      atomic.Int64
 	// lastPass is what the last pass planned and did, for the tests.
 	lastPass atomic.Pointer[PassResult]
 }
@@ -386,6 +388,7 @@ func (c *Controller) pass(ctx context.Context) {
 		log.Debug("no action taken", logkey.Reason, plan.Reason)
 	}
 	c.reportDryRun(plan)
+	c.reportRefused(plan)
 	c.notifier.dryRun(c.cfg.DryRun, plan, verdicts)
 	c.notifier.paused(snap)
 	if a.Type != api.ActionEnd || err != nil {
@@ -423,6 +426,24 @@ func (c *Controller) reportDryRun(plan swapplan.Plan) {
 		ref := &corev1.ObjectReference{Kind: "Node", Name: d.Out, UID: types.UID(d.Out)} // as eventObject refers to a Node
 		c.recorder.Eventf(ref, corev1.EventTypeNormal, api.EventDryRunWouldSwap, "%s", plan.Reason)
 	}
+}
+
+// reportRefused records, on the Node of each standby the preflight
+// refuses to swap in, a warning that names each setting of its staged k3s
+// server config that differs from the voters': once for as long as the
+// same refusal stands, again once it changes or comes back.
+func (c *Controller) reportRefused(plan swapplan.Plan) {
+	seen := make(map[string]string, len(plan.Refused))
+	for _, r := range plan.Refused {
+		seen[r.Node] = r.Reason
+		if c.refusedSeen[r.Node] == r.Reason {
+			continue
+		}
+		c.log.Warn("the preflight refuses a standby", logkey.Node, r.Node, logkey.Reason, r.Reason)
+		ref := &corev1.ObjectReference{Kind: "Node", Name: r.Node, UID: types.UID(r.Node)} // as eventObject refers to a Node
+		c.recorder.Eventf(ref, corev1.EventTypeWarning, api.EventPreflightRefused, "%s", r.Reason)
+	}
+	c.refusedSeen = seen
 }
 
 // warnUnfinished records, on the Node of each host the swap's end left

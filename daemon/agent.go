@@ -136,14 +136,15 @@ func New(o Options) (*Agent, error) {
 	}
 	log := o.Log.With(logkey.Component, "agent", logkey.Node, o.Config.NodeName)
 	a := &Agent{
-		cfg:         o.Config,
-		platform:    o.Platform,
-		etcd:        o.Etcd,
-		clock:       o.Clock,
-		log:         log,
-		notify:      o.Notify,
-		watchdog:    o.WatchdogInterval,
-		host:        host{roleFile: o.Config.RoleFile, dataDir: o.Config.DataDir, staged: o.Config.StagedFiles, keep: o.Config.KeepRemoved, joinFile: o.Config.JoinFile},
+		cfg:      o.Config,
+		platform: o.Platform,
+		etcd:     o.Etcd,
+		clock:    o.Clock,
+		log:      log,
+		notify:   o.Notify,
+		watchdog: o.WatchdogInterval,
+		host: host{roleFile: o.Config.RoleFile, dataDir: o.Config.DataDir, staged: o.Config.StagedFiles, keep: o.Config.KeepRemoved, joinFile: o.Config.JoinFile,
+			k3sFile: o.Config.K3sConfigFile(), k3sArgs: o.Config.K3sServerArgs()},
 		st:          st,
 		node:        newNodeClient(o.Kube, o.Config.NodeName, log),
 		trigger:     make(chan struct{}, 1),

@@ -831,3 +831,18 @@ func TestGarbageOverAGoodRoleFileKeepsTheLastGoodRoleAndSaysSoUntilItIsMended(t 
 	require.Eventually(t, func() bool { return len(f.events(api.EventCorruptRoleFile)) == 2 }, 5*time.Second, 20*time.Millisecond,
 		"garbage again after a mend is told again")
 }
+
+func TestTheProbePublishesTheStagedK3sServerConfigsCriticalSettings(t *testing.T) {
+	f := newFixture(t)
+	f.role("agent")
+	f.write(filepath.Join(f.dir, "etc", "config.yaml"), "cluster-cidr: 10.44.0.0/16\ntoken: K10"+testCAHash+"::server:s3cr3tpassw0rd\n")
+	f.start()
+	require.Eventually(t, func() bool { p := f.probe(); return p != nil && p.K3sConfig != nil }, 5*time.Second, 20*time.Millisecond)
+	c := f.probe().K3sConfig
+	assert.Empty(t, c.Error)
+	assert.Equal(t, "10.44.0.0/16", c.Critical["cluster-cidr"])
+	assert.Equal(t, testCAHash, c.TokenCAHash)
+	n, err := f.kube.CoreV1().Nodes().Get(context.Background(), "h2", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.NotContains(t, n.Annotations[api.AnnotationProbe], "s3cr3t", "the token's password is never published")
+}

@@ -22,6 +22,10 @@ type host struct {
 	staged   []string
 	keep     int
 	joinFile string
+	// k3sFile is k3s's config file, whose drop-in the join file is;
+	// k3sArgs are k3s's server command line's flags the agent knows.
+	k3sFile string
+	k3sArgs []string
 }
 
 // writeJoin writes the k3s config drop-in naming the server that k3s,

@@ -422,6 +422,7 @@ func (a *Agent) probeOnce(ctx context.Context, p *prober) {
 		staged, _ = a.platform.Installed(ctx, platform.Server)
 	}
 	s, members := p.sample(ctx, a.clock.Now(), server, staged)
+	s.K3sConfig = a.host.k3sConfig()
 	if rf := a.roleFault.Load(); rf != nil {
 		s.RoleFileError, s.KeptRole = rf.err, rf.kept
 	}

@@ -107,6 +107,9 @@ func (p *planner) consumed(q *api.ManualRequest) bool {
 // (requestObstacles); else it waits, saying the first thing that does.
 func (p *planner) manual(q *api.ManualRequest) Plan {
 	if why := p.requestObstacles(q); len(why) > 0 {
+		if r, _ := p.preflight(p.node(q.Out), p.node(q.In)); r != "" && why[0] == "is refused: "+r {
+			p.refused = append(p.refused, PreflightRefusal{Node: q.In, Reason: r})
+		}
 		return p.wait("", "the manual request to swap %s for %s %s", q.Out, q.In, why[0])
 	}
 	at := q.At
@@ -131,7 +134,11 @@ func (p *planner) refusal(outName, inName string, out, in *Node, needFit bool) s
 	case in.Voter():
 		return fmt.Sprintf("%s is a voter already", in.Name)
 	}
-	return p.ineligible(in, needFit)
+	if why := p.ineligible(in, needFit); why != "" {
+		return why
+	}
+	refused, _ := p.preflight(out, in)
+	return refused
 }
 
 // ineligible says why the Node is not an eligible standby: no demotion
@@ -321,9 +328,15 @@ func (p *planner) decide() (out, in *Node, why string) {
 		}
 		fault = "unfit (" + out.Verdict.Reason + ")"
 	}
+	var mismatched []string
 	for i := range p.nodes {
 		n := &p.nodes[i]
 		if n.Role != api.RoleStandby || n.Voter() || p.ineligible(n, true) != "" {
+			continue
+		}
+		if refused, _ := p.preflight(out, n); refused != "" {
+			mismatched = append(mismatched, refused)
+			p.refused = append(p.refused, PreflightRefusal{Node: n.Name, Reason: refused})
 			continue
 		}
 		if in == nil {
@@ -333,6 +346,9 @@ func (p *planner) decide() (out, in *Node, why string) {
 		if c := slices.Compare(p.spreadKey(out, n), p.spreadKey(out, in)); c < 0 || c == 0 && n.Verdict.Score < in.Verdict.Score {
 			in = n
 		}
+	}
+	if in == nil && len(mismatched) > 0 {
+		return nil, nil, fmt.Sprintf("no swap: the voter %s is %s but no standby is eligible: %s", out.Name, fault, strings.Join(mismatched, "; "))
 	}
 	if in == nil {
 		return nil, nil, fmt.Sprintf("no swap: the voter %s is %s but no standby is eligible", out.Name, fault)
@@ -348,6 +364,9 @@ func (p *planner) decide() (out, in *Node, why string) {
 }
 
 func (p *planner) start(out, in *Node, origin string, requestAt *time.Time, why string) Plan {
+	if _, unknown := p.preflight(out, in); unknown != "" {
+		why += "; preflight: " + unknown
+	}
 	now := p.s.Now
 	_, dead := p.dead(out)
 	rec := &api.SwapRecord{

@@ -76,6 +76,17 @@ type Plan struct {
 	// swap's instruction until their agent reports the finish, and those
 	// the last end named whose Node is gone.
 	Pending []api.UnfinishedDemotion `json:"pending,omitempty"`
+	// Refused are the preflight's refusals this pass: of the manual
+	// request's IN, or of each standby the automatic decision passed
+	// over, with why (Planner.preflight).
+	Refused []PreflightRefusal `json:"refused,omitempty"`
+}
+
+// PreflightRefusal is the preflight's refusal to swap a standby in: each
+// setting of its staged k3s server config that differs from the voters'.
+type PreflightRefusal struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
 }
 
 // Next returns the one next action of a voter swap for the snapshot. It is
@@ -103,6 +114,7 @@ func Next(s Snapshot) Plan {
 		plan.Bound = api.Duration(p.bound(plan.Step))
 	}
 	plan.WaitingOn = p.waitingOn(plan)
+	plan.Refused = p.refused
 	return plan
 }
 
@@ -135,6 +147,8 @@ type planner struct {
 	owner map[string]string
 	// rec is the swap under way, nil when idle.
 	rec *api.SwapRecord
+	// refused are the preflight's refusals of this pass (Plan.Refused).
+	refused []PreflightRefusal
 }
 
 func newPlanner(s Snapshot) *planner {

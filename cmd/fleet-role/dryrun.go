@@ -26,6 +26,11 @@ type swapPreview struct {
 	// Obstacles are each reason that holds or refuses it now, in the
 	// order the planner weighs them (swapplan.Obstacles).
 	Obstacles []string `json:"obstacles,omitempty"`
+	// Preflight says what the preflight could not compare of IN's staged
+	// k3s server config with the voters' (swapplan.Preflight), which does
+	// not keep the swap from starting; empty when it compared it all. A
+	// setting that differs is among the Obstacles.
+	Preflight string `json:"preflight,omitempty"`
 	// Next is the controller's next action with the request written.
 	Next previewAction `json:"next"`
 	// Dead: OUT is dead by every sign, so the swap goes the dead voter's
@@ -70,6 +75,7 @@ func preview(snap swapplan.Snapshot, q api.ManualRequest) swapPreview {
 		p.HoldsReadAt = &at
 	}
 	p.Obstacles = swapplan.Obstacles(snap, q)
+	_, p.Preflight = swapplan.Preflight(snap, q.Out, q.In)
 	with := snap
 	with.Request = &q
 	plan := swapplan.Next(with)
@@ -104,6 +110,9 @@ func writePreview(w io.Writer, p swapPreview) error {
 		for _, o := range p.Obstacles {
 			fmt.Fprintf(&b, "  - %s\n", o)
 		}
+	}
+	if p.Preflight != "" {
+		fmt.Fprintf(&b, "preflight: %s\n", p.Preflight)
 	}
 	if p.HoldsReadAt != nil {
 		fmt.Fprintf(&b, "holds: as the controller last read them, at %s\n", clock(*p.HoldsReadAt))

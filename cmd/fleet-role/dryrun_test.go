@@ -270,3 +270,53 @@ func TestSwapDryRunOfADeadVoterListsTheDeadVotersSteps(t *testing.T) {
 	require.NoError(t, writePreview(&text, p))
 	assert.Contains(t, text.String(), "steps, in order (v2 is dead by every sign: its member is removed before s1 is promoted):\n")
 }
+
+// withK3sConfig gives the Nodes' probes the k3s server config each
+// host's agent publishes.
+func withK3sConfig(t *testing.T, in *adapt.Input, configs map[string]api.K3sConfig) {
+	t.Helper()
+	for _, n := range in.Nodes {
+		c, ok := configs[n.Name]
+		if !ok {
+			continue
+		}
+		var p map[string]any
+		require.NoError(t, json.Unmarshal([]byte(n.Annotations[api.AnnotationProbe]), &p))
+		p["k3sConfig"] = c
+		b, err := json.Marshal(p)
+		require.NoError(t, err)
+		n.Annotations[api.AnnotationProbe] = string(b)
+	}
+}
+
+// A dry run of a swap to a standby whose staged k3s setting differs from
+// the voters' is refused naming the setting and both values; one whose
+// agent publishes no config would start, and the dry run says what was not
+// compared.
+func TestSwapDryRunRefusesAStandbyWhoseStagedK3sSettingDiffersAndSaysWhatItCouldNotCompare(t *testing.T) {
+	voters := api.K3sConfig{Critical: map[string]string{"cluster-cidr": "10.42.0.0/16"}}
+	staged := api.K3sConfig{Critical: map[string]string{"cluster-cidr": "10.44.0.0/16"}}
+	client, now := dryRunCluster(t, func(in *adapt.Input) {
+		withK3sConfig(t, in, map[string]api.K3sConfig{"v1": voters, "v2": voters, "v3": voters, "s1": staged})
+	})
+	q := api.ManualRequest{Out: "v2", In: "s1", At: now.Truncate(time.Second), By: "alice"}
+	p, err := previewSwap(context.Background(), client, config.DefaultController(), q, now)
+	require.NoError(t, err)
+	assert.False(t, p.Start)
+	const why = "is refused: s1's staged cluster-cidr 10.44.0.0/16 differs from the voters' 10.42.0.0/16: k3s would refuse its join"
+	assert.Equal(t, []string{why}, p.Obstacles)
+	assert.Empty(t, p.Preflight)
+	var text strings.Builder
+	require.NoError(t, writePreview(&text, p))
+	assert.Contains(t, text.String(), "would start: no; held or refused, each reason:\n  - "+why+"\n")
+
+	client, now = dryRunCluster(t, nil) // no agent publishes a config
+	q.At = now.Truncate(time.Second)
+	p, err = previewSwap(context.Background(), client, config.DefaultController(), q, now)
+	require.NoError(t, err)
+	assert.True(t, p.Start, "%+v", p)
+	assert.Equal(t, "s1's agent publishes no k3s server config (an older agent): its settings are not compared with the voters'", p.Preflight)
+	text.Reset()
+	require.NoError(t, writePreview(&text, p))
+	assert.Contains(t, text.String(), "\npreflight: "+p.Preflight+"\n")
+}

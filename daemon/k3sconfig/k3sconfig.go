@@ -43,9 +43,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	yaml "go.yaml.in/yaml/v2"
 )
@@ -88,12 +90,9 @@ func (s Settings) Own() []string {
 // both keeps the command line's, a list flag has both. Neither file nor
 // flag gives k3s's defaults.
 func Read(file string, args []string) (Settings, error) {
-	values, err := readFiles(file)
+	values, err := Flags(file, args)
 	if err != nil {
 		return Settings{}, err
-	}
-	for k, v := range commandLine(args) {
-		values[k] = append(values[k], v...)
 	}
 	s := Settings{HTTPSPort: DefaultHTTPSPort}
 	if v, ok := last(values["https-listen-port"]); ok {
@@ -172,10 +171,28 @@ func dropIns(file string) ([]string, error) {
 	return out, nil
 }
 
+// Flags are k3s's config file's and its drop-ins' flags, merged as k3s
+// merges them (readFiles), each key to the values k3s's flag parser is
+// handed for it, in order, with the values args gives the flags Read
+// takes (commandLine) after them, as k3s puts its command line after the
+// files' flags.
+func Flags(file string, args []string) (map[string][]string, error) {
+	values, err := readFiles(file)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range commandLine(args) {
+		values[k] = append(values[k], v...)
+	}
+	return values, nil
+}
+
 // readFiles merges the config file and its drop-ins into each key's
-// values, as k3s does before it turns them into flags (k3s:
-// readConfigFile): a later file's key replaces an earlier one's, a "key+"
-// appends, a list gives one value per element.
+// values, as k3s does before it turns them into flags: a copy of k3s-io/k3s
+// pkg/configfilearg/parser.go, readConfigFile: the file first, then its
+// drop-ins (dropIns); a key set again replaces the value before, a key
+// ending in "+" appends to it (toSlice); a list gives its flag once for
+// each item.
 func readFiles(file string) (map[string][]string, error) {
 	files, err := dropIns(file)
 	if err != nil {
@@ -187,49 +204,82 @@ func readFiles(file string) (map[string][]string, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("k3s's configuration: %w", err)
 	}
-	values := map[string][]string{}
+	values := map[string]any{}
+	var keys []string
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("k3s's configuration: %w", err)
 		}
 		// Note: yaml.v2's MapSlice, as k3s reads it, keeps the keys'
-		// order and YAML 1.1's scalars.
+		// order and YAML 1.1's scalars (yes is true).
 		var doc yaml.MapSlice
 		if err := yaml.Unmarshal(data, &doc); err != nil {
-			return nil, fmt.Errorf("k3s's configuration %s: %w", f, err)
+			// Note: the YAML library quotes the values it could not
+			// read between backquotes, a token among them perhaps.
+			return nil, fmt.Errorf("k3s's configuration %s: %s", f, yamlQuoted.ReplaceAllString(err.Error(), "`...`"))
 		}
 		for _, item := range doc {
 			key, add := strings.CutSuffix(toString(item.Key), "+")
-			if add {
-				values[key] = append(values[key], toStrings(item.Value)...)
+			old, ok := values[key]
+			if !ok {
+				keys = append(keys, key)
+			}
+			if ok && add {
+				values[key] = append(toSlice(old), toSlice(item.Value)...)
 			} else {
-				values[key] = toStrings(item.Value)
+				values[key] = item.Value
 			}
 		}
 	}
-	return values, nil
-}
-
-// toStrings is a value's flags' values: one per element of a list.
-func toStrings(v any) []string {
-	if l, ok := v.([]any); ok {
-		out := make([]string, 0, len(l))
-		for _, e := range l {
-			out = append(out, toString(e))
+	flags := make(map[string][]string, len(values))
+	for _, k := range keys {
+		if list, ok := values[k].([]any); ok {
+			for _, item := range list {
+				flags[k] = append(flags[k], toString(item))
+			}
+			continue
 		}
-		return out
+		flags[k] = []string{toString(values[k])}
 	}
-	return []string{toString(v)}
+	return flags, nil
 }
 
-// toString is a scalar as k3s writes it into a flag (wrangler's
-// convert.ToString: nil is empty, anything else as fmt prints it).
+// yamlQuoted is a value the YAML library quotes in an error.
+var yamlQuoted = regexp.MustCompile("`[^`]*`")
+
+// toString is k3s's ToString of a YAML value (k3s-io/k3s
+// pkg/configfilearg/convert.go): a list's first item, printed, trimmed.
 func toString(v any) string {
+	if list, ok := v.([]any); ok {
+		if len(list) == 0 {
+			return ""
+		}
+		v = list[0]
+	}
 	if v == nil {
 		return ""
 	}
-	return fmt.Sprint(v)
+	if t, ok := v.(time.Time); ok {
+		return t.Format(time.RFC3339)
+	}
+	return strings.TrimSpace(fmt.Sprint(v))
+}
+
+// toSlice is k3s's toSlice (pkg/configfilearg/parser.go): a value
+// appended to with "key+".
+func toSlice(v any) []any {
+	switch k := v.(type) {
+	case string:
+		return []any{k}
+	case []any:
+		return k
+	default:
+		if s := toString(v); s != "" {
+			return []any{s}
+		}
+		return nil
+	}
 }
 
 func last(v []string) (string, bool) {

@@ -18,6 +18,7 @@ package fleetmodel
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -85,6 +86,10 @@ type Host struct {
 	Finished string
 	// FsyncMs is the fsync p99 its probes measure.
 	FsyncMs float64
+	// K3sConfig is the k3s server config its agent publishes in its
+	// probes (a server's with the cluster CA's hash); nil: an older
+	// agent that publishes none. Add gives every host ModelK3sConfig.
+	K3sConfig *api.K3sConfig
 
 	// Paused: the host is frozen: its agent, its k3s and its kubelet do
 	// nothing, and its member does not answer.
@@ -142,7 +147,7 @@ func New(t Timing) *Fleet {
 // the server labels, its member's name and EtcdIsVoter. Its kubelet and
 // agent write the rest at the first reaction.
 func (f *Fleet) Add(name, role string, since time.Time) swapplan.Node {
-	h := &Host{Agent: true, RoleFile: "agent", AgentStart: since, FsyncMs: 2}
+	h := &Host{Agent: true, RoleFile: "agent", AgentStart: since, FsyncMs: 2, K3sConfig: ModelK3sConfig()}
 	n := swapplan.Node{Name: name, Role: role}
 	switch role {
 	case api.RoleVoter:
@@ -157,6 +162,19 @@ func (f *Fleet) Add(name, role string, since time.Time) swapplan.Node {
 	}
 	f.Hosts[name] = h
 	return n
+}
+
+// ModelCAHash is the model cluster's CA hash, which its tokens pin.
+const ModelCAHash = "5e8c6b3a1f0d2e4c7b9a8f6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c"
+
+// ModelK3sConfig is the k3s server config every host of the model stages
+// (a few of k3s's critical settings, at k3s's defaults) with a token that
+// pins the model cluster's CA.
+func ModelK3sConfig() *api.K3sConfig {
+	return &api.K3sConfig{
+		Critical:    map[string]string{"cluster-cidr": "10.42.0.0/16", "service-cidr": "10.43.0.0/16", "cluster-dns": "10.43.0.10", "flannel-backend": "vxlan"},
+		TokenCAHash: ModelCAHash,
+	}
 }
 
 // memberName is k3s's name for a member: the Node's name, "-" and 8 hex
@@ -434,6 +452,14 @@ func (f *Fleet) probe(now time.Time, n *swapplan.Node, h *Host) {
 			}
 		}
 		slices.Sort(p.Unreachable)
+	}
+	if c := h.K3sConfig; c != nil {
+		k := *c
+		k.Critical = maps.Clone(c.Critical)
+		if h.Server {
+			k.ServerCAHash = ModelCAHash
+		}
+		p.K3sConfig = &k
 	}
 	n.Probe = p
 }
