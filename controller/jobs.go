@@ -145,12 +145,12 @@ func (j *jobs) read(ctx context.Context, ns string, owner *runnerRef) string {
 	case apierrors.IsNotFound(err):
 		return ""
 	case err != nil:
-		j.log.Warn("the job of a runner pod cannot be read from its EphemeralRunner", logkey.Err, err, "runner", ns+"/"+owner.name)
+		j.log.Warn("the job of a runner pod cannot be read from its EphemeralRunner", logkey.Err, err, logkey.Runner, ns+"/"+owner.name)
 		return ""
 	}
 	var r ephemeralRunner
 	if err := json.Unmarshal(raw, &r); err != nil {
-		j.log.Warn("the job of a runner pod cannot be read from its EphemeralRunner", logkey.Err, err, "runner", ns+"/"+owner.name)
+		j.log.Warn("the job of a runner pod cannot be read from its EphemeralRunner", logkey.Err, err, logkey.Runner, ns+"/"+owner.name)
 		return ""
 	}
 	return r.jobName()

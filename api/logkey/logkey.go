@@ -108,4 +108,7 @@ const (
 	ServiceAccount = "service_account"
 	Expires        = "expires"
 	RenewAt        = "renew_at"
+	// Runner is an actions-runner-controller EphemeralRunner,
+	// namespace/name.
+	Runner = "runner"
 )
