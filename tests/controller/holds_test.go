@@ -29,34 +29,42 @@ var (
 	planGVR = schema.GroupVersionResource{Group: "upgrade.cattle.io", Version: "v1", Resource: "plans"}
 )
 
-// planCRD is the system-upgrade-controller's Plan as its CRD serves it:
-// namespaced, upgrade.cattle.io/v1, status a subresource (written only
-// through /status). The schema keeps what the controller writes.
-var planCRD = map[string]any{
-	"apiVersion": "apiextensions.k8s.io/v1",
-	"kind":       "CustomResourceDefinition",
-	"metadata":   map[string]any{"name": "plans.upgrade.cattle.io"},
-	"spec": map[string]any{
-		"group": "upgrade.cattle.io",
-		"names": map[string]any{"kind": "Plan", "plural": "plans", "singular": "plan", "listKind": "PlanList"},
-		"scope": "Namespaced",
-		"versions": []any{map[string]any{
-			"name": "v1", "served": true, "storage": true,
-			"subresources": map[string]any{"status": map[string]any{}},
-			"schema": map[string]any{"openAPIV3Schema": map[string]any{
-				"type": "object",
-				"properties": map[string]any{
-					"spec": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-					"status": map[string]any{"type": "object", "properties": map[string]any{
-						"applying":      map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
-						"latestVersion": map[string]any{"type": "string"},
-						"latestHash":    map[string]any{"type": "string"},
-					}},
-				},
+// namespacedCRD is a CustomResourceDefinition of a namespaced kind served
+// at group/version alone, status a subresource (written only through
+// /status); its schema keeps the status fields given, with their types,
+// and any spec.
+func namespacedCRD(group, version, kind, plural string, status map[string]any) map[string]any {
+	return map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": plural + "." + group},
+		"spec": map[string]any{
+			"group": group,
+			"names": map[string]any{"kind": kind, "plural": plural, "singular": strings.ToLower(kind), "listKind": kind + "List"},
+			"scope": "Namespaced",
+			"versions": []any{map[string]any{
+				"name": version, "served": true, "storage": true,
+				"subresources": map[string]any{"status": map[string]any{}},
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{
+					"type": "object",
+					"properties": map[string]any{
+						"spec":   map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+						"status": map[string]any{"type": "object", "properties": status},
+					},
+				}},
 			}},
-		}},
-	},
+		},
+	}
 }
+
+// planCRD is the system-upgrade-controller's Plan as its CRD serves it:
+// namespaced, upgrade.cattle.io/v1, status a subresource. The schema
+// keeps what the controller writes.
+var planCRD = namespacedCRD("upgrade.cattle.io", "v1", "Plan", "plans", map[string]any{
+	"applying":      map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
+	"latestVersion": map[string]any{"type": "string"},
+	"latestHash":    map[string]any{"type": "string"},
+})
 
 // webhook records what is posted to it.
 type webhook struct {

@@ -22,33 +22,13 @@ var runnerGVR = schema.GroupVersionResource{Group: "actions.github.com", Version
 // serves it (ARC's apis/actions.github.com/v1alpha1/ephemeralrunner_types.go):
 // namespaced, status a subresource. The schema keeps the status fields
 // the controller reads.
-var runnerCRD = map[string]any{
-	"apiVersion": "apiextensions.k8s.io/v1",
-	"kind":       "CustomResourceDefinition",
-	"metadata":   map[string]any{"name": "ephemeralrunners.actions.github.com"},
-	"spec": map[string]any{
-		"group": "actions.github.com",
-		"names": map[string]any{"kind": "EphemeralRunner", "plural": "ephemeralrunners", "singular": "ephemeralrunner", "listKind": "EphemeralRunnerList"},
-		"scope": "Namespaced",
-		"versions": []any{map[string]any{
-			"name": "v1alpha1", "served": true, "storage": true,
-			"subresources": map[string]any{"status": map[string]any{}},
-			"schema": map[string]any{"openAPIV3Schema": map[string]any{
-				"type": "object",
-				"properties": map[string]any{
-					"spec": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-					"status": map[string]any{"type": "object", "properties": map[string]any{
-						"phase":             map[string]any{"type": "string"},
-						"jobId":             map[string]any{"type": "string"},
-						"jobRepositoryName": map[string]any{"type": "string"},
-						"jobDisplayName":    map[string]any{"type": "string"},
-						"workflowRunId":     map[string]any{"type": "integer"},
-					}},
-				},
-			}},
-		}},
-	},
-}
+var runnerCRD = namespacedCRD("actions.github.com", "v1alpha1", "EphemeralRunner", "ephemeralrunners", map[string]any{
+	"phase":             map[string]any{"type": "string"},
+	"jobId":             map[string]any{"type": "string"},
+	"jobRepositoryName": map[string]any{"type": "string"},
+	"jobDisplayName":    map[string]any{"type": "string"},
+	"workflowRunId":     map[string]any{"type": "integer"},
+})
 
 // A swap waiting on a runner pod of the outgoing voter names the GitHub
 // job it runs, read from the pod's EphemeralRunner, in its status and in
