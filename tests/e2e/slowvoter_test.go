@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -328,6 +329,7 @@ var afterStepDown = []string{api.StepStepDown, api.StepRemoveMember, api.StepRem
 // it only read back, their figures logged.
 func (f *Fleet) slowVoterSwapped(t *testing.T, out, in string, dryRun bool) {
 	t.Helper()
+	waitForTheSuitesBeside(t)
 	h := f.Hosts[out]
 	leader, err := f.leader()
 	require.NoError(t, err)
@@ -499,4 +501,32 @@ func roundAll(m map[string]time.Duration) string {
 		parts = append(parts, fmt.Sprintf("%s %s", k, m[k].Round(time.Millisecond)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// waitForTheSuitesBeside waits until the file FLEET_ROLE_E2E_ALONE_AFTER
+// names exists, which make test writes once the suites it runs beside the
+// real-k3s tier have finished; at once where it is not set. A slowed
+// disk's scenario measures the stalls one slow host causes its peers,
+// whose disks here are one disk with those suites' (their image builds,
+// their fleets): in a clean-clone .ci/run their load stalled both fast
+// voters' fdatasync over a second at the same moments, and one write
+// 5.96 s, where hosts of their own disks would not be. Half an hour is an
+// outer limit (those suites take about 20 minutes in all).
+func waitForTheSuitesBeside(t *testing.T) {
+	t.Helper()
+	file := os.Getenv("FLEET_ROLE_E2E_ALONE_AFTER")
+	if file == "" {
+		return
+	}
+	start := time.Now()
+	for {
+		if _, err := os.Stat(file); err == nil {
+			t.Logf("the suites beside this tier have finished: waited %s for them", time.Since(start).Round(time.Second))
+			return
+		}
+		if time.Since(start) > 30*time.Minute {
+			t.Fatalf("the suites beside this tier did not finish within 30 minutes (%s not written)", file)
+		}
+		time.Sleep(5 * time.Second)
+	}
 }
