@@ -145,7 +145,19 @@ func TestTheProbeOfAMemberMadeSlowGivesAnUnfitVerdictWithinOneWindowAndTheOthers
 	fit := swapplan.Judge(sample(healthy, judge.Window), time.Now(), judge)
 	assert.Equal(t, api.VerdictFit, fit.State, fit.Reason)
 	assert.Positive(t, fit.RTTMs)
-	other, _ := healthy.sample(context.Background(), time.Now(), true, false)
+	// Note: a sample asks the other members only once it had its own
+	// member's list and status; on a busy machine (a clean-clone .ci/run,
+	// the real-k3s tier beside) those can run past the client's 100 ms,
+	// and that sample names nobody, for want of a list. The first of up
+	// to ten samples that had them is the one asserted on.
+	var other api.Probe
+	for range 10 {
+		if other, _ = healthy.sample(context.Background(), time.Now(), true, false); other.Error == "" {
+			break
+		}
+		t.Logf("a sample of the healthy host failed: %s", other.Error)
+	}
+	require.Empty(t, other.Error, "a sample of the healthy host had its own member's list and status")
 	assert.Equal(t, []string{before[0].Member}, other.Unreachable, "the healthy host names the paused member unreachable")
 }
 
