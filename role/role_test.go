@@ -61,6 +61,10 @@ func TestAgentServerURL(t *testing.T) {
 		_, err := AgentServerURL(inv, "h1", []string{"h2"}, port)
 		assert.ErrorIs(t, err, ErrNoPort, "port %d", port)
 	}
+	for _, port := range []int{1, 65535} {
+		_, err := AgentServerURL(inv, "h1", []string{"h2"}, port)
+		assert.NoError(t, err, "port %d, the first and last", port)
+	}
 }
 
 func TestServerJoinURL(t *testing.T) {
@@ -84,6 +88,10 @@ func TestServerJoinURL(t *testing.T) {
 	for _, port := range []int{0, -1, 65536} {
 		_, err := ServerJoinURL(inv, "h1", []string{"h2"}, port)
 		assert.ErrorIs(t, err, ErrNoPort, "port %d", port)
+	}
+	for _, port := range []int{1, 65535} {
+		_, err := ServerJoinURL(inv, "h1", []string{"h2"}, port)
+		assert.NoError(t, err, "port %d, the first and last", port)
 	}
 }
 
@@ -127,6 +135,9 @@ func TestDecide(t *testing.T) {
 		{"a host rebooted mid-promotion starts no server while its join cannot be written",
 			Facts{Role: api.HostServer, Staged: true, KnowsVoters: true, NodeRead: true, K3sConfigErr: errK3sConfig},
 			DoNone, nil, nil},
+		{"a server rebooted with its datastore starts while k3s's configuration cannot be read: it needs no join",
+			Facts{Role: api.HostServer, Staged: true, Datastore: true, KnowsVoters: true, NodeRead: true, K3sConfigErr: errK3sConfig},
+			DoServe, []Step{StartServer}, nil},
 		{"a promotion asked again of a running server starts nothing new",
 			Facts{Role: api.HostServer, Server: running, Request: req(api.RequestPromote)},
 			api.RequestPromote, []Step{StopAgent, StartServer},
