@@ -26,6 +26,8 @@ func TestAManualSwapToAStandbyWhoseStagedClusterCIDRDiffersIsRefusedNamingItInSt
 	_, stderr, code := e.cli("swap", "v1", "s1")
 	require.Equal(t, 0, code, stderr)
 	e.d.With(func(d *fleetsim.Driver) { d.Hosts["s1"].K3sConfig.Critical["cluster-cidr"] = "10.44.0.0/16" })
+	// Note: its agent's next probe (2 s) publishes it; 10 s is slack for
+	// a busy machine.
 	require.Eventually(t, func() bool {
 		var p api.Probe
 		return json.Unmarshal([]byte(e.node("s1").Annotations[api.AnnotationProbe]), &p) == nil &&
@@ -35,11 +37,15 @@ func TestAManualSwapToAStandbyWhoseStagedClusterCIDRDiffersIsRefusedNamingItInSt
 
 	const why = "s1's staged cluster-cidr 10.44.0.0/16 differs from the voters' 10.42.0.0/16: k3s would refuse its join"
 	var st api.Status
+	// Note: the controller's first pass comes within its period (1 s) of
+	// its start; 30 s, as the other tests here, is an outer limit.
 	require.Eventually(t, func() bool {
 		st, _ = e.status()
 		return st.Reason == "the manual request to swap v1 for s1 is refused: "+why
 	}, 30*time.Second, 100*time.Millisecond, "status: %s", st.Reason)
 	var seen []string
+	// Note: the event broadcaster writes the Event asynchronously, within
+	// a second; 10 s is slack.
 	require.Eventually(t, func() bool {
 		events, err := e.api.Client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
 		require.NoError(t, err)
