@@ -84,15 +84,16 @@ manifests: helm ## render the chart into bin/fleet-role.yaml for kubectl apply -
 # named first, so that go test starts them first and the others run beside
 # them rather than before them: the first part then takes about as long
 # as tests/controller alone. The real-k3s tier of tests/e2e runs beside
-# that part: those packages leave about a third of the machine idle, and
-# real k3s runs at its own 5 s election timeout with the probe's limits
-# raised for a shared disk; its slowed-disk scenarios, which measure the
-# stalls one slow host causes its peers, wait until that part has finished
-# (FLEET_ROLE_E2E_ALONE_AFTER, a file written then), since the hosts' disks
-# are this machine's one disk, whose other load stalls every host at once.
-# The other end-to-end scenarios run after, alone:
-# their fleets' etcd elects in 1 s, and their write oracles hold every
-# write to it.
+# everything else, from the start: it is the longest path. Its hosts leave
+# about a third of the machine idle, and real k3s runs at its own 5 s
+# election timeout with the probe's limits raised for a shared disk. The
+# other end-to-end scenarios (the double's fleets, whose etcd elects in
+# 1 s and whose write oracles hold every write to that) run after the
+# first part, beside the real tier's scenarios before its slowed disks.
+# Those, which measure the stalls one slow host causes its peers, wait
+# until everything beside them has finished (FLEET_ROLE_E2E_ALONE_AFTER,
+# a file written then), since the hosts' disks are this machine's one
+# disk, whose other load stalls every host at once.
 SLOW_PKGS := /tests/(ansible|controller)$$
 REAL_K3S  := ^TestOnRealK3s$$
 # The fitness tests on real etcd judge etcd's own fsync and commit
@@ -103,11 +104,11 @@ QUIET     := ^(TestAVoterOnAHostAsBusyAsARunnerWhoseEtcdIsWithinItsLimitsIsNotJu
 test: ## run every test, the end-to-end scenarios last, printing each result and the totals
 	@mkdir -p $(BIN)
 	@status=0; pkgs=$$($(GO) list ./... | grep -v /tests/e2e); beside=$(abspath $(BIN))/beside-real-k3s.done; rm -f $$beside; \
-	FLEET_ROLE_E2E_ALONE_AFTER=$$beside $(GO) test -count=1 -v -timeout 45m $(TESTFLAGS) -run '$(REAL_K3S)' ./tests/e2e >$(TESTLOG).k3s 2>&1 & k3s=$$!; \
+	FLEET_ROLE_E2E_ALONE_AFTER=$$beside $(GO) test -count=1 -v -timeout 75m $(TESTFLAGS) -run '$(REAL_K3S)' ./tests/e2e >$(TESTLOG).k3s 2>&1 & k3s=$$!; \
 	$(GO) test -count=1 -v -timeout 45m $(TESTFLAGS) -skip '$(QUIET)' $$(grep -E '$(SLOW_PKGS)' <<<"$$pkgs") $$(grep -vE '$(SLOW_PKGS)' <<<"$$pkgs") >$(TESTLOG) 2>&1 || status=$$?; \
+	$(GO) test -count=1 -v -timeout 60m $(TESTFLAGS) -skip '$(REAL_K3S)' ./tests/e2e >$(TESTLOG).e2e 2>&1 || status=$$?; \
 	touch $$beside; \
-	wait $$k3s || status=$$?; cat $(TESTLOG).k3s >>$(TESTLOG); rm -f $(TESTLOG).k3s; \
-	$(GO) test -count=1 -v -timeout 60m $(TESTFLAGS) -skip '$(REAL_K3S)' ./tests/e2e >>$(TESTLOG) 2>&1 || status=$$?; \
+	wait $$k3s || status=$$?; cat $(TESTLOG).k3s $(TESTLOG).e2e >>$(TESTLOG); rm -f $(TESTLOG).k3s $(TESTLOG).e2e; \
 	$(GO) test -count=1 -v -timeout 10m $(TESTFLAGS) -run '$(QUIET)' ./daemon >>$(TESTLOG) 2>&1 || status=$$?; \
 	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL|panic:)|^\s+\S+_test\.go:[0-9]+:|^\s+(Error|Messages):' $(TESTLOG) || true; \
 	[ $$status -eq 0 ] || { echo "== why the failed tests failed"; awk -f .ci/failures.awk $(TESTLOG) | tail -n 250; }; \

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fleet-role/fleet-role/api"
-	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // The scenarios of faults around a swap and of k3s's own behaviour
@@ -185,43 +183,6 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			t.Log("v2 back: the request, kept, is carried out")
 			res := f.waitEnd(t, prev, 4*time.Minute)
 			f.ended(t, res, api.ResultCompleted)
-		}},
-		scenario{"AHostRebootedJustAfterItsDemotionComesBackAsAnAgent", func(t *testing.T) {
-			// v1 was demoted by the swap above.
-			before, err := f.Members()
-			require.NoError(t, err)
-			active, enabled := v1.Unit("k3s.service")
-			t.Logf("before the reboot, v1's k3s.service is %s and %s", active, enabled)
-
-			v1.Reboot()
-			t.Log("v1 rebooted: fleet-role-agent is active")
-			f.Wait(time.Minute, "v1's k3s-agent is active", func() error {
-				if active, _ := v1.Unit("k3s-agent.service"); active != "active" {
-					return fmt.Errorf("k3s-agent.service is %s", active)
-				}
-				return nil
-			})
-			// Note: a k3s server started at boot with its datastore moved
-			// aside joins again as a new member (k3s-io/k3s pkg/etcd/etcd.go,
-			// (*ETCD).Start and join), a learner first: it shows in the
-			// member list within seconds.
-			watched := time.Now().Add(30 * time.Second)
-			for time.Now().Before(watched) {
-				active, enabled := v1.Unit("k3s.service")
-				require.Equal(t, "inactive", active, "v1's k3s.service stays stopped after the reboot")
-				require.Equal(t, "disabled", enabled, "v1's k3s.service is not started at boot")
-				require.False(t, v1.startedThisBoot("k3s.service"), "v1's k3s.service was not started at all since the reboot")
-				if m, err := f.Members(); err == nil {
-					require.Equal(t, before.Voters, m.Voters, "no new etcd member")
-					require.Empty(t, m.Learners, "no new etcd member")
-				}
-				time.Sleep(time.Second)
-			}
-			f.WaitReady("v1", corev1.ConditionTrue, time.Minute)
-			active, enabled = v1.Unit("k3s-agent.service")
-			assert.Equal(t, "active", active, "v1's k3s-agent.service runs")
-			assert.Equal(t, "enabled", enabled, "v1's k3s-agent.service starts at boot")
-			require.NoError(t, f.Check(api.ResultCompleted))
 		}},
 		scenario{"AStandbyWhoseServerWasDemotedBeforeItsPromotionJoinsThroughALiveVoter", func(t *testing.T) {
 			require.Contains(t, s2.StagedConfig(), fmt.Sprintf("server: https://%s:6443", v1.IP), "s2's config.yaml names v1, as the operator staged it")
@@ -469,86 +430,6 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 				return nil
 			})
 			require.NoError(t, f.Check(api.ResultRolledBack))
-		}},
-		scenario{"ADeadVotersHostStoppedForGoodIsReplacedWithTheDryRunOffAndBackFinishesItsDemotion", func(t *testing.T) {
-			// The voters are v2, s1 and one of v1 and s2. v2's host is
-			// stopped (its container, systemd and all) until the swap
-			// that replaces it has ended; the dry run is off and a voter
-			// is dead after 30 s without a heartbeat, and replaced.
-			for n, v := range f.Status().Verdicts {
-				require.NotEqual(t, api.VerdictUnfit, v.State, "%s is unfit: the dry run off would swap it first", n)
-			}
-			// A dead voter does not wait for the cooldown of the swap
-			// before; the remediation limits are the automatic swaps'.
-			f.ReconfigureKeys(map[string]string{"dead_after": `"30s"`, "replace_dead_voters": "true"}, "-e", "dry_run=false")
-			require.Equal(t, api.RoleVoter, f.Node("v2").Labels[api.LabelRole])
-			prev := f.Status().Last
-			f.offline(v2)
-			testhost.Docker(t, "stop", v2.Container)
-			t.Log("v2's host stopped")
-			// Slack: the node-monitor grace, dead_after from the last
-			// heartbeat, three probe periods, and the others' samples.
-			f.Wait(NodeMonitorGracePeriod+2*time.Minute, "v2 is named dead", func() error {
-				if st := f.Status(); !slices.ContainsFunc(st.Dead, func(d api.DeadVoter) bool { return d.Node == "v2" }) {
-					return fmt.Errorf("dead: %v; %s", st.Dead, st.Reason)
-				}
-				return nil
-			})
-			t.Logf("v2 is dead: %s", f.Status().Dead[0].Reason)
-			// Note: a swap at the fleet's default bounds with a real etcd
-			// learner's catch-up and 5 s elections took 1-2.5 minutes in
-			// the other scenarios; 6 minutes is the outer limit.
-			res := f.waitEnd(t, prev, 6*time.Minute)
-			var steps []string
-			for _, s := range res.Steps {
-				steps = append(steps, s.Step)
-			}
-			t.Logf("v2 out, %s in: %s: %s; steps %v", res.In, res.Result, res.Reason, steps)
-			require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
-			assert.Equal(t, "v2", res.Out)
-			assert.True(t, res.Dead)
-			assert.Equal(t, api.OriginAutomatic, res.Origin)
-			assert.Equal(t, []string{"v2"}, res.Pending)
-			assert.Less(t, slices.Index(steps, api.StepRemoveMember), slices.Index(steps, api.StepPromote), "the dead member removed first: %v", steps)
-			m, err := f.Members()
-			require.NoError(t, err)
-			assert.Len(t, m.Voters, 3)
-			assert.Empty(t, m.Learners)
-			assert.Equal(t, api.RoleVoter, f.Node(res.In).Labels[api.LabelRole])
-
-			// v2's host starts again: its k3s server, enabled still,
-			// finds its member removed; its agent reads the step-down and
-			// member-gone kept on its Node, stops the server, moves the
-			// datastore aside and runs k3s's agent; the controller then
-			// clears its Node and uncordons it.
-			testhost.Docker(t, "start", v2.Container)
-			// Note: the boot (under a minute, as Reboot's wait allows 2),
-			// then a probe period or two for the agent's demotion and a
-			// pass to clear it: 4 minutes is the outer limit.
-			f.Wait(4*time.Minute, "v2 finished its demotion and is cleared", func() error {
-				if active, enabled := v2.Unit("k3s.service"); active == "active" || enabled != "disabled" {
-					return fmt.Errorf("k3s.service is %s and %s", active, enabled)
-				}
-				if active, enabled := v2.Unit("k3s-agent.service"); active != "active" || enabled != "enabled" {
-					return fmt.Errorf("k3s-agent.service is %s and %s", active, enabled)
-				}
-				n := f.Node("v2")
-				for _, a := range api.SwapAnnotations {
-					if _, ok := n.Annotations[a]; ok {
-						return fmt.Errorf("%s is still on v2's Node", a)
-					}
-				}
-				if n.Spec.Unschedulable {
-					return errors.New("v2 is cordoned")
-				}
-				return nil
-			})
-			assert.Empty(t, f.Status().Unfinished)
-			assert.Equal(t, api.RoleStandby, f.Node("v2").Labels[api.LabelRole])
-			m, err = f.Members()
-			require.NoError(t, err)
-			assert.Len(t, m.Voters, 3, "v2 came back no member")
-			require.NoError(t, f.Check(api.ResultCompleted))
 		}},
 	)
 }

@@ -87,6 +87,13 @@ var RealK3sHosts = []HostSpec{
 	{Name: "a1", Role: api.RoleAgent},
 }
 
+// k8sNodeMonitorGracePeriod is how old a Node's heartbeat may be before
+// the node lifecycle controller of real k3s's kube-controller-manager
+// turns its Ready to Unknown: Kubernetes's default since v1.32
+// (pkg/controller/nodelifecycle/config/v1alpha1/defaults.go), which k3s
+// does not change (docs/k3s-fidelity.md, row 15).
+const k8sNodeMonitorGracePeriod = 50 * time.Second
+
 // k3sBinDir is where a real-k3s host mounts the binary's directory.
 const k3sBinDir = "/opt/k3s"
 

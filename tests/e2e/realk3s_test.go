@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/tests/testhost"
 )
 
 // unitStop watches a host's unit until it is seen stopped, for the time
@@ -523,6 +524,34 @@ func TestOnRealK3s(t *testing.T) {
 		return
 	}
 
+	// Before the slowed disks, which wait for the suites beside this tier
+	// to finish: these two fill that wait.
+	ok = t.Run("ADeadVotersHostStoppedForGoodIsReplacedWithTheDryRunOffLosingNoWriteAndBackFinishesItsDemotionAsNoMember", func(t *testing.T) {
+		// Note: the 10-minute wait is an outer limit, as above.
+		in := d.hostWithRole(api.RoleStandby)
+		d.WaitFit(10 * time.Minute)
+		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })
+		leader, out := d.follower(t)
+		t.Logf("%s leads etcd; %s, a follower, is stopped for good", leader, out)
+		took(in + " eligible")
+		d.deadVoterReplaced(t, out)
+		took("the dead voter " + out + " replaced and back")
+	})
+	if !ok {
+		return
+	}
+
+	ok = t.Run("AHostRebootedJustAfterItsDemotionComesBackAsAnAgentItsServerNeitherStartedNorANewMember", func(t *testing.T) {
+		last := d.Status().Last
+		require.NotNil(t, last)
+		require.Equal(t, api.RoleStandby, d.Node(last.Out).Labels[api.LabelRole], "%s was demoted by the swap before, the dead voter's", last.Out)
+		d.rebootedAfterDemotion(t, d.Hosts[last.Out])
+		took("the reboot of " + last.Out + ", demoted")
+	})
+	if !ok {
+		return
+	}
+
 	// The one job fleet-role is for, last: with the dry run off, no
 	// swap by hand follows. On k3s each server's apiserver uses its own
 	// member alone, so the slowed voter slows the API too.
@@ -531,15 +560,7 @@ func TestOnRealK3s(t *testing.T) {
 		in := d.hostWithRole(api.RoleStandby)
 		d.WaitFit(10 * time.Minute)
 		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })
-		leader, err := d.leader()
-		require.NoError(t, err)
-		out := ""
-		for _, n := range d.Order {
-			if n != leader && d.Node(n).Labels[api.LabelRole] == api.RoleVoter {
-				out = n
-				break
-			}
-		}
+		leader, out := d.follower(t)
 		t.Logf("%s leads etcd; %s, a follower, is slowed", leader, out)
 		took(in + " eligible")
 		d.slowVoterSwapped(t, out, in, true)
@@ -583,4 +604,174 @@ func timedWrites(res *api.SwapResult) string {
 		return "none timed"
 	}
 	return fmt.Sprintf("%d, %d failed, longest gap %s", res.Writes.Writes, res.Writes.Failed, time.Duration(res.Writes.LongestGap))
+}
+
+// deadVoterReplaced stops the voter out's host (its container, systemd
+// and all) until the swap that replaces it has ended, with the dry run
+// off, a voter dead after 30 s without a heartbeat and dead voters
+// replaced; writes go on through the other voters' etcd and apiserver
+// throughout. Then out's host starts again: its k3s server, enabled
+// still, finds its member removed; its agent reads the step-down and
+// member-gone kept on its Node, stops the server, moves the datastore
+// aside and runs k3s's agent; the controller then clears its Node and
+// uncordons it. The dry run is on again at the end, as the playbook's
+// default.
+func (f *Fleet) deadVoterReplaced(t *testing.T, out string) {
+	t.Helper()
+	h := f.Hosts[out]
+	for n, v := range f.Status().Verdicts {
+		require.NotEqual(t, api.VerdictUnfit, v.State, "%s is unfit: the dry run off would swap it first", n)
+	}
+	require.Equal(t, api.RoleVoter, f.Node(out).Labels[api.LabelRole])
+	// A dead voter does not wait for the cooldown of the swap before;
+	// the remediation limits are the automatic swaps'.
+	f.ReconfigureKeys(map[string]string{"dead_after": `"30s"`, "replace_dead_voters": "true"}, "-e", "dry_run=false")
+	defer func() {
+		delete(f.opts.Keys, "dead_after")
+		delete(f.opts.Keys, "replace_dead_voters")
+		if _, changed := f.Playbook(); changed == 0 {
+			t.Error("the playbook run with its defaults changed nothing: the dry run is still off")
+		}
+		f.WaitRolledOut(3 * time.Minute)
+	}()
+
+	var stay []*Host
+	apiVia := ""
+	for _, s := range f.servers() {
+		if s != h && f.Node(s.Name).Labels[api.LabelRole] == api.RoleVoter {
+			stay = append(stay, s)
+			if apiVia == "" {
+				apiVia = s.IP + ":6443"
+			}
+		}
+	}
+	c := f.etcdThrough(stay...)
+	writes, apiWrites := f.startEtcdWrites(c, c), f.startAPIWrites(apiVia)
+	prev := f.Status().Last
+	if h.etcd != nil {
+		_ = h.etcd.Close()
+		h.etcd = nil
+	}
+	stopped := time.Now()
+	testhost.Docker(t, "stop", h.Container)
+	t.Logf("%s's host stopped at %s", out, stopped.Format("15:04:05"))
+	// Note: an outer limit: Kubernetes's node-monitor grace (50 s),
+	// dead_after from the last heartbeat, three probe periods and the
+	// others' samples, with two minutes' slack for a busy machine.
+	f.Wait(k8sNodeMonitorGracePeriod+30*time.Second+2*time.Minute, out+" is named dead", func() error {
+		if st := f.Status(); !slices.ContainsFunc(st.Dead, func(d api.DeadVoter) bool { return d.Node == out }) {
+			return fmt.Errorf("dead: %v; %s", st.Dead, st.Reason)
+		}
+		return nil
+	})
+	t.Logf("%s is dead %s after its host stopped: %s", out, time.Since(stopped).Round(time.Second), f.Status().Dead[0].Reason)
+	// Note: an outer limit, as the other scenarios': a swap on real k3s
+	// took 1-2.5 minutes.
+	res := f.waitEnd(t, prev, 20*time.Minute)
+	count, apiCount := writes.Count(), apiWrites.Count()
+	writes.Stop()
+	apiWrites.Stop()
+	var steps []string
+	for _, s := range res.Steps {
+		steps = append(steps, s.Step)
+	}
+	t.Logf("%s out, %s in: %s: %s; steps %v; writes to etcd: %s; to the API: %s", out, res.In, res.Result, res.Reason, steps, count, apiCount)
+	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
+	assert.Equal(t, out, res.Out)
+	assert.True(t, res.Dead)
+	assert.Equal(t, api.OriginAutomatic, res.Origin)
+	assert.Equal(t, []string{out}, res.Pending)
+	assert.Less(t, slices.Index(steps, api.StepRemoveMember), slices.Index(steps, api.StepPromote), "the dead member removed first: %v", steps)
+	f.threeVotersNoLearner(t)
+	assert.Equal(t, api.RoleVoter, f.Node(res.In).Labels[api.LabelRole])
+	writesAcross(t, f, count, 1)
+	writesAcross(t, f, apiCount, 1)
+
+	back := time.Now()
+	testhost.Docker(t, "start", h.Container)
+	t.Logf("%s's host started again, %s after it stopped", out, back.Sub(stopped).Round(time.Second))
+	// Note: an outer limit: the boot, real k3s's start, a probe period
+	// or two for the agent's demotion and a pass to clear the Node.
+	f.Wait(10*time.Minute, out+" finished its demotion and is cleared", func() error {
+		if active, enabled := h.Unit("k3s.service"); active == "active" || enabled != "disabled" {
+			return fmt.Errorf("k3s.service is %s and %s", active, enabled)
+		}
+		if active, enabled := h.Unit("k3s-agent.service"); active != "active" || enabled != "enabled" {
+			return fmt.Errorf("k3s-agent.service is %s and %s", active, enabled)
+		}
+		n := f.Node(out)
+		for _, a := range api.SwapAnnotations {
+			if _, ok := n.Annotations[a]; ok {
+				return fmt.Errorf("%s is still on %s's Node", a, out)
+			}
+		}
+		if n.Spec.Unschedulable {
+			return fmt.Errorf("%s is cordoned", out)
+		}
+		return nil
+	})
+	t.Logf("%s finished its demotion %s after its host started again", out, time.Since(back).Round(time.Second))
+	// What real k3s did with the removed member's datastore at boot.
+	tomb, _ := h.exec("sh", "-c", "ls -d "+hostDataDir+"/server/db/etcd/tombstone "+hostDataDir+"/server/db/etcd-* 2>&1; journalctl -b -u k3s.service --no-pager | grep -iE 'removed|tombstone|etcd server stopped|member' | tail -n 8")
+	t.Logf("%s's datastore and k3s's journal this boot: %s", out, tomb)
+	assert.Empty(t, f.Status().Unfinished)
+	assert.Equal(t, api.RoleStandby, f.Node(out).Labels[api.LabelRole])
+	f.threeVotersNoLearner(t)
+	require.NoError(t, f.Check(api.ResultCompleted))
+}
+
+// rebootedAfterDemotion reboots h, demoted by the swap before, and
+// requires that its k3s server neither starts nor joins again: k3s
+// started at boot with its datastore moved aside and server: set joins
+// as a new member (k3s-io/k3s pkg/etcd/etcd.go, (*ETCD).Start and join),
+// a learner first, listed within seconds; its agent's k3s runs instead.
+func (f *Fleet) rebootedAfterDemotion(t *testing.T, h *Host) {
+	t.Helper()
+	before, err := f.Members()
+	require.NoError(t, err)
+	active, enabled := h.Unit("k3s.service")
+	t.Logf("before the reboot, %s's k3s.service is %s and %s", h.Name, active, enabled)
+
+	h.Reboot()
+	t.Logf("%s rebooted: fleet-role-agent is active", h.Name)
+	// Note: outer limits: real k3s's agent starts in well under a minute
+	// on an idle host; two give slack for a busy machine.
+	f.Wait(2*time.Minute, h.Name+"'s k3s-agent is active", func() error {
+		if active, _ := h.Unit("k3s-agent.service"); active != "active" {
+			return fmt.Errorf("k3s-agent.service is %s", active)
+		}
+		return nil
+	})
+	watched := time.Now().Add(30 * time.Second)
+	for time.Now().Before(watched) {
+		active, enabled := h.Unit("k3s.service")
+		require.Equal(t, "inactive", active, "%s's k3s.service stays stopped after the reboot", h.Name)
+		require.Equal(t, "disabled", enabled, "%s's k3s.service is not started at boot", h.Name)
+		require.False(t, h.startedThisBoot("k3s.service"), "%s's k3s.service was not started at all since the reboot", h.Name)
+		if m, err := f.Members(); err == nil {
+			require.Equal(t, before.Voters, m.Voters, "no new etcd member")
+			require.Empty(t, m.Learners, "no new etcd member")
+		}
+		time.Sleep(time.Second)
+	}
+	f.WaitReady(h.Name, corev1.ConditionTrue, 2*time.Minute)
+	active, enabled = h.Unit("k3s-agent.service")
+	assert.Equal(t, "active", active, "%s's k3s-agent.service runs", h.Name)
+	assert.Equal(t, "enabled", enabled, "%s's k3s-agent.service starts at boot", h.Name)
+	require.NoError(t, f.Check(api.ResultCompleted))
+}
+
+// follower is the leader of etcd and the first voter of the fleet's
+// order that does not lead.
+func (f *Fleet) follower(t *testing.T) (leader, follower string) {
+	t.Helper()
+	leader, err := f.leader()
+	require.NoError(t, err)
+	for _, n := range f.Order {
+		if n != leader && f.Node(n).Labels[api.LabelRole] == api.RoleVoter {
+			return leader, n
+		}
+	}
+	t.Fatalf("no voter but the leader %s", leader)
+	return "", ""
 }

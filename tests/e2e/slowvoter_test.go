@@ -524,8 +524,8 @@ func waitForTheSuitesBeside(t *testing.T) {
 			t.Logf("the suites beside this tier have finished: waited %s for them", time.Since(start).Round(time.Second))
 			return
 		}
-		if time.Since(start) > 30*time.Minute {
-			t.Fatalf("the suites beside this tier did not finish within 30 minutes (%s not written)", file)
+		if time.Since(start) > 45*time.Minute {
+			t.Fatalf("the suites beside this tier did not finish within 45 minutes (%s not written)", file)
 		}
 		time.Sleep(5 * time.Second)
 	}
