@@ -312,7 +312,15 @@ type Bounds struct {
 	// Promote: the candidate's agent answering the promotion. Past it:
 	// roll back.
 	Promote time.Duration `toml:"promote"`
-	// Join: the candidate voting. Past it: roll back.
+	// Join: the candidate voting. Past it: roll back. k3s's etcd leader
+	// tries to promote each learner every 15 s (manageTickerTime), which
+	// etcd allows once the learner is in sync, and removes one whose
+	// applied index has not grown for 5 minutes (learnerMaxStallTime; one
+	// whose etcd never started has no index to grow): a join takes its
+	// catch-up and up to 15 s more, and a learner that stalls is gone 5 to
+	// 5.5 minutes after it was added. So join is at least 15 s; the
+	// default gives a large datastore's catch-up its time, and past 5.5
+	// minutes a stalled learner was removed before the rollback.
 	Join time.Duration `toml:"join"`
 	// Gates: the gates with one more voter. Past it the swap still holds,
 	// and says so.
@@ -336,12 +344,20 @@ type Bounds struct {
 	// Rollback: the candidate's step-down in a rollback. Past it: go on.
 	Rollback time.Duration `toml:"rollback"`
 	// RemoveFallback: how long k3s is given to remove a rolled-back
-	// candidate's member before a voter's agent is asked to.
+	// candidate's member before a voter's agent is asked to. k3s's member
+	// controller removes a member within seconds when its Node names it;
+	// a learner whose server never started has no name, and k3s removes
+	// it as stalled only 5 to 5.5 minutes after it was added: the default
+	// asks the agent before that.
 	RemoveFallback time.Duration `toml:"remove_fallback"`
 	// RemoveByVoter: how long that agent is given before the swap stops
 	// stuck, for an operator.
 	RemoveByVoter time.Duration `toml:"remove_by_voter"`
 }
+
+// k3sLearnerTick is how often k3s's etcd leader tries to promote each
+// learner (k3s-io/k3s pkg/etcd/etcd.go: manageTickerTime, manageLearners).
+const k3sLearnerTick = 15 * time.Second
 
 // What a swap does past the runners bound on the outgoing voter
 // (Controller.RunnersBoundAction).
@@ -513,6 +529,9 @@ func (c Controller) Validate() error {
 		p.add("notify.max_queued", "must be at least 1 message, got %d", n.MaxQueued)
 	}
 	b := c.Bounds
+	if b.Join > 0 && b.Join < k3sLearnerTick {
+		p.add("bounds.join", "must be at least k3s's learner tick, %s, at which alone it promotes a learner; got %s", k3sLearnerTick, b.Join)
+	}
 	for _, d := range []struct {
 		key string
 		v   time.Duration
@@ -764,15 +783,17 @@ runners = "{{d .Bounds.Runners}}"
 drain = "{{d .Bounds.Drain}}"
 # The candidate's agent answering the promotion. Past it: roll back.
 promote = "{{d .Bounds.Promote}}"
-# The candidate voting. Past it: roll back.
+# The candidate voting. Past it: roll back. k3s promotes a learner in sync
+# at its 15 s tick and removes one stalled for 5 minutes: at least 15s.
 join = "{{d .Bounds.Join}}"
 # The gates with one more voter. Past it the swap still holds, and says so.
 gates = "{{d .Bounds.Gates}}"
 # The outgoing voter's step-down. Past it: go on to the removal.
 step_down = "{{d .Bounds.StepDown}}"
-# The removal of the outgoing voter's member, held while a remaining voter
-# is unhealthy (silent among them). Past it the swap still holds, names
-# them, and says so.
+# The removal of the outgoing voter's member, held while the remaining
+# voters that vote are no majority of the members with it (a slow voter
+# votes; a silent one does not). Past it the swap still holds, names them,
+# and says so.
 remove_member = "{{d .Bounds.RemoveMember}}"
 # A demoted host (the outgoing voter, or a rolled-back candidate) finishing
 # its demotion. Past it: clean up anyway and end, the host's step-down and
@@ -782,9 +803,10 @@ member_gone = "{{d .Bounds.MemberGone}}"
 uncordon = "{{d .Bounds.Uncordon}}"
 # The candidate's step-down in a rollback. Past it: go on.
 rollback = "{{d .Bounds.Rollback}}"
-# k3s removing the rolled-back candidate's member (it cannot when the
-# candidate's server never came up). Past it: a healthy voter's agent is
-# asked to remove the member with its etcd client.
+# k3s removing the rolled-back candidate's member (its member controller
+# cannot when the candidate's server never came up, and its learner
+# manager removes that learner only after 5 minutes). Past it: a healthy
+# voter's agent is asked to remove the member with its etcd client.
 remove_fallback = "{{d .Bounds.RemoveFallback}}"
 # That voter's agent removing it. Past it, or when it fails: the swap stops
 # "stuck", the Lease held, and "fleet-role status" gives the command that

@@ -44,6 +44,8 @@ func TestBadControllerConfigurations(t *testing.T) {
 		{"a wrong type is named", "version = 1\ndry_run = \"no\"\n", []string{"dry_run"}},
 		{"every problem is reported at once", "version = 2\nnamespace = \"Bad_NS\"\n[bounds]\njoin = \"0s\"\nrollback = \"-1m\"\n",
 			[]string{"version: must be 1", "namespace:", "bounds.join:", "bounds.rollback:"}},
+		{"a join bound shorter than k3s's 15 s learner tick is refused, naming the tick", "version = 1\n[bounds]\njoin = \"14s\"\n",
+			[]string{"bounds.join: must be at least k3s's learner tick, 15s, at which alone it promotes a learner; got 14s"}},
 		{"a removal fallback of zero is refused, by key", "version = 1\n[bounds]\nremove_fallback = \"0s\"\nremove_by_voter = \"-1s\"\n",
 			[]string{"bounds.remove_fallback:", "bounds.remove_by_voter:"}},
 		{"a runners bound action other than wait or drain is named", "version = 1\nrunners_bound_action = \"kill\"\n",
