@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,32 +115,6 @@ func (f *Fleet) standbyOf(t *testing.T, names ...string) string {
 	}
 	require.Len(t, out, 1, "one standby among %v", names)
 	return out[0]
-}
-
-// nativeStandby is the first of the hosts named that is a standby on a
-// native host.
-func (f *Fleet) nativeStandby(t *testing.T, names ...string) string {
-	t.Helper()
-	for _, n := range names {
-		if f.Node(n).Labels[api.LabelRole] == api.RoleStandby && !f.Hosts[n].Docker {
-			return n
-		}
-	}
-	require.Failf(t, "no native standby", "among %v", names)
-	return ""
-}
-
-// repeats is how many times in a row a scenario runs: FLEET_ROLE_E2E_REPEAT,
-// once when it is not set.
-func repeats(t *testing.T) int {
-	v := os.Getenv("FLEET_ROLE_E2E_REPEAT")
-	if v == "" {
-		return 1
-	}
-	n, err := strconv.Atoi(v)
-	require.NoError(t, err, "FLEET_ROLE_E2E_REPEAT")
-	require.Positive(t, n, "FLEET_ROLE_E2E_REPEAT")
-	return n
 }
 
 // holds asks for a manual swap and checks that none starts while the
@@ -289,47 +261,6 @@ func TestFaultsAroundSwapsOnADeployedFleet(t *testing.T) {
 			f.ended(t, res, api.ResultCompleted)
 			assert.Equal(t, publishedSteps(res), killed, "killed at every step the swap published")
 			assert.Subset(t, killed, actionSteps, "killed at every step the controller acts at")
-		}},
-		scenario{"TheCandidatesPeerPortDroppedRollsTheSwapBackLeavingNothingBehind", func(t *testing.T) {
-			// The voters are v2, v3 and s1; v1 and s2 are native standbys
-			// (v1 v2 v3 and s2 when the scenario is run alone). A native
-			// standby comes in, its etcd peer port dropped: its server
-			// never starts, and the swap rolls back.
-			// FLEET_ROLE_E2E_REPEAT=N runs it N times in a row.
-			for i := range repeats(t) {
-				in := f.nativeStandby(t, "v1", "s2")
-				cand := f.Hosts[in]
-				f.waitFreshProbe(in, time.Minute)
-				cand.DropPeerPort()
-				t.Logf("%s's etcd peer port dropped", in)
-
-				res := f.swap(t, "v2", in, 4*time.Minute)
-				t.Logf("run %d: v2 out, %s in: %s: %s", i+1, in, res.Result, res.Reason)
-				f.ended(t, res, api.ResultRolledBack)
-				m, err := f.Members()
-				require.NoError(t, err)
-				assert.Len(t, m.Voters, 3)
-				n := f.Node(in)
-				assert.Equal(t, api.RoleStandby, n.Labels[api.LabelRole])
-				assert.NotEqual(t, "true", n.Labels[api.LabelEtcd], "%s's server labels cleaned up", in)
-				for _, a := range api.SwapAnnotations {
-					assert.NotContains(t, n.Annotations, a, "%s finished: the swap's instructions cleared", in)
-				}
-				assert.Empty(t, f.Status().Pending, "no demotion left unfinished")
-				assert.Equal(t, api.RoleVoter, f.Node("v2").Labels[api.LabelRole], "v2 untouched")
-
-				cand.RestorePeerPort()
-				f.Wait(time.Minute, in+"'s server stopped and its agent running", func() error {
-					if active, enabled := cand.Unit("k3s.service"); active != "inactive" && active != "failed" || enabled != "disabled" {
-						return fmt.Errorf("k3s.service is %s and %s", active, enabled)
-					}
-					if active, enabled := cand.Unit("k3s-agent.service"); active != "active" || enabled != "enabled" {
-						return fmt.Errorf("k3s-agent.service is %s and %s", active, enabled)
-					}
-					return nil
-				})
-				f.Wait(3*time.Minute, in+" is eligible again", func() error { return f.Eligible(in) })
-			}
 		}},
 		scenario{"AVotersNodeNotReadyHoldsASwapNamingIt", func(t *testing.T) {
 			// The voters are v2, v3 and s1; v1 is a native standby again.

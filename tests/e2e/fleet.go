@@ -158,10 +158,6 @@ func (f *Fleet) electionTimeout() time.Duration {
 	return ElectionTimeout
 }
 
-// LearnerStall is how long the k3s double lets a learner's raft index
-// stand still before its leader removes it (k3s: 5 minutes).
-const LearnerStall = 20 * time.Second
-
 // waitUp waits until every voter's member votes and every Node is Ready
 // with a probe, and keeps etcd's cluster ID.
 func (f *Fleet) waitUp(timeout time.Duration) {

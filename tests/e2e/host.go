@@ -31,11 +31,14 @@ func (h *Host) staged() bool {
 
 // doubleArgs are the k3s double's arguments for a unit. The double joins
 // through the one `server:` of the host's config.yaml (and its drop-ins),
-// as k3s does; the timings are the harness's.
+// as k3s does; the timings are the harness's, but for its learner
+// manager, which keeps k3s's own (a promotion each 15 s, a stalled learner
+// removed after 5 minutes), so that no join passes on the double that
+// would time out on k3s.
 func (h *Host) doubleArgs(unit, kubeconfig string) []string {
 	return []string{unit, "--node-name", h.Name, "--node-ip", h.IP, "--kubeconfig", kubeconfig,
 		"--election-ms", fmt.Sprint(h.f.electionTimeout().Milliseconds()), "--heartbeat-ms", fmt.Sprint((h.f.electionTimeout() / 10).Milliseconds()),
-		"--node-monitor-grace-period", NodeMonitorGracePeriod.String(), "--learner-stall", LearnerStall.String()}
+		"--node-monitor-grace-period", NodeMonitorGracePeriod.String()}
 }
 
 // token is the fleet's k3s token, in every host's /etc/rancher/k3s/token.

@@ -392,7 +392,8 @@ func (s *server) writeMetadata(ctx context.Context) {
 // heartbeat renewed. k3s: pkg/etcd/etcd.go, heartbeatInterval.
 const conditionHeartbeat = 5 * time.Minute
 
-// manageTickerTime is how often k3s's etcd leader writes EtcdIsVoter.
+// manageTickerTime is how often k3s's etcd leader promotes learners and
+// writes EtcdIsVoter (--learner-tick).
 // k3s: pkg/etcd/etcd.go, manageTickerTime (15s), manageLearners.
 const manageTickerTime = 15 * time.Second
 

@@ -137,8 +137,10 @@
 //   - Promotion. The etcd leader asks etcd to promote each learner; etcd
 //     refuses one not in sync. A learner whose raft index has not grown
 //     for --learner-stall (k3s: 5 minutes, learnerMaxStallTime) is
-//     removed. k3s: manageLearners and trackLearnerProgress (every 15s
-//     there; the double looks every --period).
+//     removed; one with no client URL (its etcd never started) has no
+//     index to grow. Each --learner-tick (k3s: 15s, manageTickerTime),
+//     when EtcdIsVoter is written too. k3s: manageLearners and
+//     trackLearnerProgress.
 //   - EtcdIsVoter. The etcd leader, once ready, writes the condition on
 //     the Nodes labelled node-role.kubernetes.io/etcd=true, matching a
 //     member to the Node whose node-name annotation is the member's name:
@@ -293,6 +295,7 @@ type options struct {
 	electionMs        uint
 	heartbeatMs       uint
 	learnerStall      time.Duration
+	learnerTick       time.Duration
 	neverReady        bool
 	monitorGrace      time.Duration
 	leaseDuration     time.Duration
@@ -325,6 +328,7 @@ func main() {
 	fs.UintVar(&o.electionMs, "election-ms", 5000, "etcd's election timeout (k3s: 5000)")
 	fs.UintVar(&o.heartbeatMs, "heartbeat-ms", 500, "etcd's heartbeat interval (k3s: 500)")
 	fs.DurationVar(&o.learnerStall, "learner-stall", 5*time.Minute, "how long a learner's raft index may stand still before the leader removes it")
+	fs.DurationVar(&o.learnerTick, "learner-tick", manageTickerTime, "how often the etcd leader tries to promote each learner, tracks its progress and writes EtcdIsVoter (k3s: 15s)")
 	fs.BoolVar(&o.neverReady, "never-ready", false, "never become ready, as a server whose apiserver never comes up (also: the file <data-dir>/server/never-ready)")
 	fs.DurationVar(&o.monitorGrace, "node-monitor-grace-period", 50*time.Second, "how old a Node's heartbeat may be before its Ready turns Unknown")
 	fs.DurationVar(&o.leaseDuration, "leader-lease-duration", 45*time.Second, "the k3s-etcd Lease's duration (wrangler: 45s)")

@@ -50,9 +50,10 @@ type server struct {
 	stopControllers context.CancelFunc
 	// lastMonitor is the node lifecycle stand-in's last pass.
 	lastMonitor time.Time
-	// lastConditions is the last pass that wrote EtcdIsVoter.
-	lastConditions time.Time
-	closeOnce      sync.Once
+	// lastManage is the last pass that promoted learners and wrote
+	// EtcdIsVoter, as the leader.
+	lastManage time.Time
+	closeOnce  sync.Once
 	// api is the server's apiserver on :6443, told the state after each
 	// tick; nil in tests that do not serve it.
 	api *apiProxy
@@ -412,13 +413,14 @@ func (s *server) tick(ctx context.Context) error {
 			return err
 		}
 	}
-	if uint64(s.e.Server.Leader()) == id {
+	// Note: at k3s's own tick, not each pass: a learner in sync waits
+	// for it to be promoted, and a swap's end which takes a removed
+	// member's Node out of the etcd role between two ticks leaves its
+	// EtcdIsVoter as k3s leaves it.
+	if uint64(s.e.Server.Leader()) == id && time.Since(s.lastManage) >= s.o.learnerTick {
+		s.lastManage = time.Now()
 		s.promote(cctx, resp.Members)
-		// Note: EtcdIsVoter at k3s's own tick, so that a swap's end
-		// which takes a removed member's Node out of the etcd role
-		// between two passes leaves its condition as k3s leaves it.
-		if s.ready.Load() && time.Since(s.lastConditions) >= manageTickerTime {
-			s.lastConditions = time.Now()
+		if s.ready.Load() {
 			s.voterConditions(cctx, resp.Members)
 		}
 	}

@@ -41,7 +41,7 @@ func testServerIn(t *testing.T, dir, node string, host int, cfg config) (*server
 // with the test's short timings.
 func testOptions(dir, node string, host int) options {
 	return options{role: "server", nodeName: node, nodeIP: fmt.Sprintf("%s.%d", subnet, host), dataDir: dir,
-		period: 100 * time.Millisecond, electionMs: 1000, heartbeatMs: 100, learnerStall: time.Minute,
+		period: 100 * time.Millisecond, electionMs: 1000, heartbeatMs: 100, learnerStall: time.Minute, learnerTick: 100 * time.Millisecond,
 		leaseDuration: 4 * time.Second, renewDeadline: 3 * time.Second, retryPeriod: 500 * time.Millisecond,
 		endpointInterval: 200 * time.Millisecond, endpointTTL: 2 * time.Second}
 }
