@@ -633,7 +633,8 @@ write_gap_budget = "{{d .WriteGapBudget}}"
 # A voter is dead when its agent is silent, its Node not Ready, its
 # kubelet has not beaten for this long, and every other voter finds its
 # etcd member unreachable: status names it, the alert FleetRoleVoterDead
-# fires. The node lifecycle controller marks a Node Unknown after 40s.
+# fires. The node lifecycle controller marks a Node Unknown after 50s
+# (node-monitor-grace-period, Kubernetes's default since v1.32).
 dead_after = "{{d .DeadAfter}}"
 
 # A dead voter starts an automatic swap that removes its member for good,
