@@ -242,7 +242,7 @@ func TestAFleetDeployedByThePlaybookSwapsByHandInADryRunThroughAControllersPodAn
 	require.NoError(t, d.Check(api.ResultCompleted))
 	writesAcross(t, d, count, 1)
 	// What a user sees of v1, v2 and s1 now is what real k3s showed.
-	d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "s1")
+	d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "v3", "s1")
 	// fleet-role members: each voter's member as its agent sampled it from
 	// its real etcd, one leader that all follow.
 	// The status after the swap names the new voters at once; each

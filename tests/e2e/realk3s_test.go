@@ -358,7 +358,7 @@ func TestOnRealK3s(t *testing.T) {
 		d.threeVotersNoLearner(t)
 		writesAcross(t, d, count, 1)
 		writesAcross(t, d, apiCount, 1)
-		d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "s1")
+		d.requireView(t, viewAfterBootstrapSwap, res.Result, "v1", "v2", "v3", "s1")
 		took("the swap of the bootstrap server v1 for s1")
 
 		// A second swap: v2 out, and v1, staged still, in again (its
@@ -719,9 +719,11 @@ func (f *Fleet) deadVoterReplaced(t *testing.T, out string) {
 		return nil
 	})
 	t.Logf("%s finished its demotion %s after its host started again", out, time.Since(back).Round(time.Second))
-	// What real k3s did with the removed member's datastore at boot.
-	tomb, _ := h.exec("sh", "-c", "ls -d "+hostDataDir+"/server/db/etcd/tombstone "+hostDataDir+"/server/db/etcd-* 2>&1; journalctl -b -u k3s.service --no-pager | grep -iE 'removed|tombstone|etcd server stopped|member' | tail -n 8")
-	t.Logf("%s's datastore and k3s's journal this boot: %s", out, tomb)
+	// What real k3s did at boot with its removed member, and the agent.
+	db, _ := h.exec("ls", "-a", hostDataDir+"/server/db", hostDataDir+"/server/db/etcd")
+	k3s, _ := h.exec("sh", "-c", "journalctl -b -u k3s.service --no-pager -o cat | grep -iE 'removed|tombstone|stopped|member|learner|fatal' | tail -n 12")
+	agent, _ := h.exec("sh", "-c", "journalctl -b -u fleet-role-agent.service --no-pager -o cat | tail -n 12")
+	t.Logf("%s this boot: its datastore %q; k3s said %q; its agent said %q", out, db, k3s, agent)
 	assert.Empty(t, f.Status().Unfinished)
 	assert.Equal(t, api.RoleStandby, f.Node(out).Labels[api.LabelRole])
 	f.threeVotersNoLearner(t)
