@@ -525,7 +525,7 @@ func TestOnRealK3s(t *testing.T) {
 	}
 
 	// Before the slowed disks, which wait for the suites beside this tier
-	// to finish: these three fill that wait.
+	// to finish: these four fill that wait.
 	ok = t.Run("TheCandidatesPeerPortDroppedRollsTheSwapBackBesideK3sLearnerManagerLeavingNothingBehindAndLosingNoWrite", func(t *testing.T) {
 		// Note: the 10-minute waits are outer limits, as above.
 		in := d.hostWithRole(api.RoleStandby)
@@ -535,6 +535,20 @@ func TestOnRealK3s(t *testing.T) {
 		took(in + " eligible")
 		d.peerPortDroppedRolledBack(t, out, in)
 		took("the rollback of " + in + ", its peer port dropped")
+	})
+	if !ok {
+		return
+	}
+
+	ok = t.Run("ACandidateRebootedMidPromotionComesBackAsItsRoleSaysWithNeverAMemberBeyondTheVotersAndItsOwn", func(t *testing.T) {
+		// Note: the 10-minute waits are outer limits, as above.
+		in := d.hostWithRole(api.RoleStandby)
+		d.WaitFit(10 * time.Minute)
+		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })
+		_, out := d.follower(t)
+		took(in + " eligible")
+		d.rebootedMidPromotion(t, out, in)
+		took("the reboot of " + in + " mid-promotion")
 	})
 	if !ok {
 		return
@@ -867,4 +881,51 @@ func stepNames(res *api.SwapResult) []string {
 		steps = append(steps, s.Step)
 	}
 	return steps
+}
+
+// rebootedMidPromotion swaps out for in by hand and reboots in once the
+// swap is at its promotion or its join: in's k3s server, enabled by its
+// agent, starts again at boot with whatever of its member it had written
+// (k3s-io/k3s pkg/etcd/etcd.go, (*ETCD).Start: a member with a WAL
+// restarts; one without joins again). The swap ends either way, etcd
+// never lists a member beyond the three voters' and in's, and in runs as
+// its role then says.
+func (f *Fleet) rebootedMidPromotion(t *testing.T, out, in string) {
+	t.Helper()
+	h := f.Hosts[in]
+	f.waitFreshProbe(in, time.Minute)
+	w := f.WatchMembers()
+	defer w.Stop()
+	prev := f.Status().Last
+	_, stderr, code := f.CLI("swap", out, in)
+	require.Equal(t, 0, code, stderr)
+	// Note: an outer limit: the snapshot, the cordon and the drain of a
+	// standby with no runners come first.
+	f.atStep([]string{api.StepPromote, api.StepJoin}, 10*time.Minute)
+	st := f.Status()
+	t.Logf("rebooting %s at step %s: %s", in, st.Step, st.Reason)
+	h.Reboot()
+	t.Logf("%s rebooted at step %s: %s", in, f.Status().Step, f.Status().Reason)
+
+	// Note: an outer limit, as the other swaps'.
+	res := f.waitEnd(t, prev, 20*time.Minute)
+	w.Stop()
+	t.Logf("%s out, %s in, rebooted mid-promotion: %s: %s; steps %v; members: %s", out, in, res.Result, res.Reason, stepNames(res), w)
+	require.Contains(t, []string{api.ResultCompleted, api.ResultRolledBack}, res.Result, res.Reason)
+	assert.LessOrEqual(t, len(w.Most()), 4, "never a member beyond the three voters' and the candidate's: %s", w)
+	server, agent := "k3s.service", "k3s-agent.service"
+	if res.Result == api.ResultRolledBack {
+		server, agent = agent, server
+	}
+	f.Wait(2*time.Minute, in+" runs as its role says", func() error {
+		if started, enabled := h.unitState(server); started != "started" || enabled != "enabled" {
+			return fmt.Errorf("%s is %s and %s", server, started, enabled)
+		}
+		if started, enabled := h.unitState(agent); started != "stopped" || enabled != "disabled" {
+			return fmt.Errorf("%s is %s and %s", agent, started, enabled)
+		}
+		return nil
+	})
+	f.threeVotersNoLearner(t)
+	require.NoError(t, f.Check(res.Result))
 }
