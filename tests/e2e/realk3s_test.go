@@ -525,7 +525,21 @@ func TestOnRealK3s(t *testing.T) {
 	}
 
 	// Before the slowed disks, which wait for the suites beside this tier
-	// to finish: these four fill that wait.
+	// to finish: these five fill that wait.
+	ok = t.Run("AStandbyStagedWithAnotherClusterCIDRIsRefusedBeforeAnythingIsCordonedAsRealK3sRefusesItsJoin", func(t *testing.T) {
+		// Note: the 10-minute waits are outer limits, as above.
+		in := d.hostWithRole(api.RoleStandby)
+		d.WaitFit(10 * time.Minute)
+		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })
+		_, out := d.follower(t)
+		took(in + " eligible")
+		d.preflightRefusesAMismatch(t, out, in)
+		took("the preflight's refusal of " + in)
+	})
+	if !ok {
+		return
+	}
+
 	ok = t.Run("TheCandidatesPeerPortDroppedRollsTheSwapBackBesideK3sLearnerManagerLeavingNothingBehindAndLosingNoWrite", func(t *testing.T) {
 		// Note: the 10-minute waits are outer limits, as above.
 		in := d.hostWithRole(api.RoleStandby)
@@ -928,4 +942,68 @@ func (f *Fleet) rebootedMidPromotion(t *testing.T, out, in string) {
 	})
 	f.threeVotersNoLearner(t)
 	require.NoError(t, f.Check(res.Result))
+}
+
+// mismatchDropIn is a drop-in that stages a cluster-cidr other than the
+// voters' (k3s's default 10.42.0.0/16) on a standby.
+const mismatchDropIn = hostRancher + "/config.yaml.d/50-e2e-cluster-cidr.yaml"
+
+// preflightRefusesAMismatch stages on the standby in a cluster-cidr other
+// than the voters', and requires fleet-role's preflight to refuse a swap
+// of out for in, naming the setting and both values, before anything is
+// cordoned; then that real k3s refuses in's join for it, as the
+// preflight says: k3s's server with in's configuration (its own data dir
+// aside) exits on "critical configuration value mismatch" (k3s-io/k3s
+// pkg/cluster/bootstrap.go, (*Cluster).bootstrap: compareConfig, before
+// any etcd join), and no member is added. The drop-in goes again after.
+func (f *Fleet) preflightRefusesAMismatch(t *testing.T, out, in string) {
+	t.Helper()
+	h := f.Hosts[in]
+	const cidr = "10.44.0.0/16"
+	require.NoError(t, h.put(mismatchDropIn, "cluster-cidr: "+cidr+"\n"))
+	staged := func(want string) func() error {
+		return func() error {
+			var p api.Probe
+			if err := json.Unmarshal([]byte(f.Node(in).Annotations[api.AnnotationProbe]), &p); err != nil {
+				return err
+			}
+			if p.K3sConfig == nil || p.K3sConfig.Critical["cluster-cidr"] != want {
+				return fmt.Errorf("%s's probe gives %+v", in, p.K3sConfig)
+			}
+			return nil
+		}
+	}
+	defer func() {
+		_, _ = h.exec("rm", "-f", mismatchDropIn)
+		f.Wait(time.Minute, in+"'s probe gives the voters' cluster-cidr again", staged("10.42.0.0/16"))
+	}()
+	// Note: an outer limit: the agent's next probe (2 s) publishes it.
+	f.Wait(time.Minute, in+"'s probe gives the cluster-cidr staged", staged(cidr))
+
+	why := fmt.Sprintf("%s's staged cluster-cidr %s differs from the voters' 10.42.0.0/16: k3s would refuse its join", in, cidr)
+	stdout, stderr, code := f.CLI("swap", "--dry-run", out, in)
+	t.Logf("fleet-role swap --dry-run %s %s: %s%s", out, in, stdout, stderr)
+	assert.Contains(t, stdout+stderr, why)
+	_, stderr, code = f.CLI("swap", out, in)
+	assert.NotEqual(t, 0, code, "fleet-role swap refused")
+	assert.Contains(t, stderr, why)
+	st := f.Status()
+	assert.Nil(t, st.Swap, "no swap started")
+	for _, n := range []string{out, in} {
+		assert.False(t, f.Node(n).Spec.Unschedulable, "%s cordoned", n)
+	}
+
+	// Real k3s's own refusal, in's configuration read as its unit would.
+	before, err := f.Members()
+	require.NoError(t, err)
+	// Note: compareConfig comes within seconds of the start; the minute
+	// is an outer limit for a busy machine.
+	said, _ := h.exec("sh", "-c", `d=$(mktemp -d); timeout 60 /usr/local/bin/k3s server --data-dir "$d" >"$d.log" 2>&1; echo "exit $?"; grep -m 2 -iE 'mismatch|fatal' "$d.log"; rm -rf "$d" "$d.log"`)
+	t.Logf("k3s server with %s's configuration: %s", in, said)
+	assert.NotContains(t, said, "exit 124", "k3s refused at once, not after the minute")
+	assert.NotContains(t, said, "exit 0")
+	assert.Contains(t, said, "critical configuration value mismatch", "k3s refuses the join for the setting the preflight named")
+	m, err := f.Members()
+	require.NoError(t, err)
+	assert.Equal(t, before, m, "no member added")
 }
