@@ -169,6 +169,9 @@ type Member struct {
 	Learner bool   `json:"learner,omitempty"`
 	// ID is the member's ID in hex, as etcdctl prints it.
 	ID string `json:"id,omitempty"`
+	// PeerURLs are the member's peer URLs: a learner that has not started
+	// is known by their host alone.
+	PeerURLs []string `json:"peerURLs,omitempty"`
 }
 
 // EtcdStatus is what a member says of itself: etcd's Maintenance.Status.

@@ -345,10 +345,10 @@ type Bounds struct {
 	Rollback time.Duration `toml:"rollback"`
 	// RemoveFallback: how long k3s is given to remove a rolled-back
 	// candidate's member before a voter's agent is asked to. k3s's member
-	// controller removes a member within seconds when its Node names it;
-	// a learner whose server never started has no name, and k3s removes
-	// it as stalled only 5 to 5.5 minutes after it was added: the default
-	// asks the agent before that.
+	// controller removes a member within seconds when its Node names it.
+	// A learner that never started has no name: k3s's learner manager
+	// removes it only 5 to 5.5 minutes after it was added, so the agent is
+	// asked at once for it, with no wait for k3s.
 	RemoveFallback time.Duration `toml:"remove_fallback"`
 	// RemoveByVoter: how long that agent is given before the swap stops
 	// stuck, for an operator.
@@ -805,9 +805,9 @@ uncordon = "{{d .Bounds.Uncordon}}"
 # The candidate's step-down in a rollback. Past it: go on.
 rollback = "{{d .Bounds.Rollback}}"
 # k3s removing the rolled-back candidate's member (its member controller
-# cannot when the candidate's server never came up, and its learner
-# manager removes that learner only after 5 minutes). Past it: a healthy
-# voter's agent is asked to remove the member with its etcd client.
+# cannot when the candidate's server never came up). Past it: a healthy
+# voter's agent is asked to remove the member with its etcd client; at
+# once for a learner that never started, which no Node names.
 remove_fallback = "{{d .Bounds.RemoveFallback}}"
 # That voter's agent removing it. Past it, or when it fails: the swap stops
 # "stuck", the Lease held, and "fleet-role status" gives the command that

@@ -300,7 +300,7 @@ func (p *prober) sample(ctx context.Context, now time.Time, server, staged bool)
 		names := map[uint64]string{}
 		for _, m := range members {
 			names[m.ID] = m.Name
-			s.Members = append(s.Members, api.Member{Name: m.Name, Learner: m.Learner, ID: strconv.FormatUint(m.ID, 16)})
+			s.Members = append(s.Members, api.Member{Name: m.Name, Learner: m.Learner, ID: strconv.FormatUint(m.ID, 16), PeerURLs: m.PeerURLs})
 		}
 		s.Unreachable = e.unreachable
 		for _, err := range []error{e.membersErr, e.statusErr, e.readErr} {

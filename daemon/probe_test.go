@@ -62,7 +62,8 @@ func TestTheProbeOfAnAgentSamplesTheDiskOnly(t *testing.T) {
 }
 
 func TestTheProbeOfAServerReadsItsEtcd(t *testing.T) {
-	e := &fakeEtcd{members: []etcdclient.Member{{ID: 1, Name: "h1-0a1b2c3d"}, {ID: 2, Name: "h2-0a1b2c3d"}, {ID: 0x8e9e05c52164694d, Name: "s1-0a1b2c3d", Learner: true}}}
+	e := &fakeEtcd{members: []etcdclient.Member{{ID: 1, Name: "h1-0a1b2c3d"}, {ID: 2, Name: "h2-0a1b2c3d"}, {ID: 0x8e9e05c52164694d, Name: "s1-0a1b2c3d", Learner: true},
+		{ID: 0x5, Learner: true, PeerURLs: []string{"https://10.0.0.21:2380"}}}}
 	p := newProber(t.TempDir(), anyDisk(), time.Minute, e)
 	defer p.close()
 	s, members := p.sample(context.Background(), time.Now(), true, false)
@@ -70,8 +71,9 @@ func TestTheProbeOfAServerReadsItsEtcd(t *testing.T) {
 	assert.Equal(t, "h2-0a1b2c3d", s.Member)
 	assert.Equal(t, "h1-0a1b2c3d", s.Leader)
 	assert.Equal(t, 1.0, s.RTTMs)
-	assert.Equal(t, []api.Member{{Name: "h1-0a1b2c3d", ID: "1"}, {Name: "h2-0a1b2c3d", ID: "2"}, {Name: "s1-0a1b2c3d", Learner: true, ID: "8e9e05c52164694d"}}, s.Members, "IDs in hex, as etcdctl prints them")
-	assert.Len(t, members, 3)
+	assert.Equal(t, []api.Member{{Name: "h1-0a1b2c3d", ID: "1"}, {Name: "h2-0a1b2c3d", ID: "2"}, {Name: "s1-0a1b2c3d", Learner: true, ID: "8e9e05c52164694d"},
+		{Learner: true, ID: "5", PeerURLs: []string{"https://10.0.0.21:2380"}}}, s.Members, "IDs in hex, as etcdctl prints them; a learner that never started, with no name, by its peer URL")
+	assert.Len(t, members, 4)
 	assert.Equal(t, &api.EtcdStatus{ID: "2", Leader: "1", RaftIndex: 912, RaftTerm: 3, DBSize: 1 << 20, DBSizeInUse: 1 << 19, Errors: []string{"NOSPACE"}}, s.Etcd,
 		"what the member says of itself")
 }

@@ -3,6 +3,7 @@ package swapplan
 import (
 	"cmp"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -143,8 +144,10 @@ type planner struct {
 	nodes  []Node
 	index  map[string]int
 	voters []*Node
-	// owner maps an etcd member name to its Node.
-	owner map[string]string
+	// owner maps an etcd member name to its Node, byAddress a Node's
+	// address to it.
+	owner     map[string]string
+	byAddress map[string]string
 	// rec is the swap under way, nil when idle.
 	rec *api.SwapRecord
 	// refused are the preflight's refusals of this pass (Plan.Refused).
@@ -158,7 +161,7 @@ func newPlanner(s Snapshot) *planner {
 		nodes = slices.Clone(nodes)
 		slices.SortStableFunc(nodes, byName)
 	}
-	p := &planner{s: s, nodes: nodes, index: make(map[string]int, len(nodes)), owner: map[string]string{}}
+	p := &planner{s: s, nodes: nodes, index: make(map[string]int, len(nodes)), owner: map[string]string{}, byAddress: map[string]string{}}
 	for i := range nodes {
 		n := &nodes[i]
 		p.index[n.Name] = i
@@ -170,6 +173,9 @@ func newPlanner(s Snapshot) *planner {
 		}
 		if n.Probe != nil && n.Probe.Member != "" {
 			p.owner[n.Probe.Member] = n.Name
+		}
+		for _, a := range n.Addresses {
+			p.byAddress[a] = n.Name
 		}
 	}
 	return p
@@ -410,6 +416,26 @@ func (p *planner) memberNode(member string) string {
 	return member
 }
 
+// memberHost maps an etcd member to its Node: by its name (memberNode),
+// and a learner with none, whose member never started, by its peer URL's
+// host among the Nodes' addresses (UnstartedLearner when none has it).
+// k3s gives a member its peer URL at the joining server's node-ip
+// (k3s-io/k3s pkg/etcd/etcd.go, (*ETCD).join: peerURL), its Node's
+// InternalIP.
+func (p *planner) memberHost(m api.Member) string {
+	if m.Name != "" {
+		return p.memberNode(m.Name)
+	}
+	for _, u := range m.PeerURLs {
+		if pu, err := url.Parse(u); err == nil {
+			if n, ok := p.byAddress[pu.Hostname()]; ok {
+				return n
+			}
+		}
+	}
+	return UnstartedLearner
+}
+
 func isHex(s string) bool {
 	for _, c := range s {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
@@ -431,7 +457,7 @@ func (p *planner) listed(n *Node) (members, learners []string) {
 		return nil, nil
 	}
 	for _, m := range n.Probe.Members {
-		name := p.memberNode(m.Name)
+		name := p.memberHost(m)
 		members = append(members, name)
 		if m.Learner {
 			learners = append(learners, name)
@@ -513,7 +539,7 @@ func (p *planner) lists(n *Node, name string, learnerToo bool) bool {
 		return false
 	}
 	for _, m := range n.Probe.Members {
-		if p.memberNode(m.Name) == name && (learnerToo || !m.Learner) {
+		if p.memberHost(m) == name && (learnerToo || !m.Learner) {
 			return true
 		}
 	}

@@ -302,3 +302,48 @@ func TestASwapWhoseNodesAllLostTheirEtcdLabelsWaitsAskingNothing(t *testing.T) {
 		assert.Equal(t, api.ActionNone, plan.Action.Type, plan.Reason)
 	}
 }
+
+// A candidate whose member never started (its peer port dropped): etcd
+// lists its learner with no name, by its peer URL alone, and k3s's member
+// controller, which removes the member its Node names, cannot remove it;
+// k3s's learner manager would only after 5 minutes, every other join
+// meanwhile refused. The rollback knows it as the candidate's by its peer
+// URL's host and asks a voter's agent to remove it by its ID as soon as
+// the candidate stepped down, without remove_fallback's wait for k3s.
+func TestARolledBackCandidatesLearnerThatNeverStartedIsKnownByItsPeerURLAndRemovedByAVoterAtOnceBeforeK3sLearnerStall(t *testing.T) {
+	w := newWorld(t, 3, 1, 0)
+	w.Timing.LearnerStall = 5 * time.Minute
+	w.cfg.Bounds.Join = time.Minute
+	w.Hosts["s1"].NeverStarts = true
+	w.requestSwap("v1", "s1")
+	joining := w.runUntil(200, func(p swapplan.Plan) bool { return p.Step == api.StepJoin && w.Hosts["s1"].Server && len(w.Members) == 4 })
+	t.Logf("joining: %s", joining.Reason)
+	added := w.Hosts["s1"].LearnerSince
+	name := s1Member(w)
+	require.NotEmpty(t, name, "the model keeps the learner's own name; etcd lists it with none")
+	var listed []api.Member
+	for _, m := range w.node("v2").Probe.Members {
+		if m.ID == fleetmodel.MemberID(name) {
+			listed = append(listed, m)
+		}
+	}
+	require.Len(t, listed, 1)
+	assert.Empty(t, listed[0].Name, "etcd lists it with no name")
+
+	asked := w.runUntil(200, acting(api.ActionRemoveByVoter, "v2"))
+	assert.Contains(t, asked.Reason, "k3s cannot remove the member "+fleetmodel.MemberID(name)+" (a learner that never started) of s1")
+	require.NotNil(t, asked.Action.Request)
+	assert.Empty(t, asked.Action.Request.Member)
+	assert.Equal(t, fleetmodel.MemberID(name), asked.Action.Request.MemberID)
+	assert.NoError(t, asked.Action.Request.Validate())
+	assert.Less(t, w.now.Sub(added), w.Timing.LearnerStall, "asked before k3s's learner manager would remove it")
+	for _, p := range w.plans {
+		assert.NotEqual(t, api.StepRemoveCandidate, p.Step, "no wait for k3s, which cannot: %s", p.Reason)
+	}
+
+	res := w.run(100)
+	assert.Equal(t, api.ResultRolledBack, res.Result, res.Reason)
+	assert.Empty(t, s1Member(w))
+	assert.Len(t, w.Members, 3)
+	assert.Less(t, w.now.Sub(added), w.Timing.LearnerStall, "the rollback ended before k3s's learner manager would have removed the learner")
+}

@@ -149,6 +149,10 @@ type Node struct {
 	// MemberAddress is api.AnnotationEtcdNodeAddress: the holds read it
 	// to know an alert about this host's member.
 	MemberAddress string
+	// Addresses are the Node's InternalIP and ExternalIP addresses: a
+	// learner etcd lists without a name (its member never started) is
+	// this host's when its peer URL's host is one of them.
+	Addresses []string
 	EtcdIsVoter   Condition
 	Ready         bool
 	// Heartbeat is the renew time of the kubelet's Lease; HeartbeatSeen

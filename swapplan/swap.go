@@ -476,7 +476,7 @@ func (p *planner) removeMember(in, out *Node) Plan {
 	if in == nil {
 		if m, lister := p.candidateMember(p.rec.In); lister != nil {
 			return p.wait(api.StepRemoveMember, "removal held: %s still lists the member %s of the candidate %s, whose Node was deleted; "+
-				"k3s removes the member of a deleted etcd Node, an operator must remove it if it does not", lister.Name, m.Name, p.rec.In)
+				"k3s removes the member of a deleted etcd Node, an operator must remove it if it does not", lister.Name, memberLabel(m), p.rec.In)
 		}
 	}
 	voting, down := p.voterHealth(remaining, true)
@@ -938,7 +938,7 @@ func (p *planner) candidateMember(in string) (api.Member, *Node) {
 			continue
 		}
 		for _, m := range v.Probe.Members {
-			if m.Name != "" && p.memberNode(m.Name) == in {
+			if p.memberHost(m) == in {
 				return m, v
 			}
 		}
@@ -977,9 +977,15 @@ func (p *planner) removeCandidate(in *Node, m api.Member, lister *Node, original
 		}
 	}
 	if asked == nil {
-		if !p.pastBound(api.StepRemoveCandidate) {
+		// Note: k3s's member controller removes the member its Node names
+		// (node-name, written once the server's apiserver runs); one that
+		// never started has no name, so k3s cannot, and its learner
+		// manager would only 5 minutes after it was added, every other
+		// join meanwhile refused ("too many learner members"): a voter's
+		// agent is asked at once.
+		if m.Name != "" && !p.pastBound(api.StepRemoveCandidate) {
 			return p.wait(api.StepRemoveCandidate, "rolling back: waiting for k3s to remove the member %s of %s (%s lists it); past %s a voter's agent is asked to",
-				m.Name, in.Name, lister.Name, p.bound(api.StepRemoveCandidate))
+				memberLabel(m), in.Name, lister.Name, p.bound(api.StepRemoveCandidate))
 		}
 		var target *Node
 		for _, name := range original {
@@ -1002,8 +1008,12 @@ func (p *planner) removeCandidate(in *Node, m api.Member, lister *Node, original
 		}
 		a := p.request(target, api.ActionRemoveByVoter, api.RequestRemoveMember)
 		a.Request.Member, a.Request.MemberID = m.Name, m.ID
+		if m.Name == "" {
+			return p.act(api.StepRemoveByVoter, a, "rolling back: k3s cannot remove the member %s of %s (it never started, so no Node names it): asking the agent of the voter %s to remove it",
+				memberLabel(m), in.Name, target.Name)
+		}
 		return p.act(api.StepRemoveByVoter, a, "rolling back: k3s did not remove the member %s of %s within %s (its server never came up, so k3s cannot): asking the agent of the voter %s to remove it",
-			m.Name, in.Name, p.bound(api.StepRemoveCandidate), target.Name)
+			memberLabel(m), in.Name, p.bound(api.StepRemoveCandidate), target.Name)
 	}
 	q := asked.Request
 	if rep := asked.answer(id, api.RequestRemoveMember); rep != nil && rep.State != api.StateDone {
@@ -1013,7 +1023,16 @@ func (p *planner) removeCandidate(in *Node, m api.Member, lister *Node, original
 		return p.stick(in, m, asked, fmt.Sprintf("the agent of %s did not remove it within %s", asked.Name, p.bound(api.StepRemoveByVoter)))
 	}
 	return p.wait(api.StepRemoveByVoter, "rolling back: waiting for the agent of %s to remove the member %s of %s (%s lists it)",
-		asked.Name, m.Name, in.Name, lister.Name)
+		asked.Name, memberLabel(m), in.Name, lister.Name)
+}
+
+// memberLabel names a member in a reason: by its name, or, one that
+// never started, by its ID.
+func memberLabel(m api.Member) string {
+	if m.Name != "" {
+		return m.Name
+	}
+	return fmt.Sprintf("%s (a learner that never started)", m.ID)
 }
 
 // stick stops the swap stuck: the phase on the Lease says so, and what
@@ -1024,7 +1043,7 @@ func (p *planner) stick(in *Node, m api.Member, voter *Node, why string) Plan {
 	rec.Stuck = &api.Stuck{Node: in.Name, Member: m.Name, MemberID: m.ID, Voter: voter.Name, Why: why}
 	return Plan{Action: Action{Type: api.ActionStuck, Node: in.Name}, Step: api.StepStuck, Swap: &rec,
 		Reason: fmt.Sprintf("stuck: the member %s of the candidate %s cannot be removed (%s); the Lease stays held until it is gone. Remove it by hand, as root on %s: %s",
-			m.Name, in.Name, why, voter.Name, rec.Stuck.Command())}
+			memberLabel(m), in.Name, why, voter.Name, rec.Stuck.Command())}
 }
 
 // joined says IN has, or had, an etcd member: k3s named one, or a voter lists one.

@@ -90,6 +90,11 @@ func Node(n *corev1.Node) (swapplan.Node, error) {
 		MemberGone:      ann[api.AnnotationMemberGone],
 	}
 	out.Maintenance = Maintenance(n)
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+			out.Addresses = append(out.Addresses, a.Address)
+		}
+	}
 	for _, l := range api.ServerLabels {
 		if v, ok := n.Labels[l]; ok && v != "false" {
 			out.ServerLabels = append(out.ServerLabels, l)

@@ -39,14 +39,16 @@ func voterNode() *corev1.Node {
 				api.AnnotationMemberGone:          "swap-1",
 				api.AnnotationRequest:             `{"swap":"swap-1","action":"step-down","at":"2026-11-30T11:59:00Z"}`,
 				api.AnnotationReport:              `{"swap":"swap-1","action":"finish","state":"done","startedAt":"2026-11-30T11:59:30Z","at":"2026-11-30T11:59:31Z"}`,
-				api.AnnotationProbe:               `{"at":"2026-11-30T11:59:50Z","period":"1m","healthy":true,"member":"v1-0a1b2c3d","members":[{"name":"v1-0a1b2c3d"},{"name":"s1-01234567","learner":true}],"fsyncP99Ms":3.5}`,
+				api.AnnotationProbe:               `{"at":"2026-11-30T11:59:50Z","period":"1m","healthy":true,"member":"v1-0a1b2c3d","members":[{"name":"v1-0a1b2c3d"},{"name":"s1-01234567","learner":true},{"name":"","learner":true,"peerURLs":["https://10.0.0.21:2380"]}],"fsyncP99Ms":3.5}`,
 			},
 		},
 		Spec: corev1.NodeSpec{
 			Unschedulable: true,
 			Taints:        []corev1.Taint{{Key: api.TaintEtcdOnly, Effect: corev1.TaintEffectNoSchedule}},
 		},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "10.0.0.11"}, {Type: corev1.NodeHostName, Address: "v1"}, {Type: corev1.NodeExternalIP, Address: "203.0.113.11"},
+		}, Conditions: []corev1.NodeCondition{
 			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(t0.Add(-time.Minute))},
 			{Type: api.ConditionEtcdIsVoter, Status: corev1.ConditionFalse, Reason: api.ReasonUnhealthy},
 		}},
@@ -77,7 +79,8 @@ func TestNodeReadsEveryNameOfTheContract(t *testing.T) {
 	assert.Equal(t, t0.Add(-30*time.Second), *n.Report.StartedAt)
 	require.NotNil(t, n.Probe)
 	assert.Equal(t, api.Duration(time.Minute), n.Probe.Period)
-	assert.Equal(t, []api.Member{{Name: "v1-0a1b2c3d"}, {Name: "s1-01234567", Learner: true}}, n.Probe.Members)
+	assert.Equal(t, []api.Member{{Name: "v1-0a1b2c3d"}, {Name: "s1-01234567", Learner: true}, {Learner: true, PeerURLs: []string{"https://10.0.0.21:2380"}}}, n.Probe.Members)
+	assert.Equal(t, []string{"10.0.0.11", "203.0.113.11"}, n.Addresses, "its InternalIP and ExternalIP, not its host name")
 }
 
 func TestNodeLeavesOutAMalformedAnnotationAndNamesIt(t *testing.T) {

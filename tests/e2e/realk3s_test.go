@@ -821,9 +821,9 @@ func (f *Fleet) follower(t *testing.T) (leader, follower string) {
 // learner has no Node to name it, so k3s's member controller cannot
 // remove it, and k3s's learner manager removes it only 5 to 5.5 minutes
 // after it was added (pkg/etcd/etcd.go: trackLearnerProgress): the
-// rollback's own removal, a voter's agent asked once remove_fallback
-// (2 minutes) has passed, runs beside that manager. Writes go on through
-// the voters' etcd and apiserver throughout.
+// rollback knows it as in's by its peer URL and asks a voter's agent to
+// remove it once in stepped down, beside that manager and before it.
+// Writes go on through the voters' etcd and apiserver throughout.
 func (f *Fleet) peerPortDroppedRolledBack(t *testing.T, out, in string) {
 	t.Helper()
 	cand := f.Hosts[in]
@@ -863,6 +863,8 @@ func (f *Fleet) peerPortDroppedRolledBack(t *testing.T, out, in string) {
 		}
 	}
 	f.ended(t, res, api.ResultRolledBack)
+	assert.Contains(t, stepNames(res), api.StepRemoveByVoter, "the rollback removed the learner, not k3s's learner manager 5 minutes on")
+	assert.NotContains(t, stepNames(res), api.StepRemoveCandidate, "no wait for k3s, which cannot remove a member no Node names")
 	f.threeVotersNoLearner(t)
 	n := f.Node(in)
 	assert.Equal(t, api.RoleStandby, n.Labels[api.LabelRole])

@@ -37,6 +37,11 @@ type Timing struct {
 	// CatchUp is how long a learner takes to catch up once its server
 	// started: k3s's leader promotes it then.
 	CatchUp time.Duration
+	// LearnerStall is how long k3s's leader lets a learner whose applied
+	// index does not grow stay before it removes it: one that never
+	// started (Host.NeverStarts). k3s: pkg/etcd/etcd.go,
+	// trackLearnerProgress, learnerMaxStallTime (5 minutes). Zero never.
+	LearnerStall time.Duration
 	// NodeGrace is the node lifecycle controller's grace: a Node whose
 	// kubelet stopped renewing stays Ready until that long after its
 	// last heartbeat, then turns Unknown (not Ready). Kubernetes:
@@ -123,6 +128,10 @@ type Host struct {
 	KubeletDead    bool
 	// NeverJoin: its member stays a learner.
 	NeverJoin bool
+	// NeverStarts: its server's member is added as a learner but never
+	// starts (as with its peer port dropped): etcd lists it with no name,
+	// by its peer URL alone, and it never catches up.
+	NeverStarts bool
 	// NeverReady: its server runs but its apiserver never comes up, so
 	// k3s writes none of its Node's etcd labels and annotations.
 	NeverReady bool
@@ -148,7 +157,7 @@ func New(t Timing) *Fleet {
 // agent write the rest at the first reaction.
 func (f *Fleet) Add(name, role string, since time.Time) swapplan.Node {
 	h := &Host{Agent: true, RoleFile: "agent", AgentStart: since, FsyncMs: 2, K3sConfig: ModelK3sConfig()}
-	n := swapplan.Node{Name: name, Role: role}
+	n := swapplan.Node{Name: name, Role: role, Addresses: []string{Address(name)}}
 	switch role {
 	case api.RoleVoter:
 		h.Server, h.Agent, h.RoleFile, h.ServerStart, h.AgentStart = true, false, "server", since, time.Time{}
@@ -183,6 +192,15 @@ func memberName(node string, incarnation int) string {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%s/%d", node, incarnation)
 	return fmt.Sprintf("%s-%08x", node, h.Sum32())
+}
+
+// Address is the host's address: its Node's InternalIP, the host of its
+// member's peer URL.
+func Address(node string) string {
+	h := fnv.New32a()
+	fmt.Fprint(h, node)
+	v := h.Sum32()
+	return fmt.Sprintf("10.%d.%d.%d", v>>16&0xff, v>>8&0xff, v&0xff)
 }
 
 // MemberID is a member's ID in hex, as etcdctl prints it.
@@ -306,7 +324,11 @@ func (f *Fleet) agent(now time.Time, n *swapplan.Node, h *Host) {
 func (f *Fleet) removeByVoter(now time.Time, h *Host, q *api.Request) api.Report {
 	at := q.At
 	r := api.Report{Swap: q.Swap, Action: q.Action, State: api.StateDone, RequestAt: &at}
-	i := slices.IndexFunc(f.Members, func(m Member) bool { return m.Name == q.Member && MemberID(m.Name) == q.MemberID })
+	// As the agent's etcdclient.RemoveMember: by its ID where given, the
+	// name too where given (a learner that never started has none).
+	i := slices.IndexFunc(f.Members, func(m Member) bool {
+		return MemberID(m.Name) == q.MemberID && (q.Member == "" || m.Name == q.Member)
+	})
 	if i < 0 {
 		return r
 	}
@@ -334,10 +356,14 @@ func (f *Fleet) serving(h *Host) bool {
 func (f *Fleet) k3s(now time.Time, nodes []swapplan.Node) {
 	for i := range f.Members {
 		m := &f.Members[i]
-		if h := f.Hosts[m.Node]; m.Learner && h != nil && h.Server && !h.NeverJoin && now.Sub(h.LearnerSince) >= f.Timing.CatchUp {
+		if h := f.Hosts[m.Node]; m.Learner && h != nil && h.Server && !h.NeverJoin && !h.NeverStarts && now.Sub(h.LearnerSince) >= f.Timing.CatchUp {
 			m.Learner = false
 		}
 	}
+	f.Members = slices.DeleteFunc(f.Members, func(m Member) bool {
+		h := f.Hosts[m.Node]
+		return f.Timing.LearnerStall > 0 && m.Learner && h != nil && h.NeverStarts && now.Sub(h.LearnerSince) > f.Timing.LearnerStall
+	})
 	for i := range nodes {
 		n := &nodes[i]
 		h := f.Hosts[n.Name]
@@ -443,7 +469,11 @@ func (f *Fleet) probe(now time.Time, n *swapplan.Node, h *Host) {
 	if h.Server {
 		p.Member = h.Member
 		for _, m := range f.Members {
-			p.Members = append(p.Members, api.Member{Name: m.Name, Learner: m.Learner, ID: MemberID(m.Name)})
+			listed := api.Member{Name: m.Name, Learner: m.Learner, ID: MemberID(m.Name), PeerURLs: []string{"https://" + Address(m.Node) + ":2380"}}
+			if o := f.Hosts[m.Node]; o != nil && o.NeverStarts && m.Learner {
+				listed.Name = ""
+			}
+			p.Members = append(p.Members, listed)
 			// As the agent's etcdclient.Unanswering: each other member
 			// asked on its client URL; one whose host is frozen, or whose
 			// server is stopped, does not answer.
