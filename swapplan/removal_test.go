@@ -316,7 +316,9 @@ func TestARolledBackCandidatesLearnerThatNeverStartedIsKnownByItsPeerURLAndRemov
 	w.cfg.Bounds.Join = time.Minute
 	w.Hosts["s1"].NeverStarts = true
 	w.requestSwap("v1", "s1")
-	joining := w.runUntil(200, func(p swapplan.Plan) bool { return p.Step == api.StepJoin && w.Hosts["s1"].Server && len(w.Members) == 4 })
+	joining := w.runUntil(200, func(p swapplan.Plan) bool {
+		return p.Step == api.StepJoin && w.Hosts["s1"].Server && len(w.Members) == 4
+	})
 	t.Logf("joining: %s", joining.Reason)
 	added := w.Hosts["s1"].LearnerSince
 	name := s1Member(w)

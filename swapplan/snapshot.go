@@ -152,9 +152,9 @@ type Node struct {
 	// Addresses are the Node's InternalIP and ExternalIP addresses: a
 	// learner etcd lists without a name (its member never started) is
 	// this host's when its peer URL's host is one of them.
-	Addresses []string
-	EtcdIsVoter   Condition
-	Ready         bool
+	Addresses   []string
+	EtcdIsVoter Condition
+	Ready       bool
 	// Heartbeat is the renew time of the kubelet's Lease; HeartbeatSeen
 	// when the controller saw it renewed, on its own clock (zero when it
 	// cannot tell).
