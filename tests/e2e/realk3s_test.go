@@ -749,7 +749,7 @@ func (f *Fleet) deadVoterReplaced(t *testing.T, out string) {
 	t.Logf("%s finished its demotion %s after its host started again", out, time.Since(back).Round(time.Second))
 	// What real k3s did at boot with its removed member, and the agent.
 	db, _ := h.exec("ls", "-a", hostDataDir+"/server/db", hostDataDir+"/server/db/etcd")
-	k3s, _ := h.exec("sh", "-c", "journalctl -b -u k3s.service --no-pager -o cat | grep -iE 'removed|tombstone|stopped|member|learner|fatal' | tail -n 12")
+	k3s, _ := h.exec("sh", "-c", "journalctl -b -u k3s.service --no-pager -o cat | grep -iE 'permanently removed|tombstone|etcd server stopped|ErrMemberRemoved|level=(error|fatal)|\"level\":\"(error|fatal)\"' | cut -c1-300 | tail -n 8")
 	agent, _ := h.exec("sh", "-c", "journalctl -b -u fleet-role-agent.service --no-pager -o cat | tail -n 12")
 	t.Logf("%s this boot: its datastore %q; k3s said %q; its agent said %q", out, db, k3s, agent)
 	assert.Empty(t, f.Status().Unfinished)
