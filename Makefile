@@ -87,8 +87,8 @@ manifests: helm ## render the chart into bin/fleet-role.yaml for kubectl apply -
 # everything else, from the start: it is the longest path. Its hosts leave
 # about a third of the machine idle, and real k3s runs at its own 5 s
 # election timeout with the probe's limits raised for a shared disk. The
-# other end-to-end scenarios (the double's fleets, whose etcd elects in
-# 1 s and whose write oracles hold every write to that) run after the
+# other end-to-end scenarios (the double's fleets, whose etcd elects at
+# k3s's 5 s and whose write oracles hold every write to that) run after the
 # first part, beside the real tier's scenarios before its slowed disks.
 # Those, which measure the stalls one slow host causes its peers, wait
 # until everything beside them has finished (FLEET_ROLE_E2E_ALONE_AFTER,
