@@ -1000,10 +1000,14 @@ func (f *Fleet) preflightRefusesAMismatch(t *testing.T, out, in string) {
 	require.NoError(t, err)
 	// Note: compareConfig comes within seconds of the start; the minute
 	// is an outer limit for a busy machine.
-	said, _ := h.exec("sh", "-c", `d=$(mktemp -d); timeout 60 /usr/local/bin/k3s server --data-dir "$d" >"$d.log" 2>&1; echo "exit $?"; grep -m 2 -iE 'mismatch|fatal' "$d.log"; rm -rf "$d" "$d.log"`)
+	said, _ := h.exec("sh", "-c", `d=$(mktemp -d); timeout 60 /usr/local/bin/k3s server --data-dir "$d" >"$d.log" 2>&1; echo "exit $?"; grep -iE 'mismatch|level=fatal' "$d.log" | tail -n 3; rm -rf "$d" "$d.log"`)
 	t.Logf("k3s server with %s's configuration: %s", in, said)
 	assert.NotContains(t, said, "exit 124", "k3s refused at once, not after the minute")
 	assert.NotContains(t, said, "exit 0")
+	// Note: k3s v1.36.3 warns of each field that differs ("critical
+	// configuration mismatched: ClusterIPRanges...") and then exits on the
+	// error compareConfig returns.
+	assert.Contains(t, said, "critical configuration mismatched: ClusterIPRange", "k3s names the cluster-cidr's field")
 	assert.Contains(t, said, "critical configuration value mismatch", "k3s refuses the join for the setting the preflight named")
 	m, err := f.Members()
 	require.NoError(t, err)
