@@ -96,9 +96,25 @@ func (h *Host) Exec(args ...string) string {
 // containers' cgroups under the host's (systemd's cgroup driver, the
 // host's systemd below the host container's cgroup), so they freeze with
 // it.
+//
+// Note: runc's cgroup v1 freezer gives up, thawing the cgroup, when a
+// process of it does not freeze in time (one in the middle of disk I/O:
+// "OCI runtime pause failed: unable to freeze"), which the machine's disk
+// under another suite's load gave once; the pause is asked again then,
+// up to five times, as the fault it injects is the hang, not its moment.
 func (h *Host) Pause() {
 	h.f.t.Helper()
-	testhost.Docker(h.f.t, "pause", h.Container)
+	for try := 1; ; try++ {
+		out, err := exec.Command("docker", "pause", h.Container).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if try == 5 || !strings.Contains(string(out), "unable to freeze") {
+			h.f.t.Fatalf("docker pause %s: %v: %s", h.Container, err, out)
+		}
+		h.f.logf("%s: docker pause, try %d: %s; again", h.Name, try, strings.TrimSpace(string(out)))
+		time.Sleep(2 * time.Second)
+	}
 }
 
 // Unpause thaws it.
