@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleet-role/fleet-role/api"
+	"github.com/fleet-role/fleet-role/controller/adapt"
 	"github.com/fleet-role/fleet-role/swapplan"
 )
 
@@ -156,4 +157,22 @@ func TestANodeWhoseWriteFailedIsReadBackBeforeAPassPlansSoAWriteThatLandedIsNotM
 	assert.True(t, snap.Nodes[0].Request.At.Equal(execNow))
 	assert.True(t, c.settle(context.Background()))
 	assert.Equal(t, 2, reads, "a Node read back is settled")
+}
+
+// The cache's slim copy of a Node keeps what the planner reads of it: its
+// InternalIP and ExternalIP among the rest, by which a learner that never
+// started is known as its host's.
+func TestTheSlimNodeKeepsTheInternalAndExternalAddressesThePlannerKnowsAnUnstartedLearnerBy(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "s1", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "10.0.0.21"}, {Type: corev1.NodeHostName, Address: "s1"}, {Type: corev1.NodeExternalIP, Address: "203.0.113.21"},
+		}, Images: []corev1.ContainerImage{{Names: []string{"fleet-role:1"}}}}}
+	obj, err := slimNode(n)
+	require.NoError(t, err)
+	slim := obj.(*corev1.Node)
+	assert.Empty(t, slim.ManagedFields)
+	assert.Empty(t, slim.Status.Images)
+	got, err := adapt.Node(slim)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"10.0.0.21", "203.0.113.21"}, got.Addresses)
 }
