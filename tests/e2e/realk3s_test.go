@@ -983,10 +983,10 @@ func (f *Fleet) preflightRefusesAMismatch(t *testing.T, out, in string) {
 	f.Wait(time.Minute, in+"'s probe gives the cluster-cidr staged", staged(cidr))
 
 	why := fmt.Sprintf("%s's staged cluster-cidr %s differs from the voters' 10.42.0.0/16: k3s would refuse its join", in, cidr)
-	stdout, stderr, code := f.CLI("swap", "--dry-run", out, in)
+	stdout, stderr, _ := f.CLI("swap", "--dry-run", out, in)
 	t.Logf("fleet-role swap --dry-run %s %s: %s%s", out, in, stdout, stderr)
 	assert.Contains(t, stdout+stderr, why)
-	_, stderr, code = f.CLI("swap", out, in)
+	_, stderr, code := f.CLI("swap", out, in)
 	assert.NotEqual(t, 0, code, "fleet-role swap refused")
 	assert.Contains(t, stderr, why)
 	st := f.Status()
