@@ -196,11 +196,11 @@ func slimNode(obj any) (any, error) {
 			out.Status.Conditions = append(out.Status.Conditions, cd)
 		}
 	}
-	// Note: the addresses name a learner that never started, which etcd
+	// Note: the InternalIPs name a learner that never started, which etcd
 	// lists by its peer URL alone (swapplan.Node.Addresses); the real-k3s
 	// tier found them dropped here, the rollback then waiting for k3s.
 	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+		if a.Type == corev1.NodeInternalIP {
 			out.Status.Addresses = append(out.Status.Addresses, a)
 		}
 	}

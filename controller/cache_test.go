@@ -160,9 +160,9 @@ func TestANodeWhoseWriteFailedIsReadBackBeforeAPassPlansSoAWriteThatLandedIsNotM
 }
 
 // The cache's slim copy of a Node keeps what the planner reads of it: its
-// InternalIP and ExternalIP among the rest, by which a learner that never
-// started is known as its host's.
-func TestTheSlimNodeKeepsTheInternalAndExternalAddressesThePlannerKnowsAnUnstartedLearnerBy(t *testing.T) {
+// InternalIP among the rest, by which a learner that never started is
+// known as its host's.
+func TestTheSlimNodeKeepsTheInternalIPThePlannerKnowsAnUnstartedLearnerBy(t *testing.T) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "s1", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
 			{Type: corev1.NodeInternalIP, Address: "10.0.0.21"}, {Type: corev1.NodeHostName, Address: "s1"}, {Type: corev1.NodeExternalIP, Address: "203.0.113.21"},
@@ -174,5 +174,5 @@ func TestTheSlimNodeKeepsTheInternalAndExternalAddressesThePlannerKnowsAnUnstart
 	assert.Empty(t, slim.Status.Images)
 	got, err := adapt.Node(slim)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"10.0.0.21", "203.0.113.21"}, got.Addresses)
+	assert.Equal(t, []string{"10.0.0.21"}, got.Addresses)
 }

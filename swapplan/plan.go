@@ -421,7 +421,7 @@ func (p *planner) memberNode(member string) string {
 // host among the Nodes' addresses (UnstartedLearner when none has it).
 // k3s gives a member its peer URL at the joining server's node-ip
 // (k3s-io/k3s pkg/etcd/etcd.go, (*ETCD).join: peerURL), its Node's
-// InternalIP.
+// InternalIP (Node.Addresses).
 func (p *planner) memberHost(m api.Member) string {
 	if m.Name != "" {
 		return p.memberNode(m.Name)

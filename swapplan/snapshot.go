@@ -149,9 +149,11 @@ type Node struct {
 	// MemberAddress is api.AnnotationEtcdNodeAddress: the holds read it
 	// to know an alert about this host's member.
 	MemberAddress string
-	// Addresses are the Node's InternalIP and ExternalIP addresses: a
-	// learner etcd lists without a name (its member never started) is
-	// this host's when its peer URL's host is one of them.
+	// Addresses are the Node's InternalIP addresses: a learner etcd lists
+	// without a name (its member never started) is this host's when its
+	// peer URL's host is one of them. k3s advertises a member's peer URL
+	// at its node-ip, the InternalIP; an ExternalIP, which hosts behind
+	// one NAT may share, names no member.
 	Addresses   []string
 	EtcdIsVoter Condition
 	Ready       bool

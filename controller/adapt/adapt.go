@@ -91,7 +91,7 @@ func Node(n *corev1.Node) (swapplan.Node, error) {
 	}
 	out.Maintenance = Maintenance(n)
 	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+		if a.Type == corev1.NodeInternalIP {
 			out.Addresses = append(out.Addresses, a.Address)
 		}
 	}

@@ -80,7 +80,7 @@ func TestNodeReadsEveryNameOfTheContract(t *testing.T) {
 	require.NotNil(t, n.Probe)
 	assert.Equal(t, api.Duration(time.Minute), n.Probe.Period)
 	assert.Equal(t, []api.Member{{Name: "v1-0a1b2c3d"}, {Name: "s1-01234567", Learner: true}, {Learner: true, PeerURLs: []string{"https://10.0.0.21:2380"}}}, n.Probe.Members)
-	assert.Equal(t, []string{"10.0.0.11", "203.0.113.11"}, n.Addresses, "its InternalIP and ExternalIP, not its host name")
+	assert.Equal(t, []string{"10.0.0.11"}, n.Addresses, "its InternalIP, neither its ExternalIP nor its host name")
 }
 
 func TestNodeLeavesOutAMalformedAnnotationAndNamesIt(t *testing.T) {
