@@ -527,11 +527,7 @@ func TestOnRealK3s(t *testing.T) {
 	// Before the slowed disks, which wait for the suites beside this tier
 	// to finish: these five fill that wait.
 	ok = t.Run("AStandbyStagedWithAnotherClusterCIDRIsRefusedBeforeAnythingIsCordonedAsRealK3sRefusesItsJoin", func(t *testing.T) {
-		// Note: the 10-minute waits are outer limits, as above.
-		in := d.hostWithRole(api.RoleStandby)
-		d.WaitFit(10 * time.Minute)
-		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })
-		_, out := d.follower(t)
+		in, _, out := d.eligibleStandbyAndFollower(t)
 		took(in + " eligible")
 		d.preflightRefusesAMismatch(t, out, in)
 		took("the preflight's refusal of " + in)
@@ -541,11 +537,7 @@ func TestOnRealK3s(t *testing.T) {
 	}
 
 	ok = t.Run("TheCandidatesPeerPortDroppedRollsTheSwapBackBesideK3sLearnerManagerLeavingNothingBehindAndLosingNoWrite", func(t *testing.T) {
-		// Note: the 10-minute waits are outer limits, as above.
-		in := d.hostWithRole(api.RoleStandby)
-		d.WaitFit(10 * time.Minute)
-		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })
-		_, out := d.follower(t)
+		in, _, out := d.eligibleStandbyAndFollower(t)
 		took(in + " eligible")
 		d.peerPortDroppedRolledBack(t, out, in)
 		took("the rollback of " + in + ", its peer port dropped")
@@ -555,11 +547,7 @@ func TestOnRealK3s(t *testing.T) {
 	}
 
 	ok = t.Run("ACandidateRebootedMidPromotionComesBackAsItsRoleSaysWithNeverAMemberBeyondTheVotersAndItsOwn", func(t *testing.T) {
-		// Note: the 10-minute waits are outer limits, as above.
-		in := d.hostWithRole(api.RoleStandby)
-		d.WaitFit(10 * time.Minute)
-		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })
-		_, out := d.follower(t)
+		in, _, out := d.eligibleStandbyAndFollower(t)
 		took(in + " eligible")
 		d.rebootedMidPromotion(t, out, in)
 		took("the reboot of " + in + " mid-promotion")
@@ -569,11 +557,7 @@ func TestOnRealK3s(t *testing.T) {
 	}
 
 	ok = t.Run("ADeadVotersHostStoppedForGoodIsReplacedWithTheDryRunOffLosingNoWriteAndBackFinishesItsDemotionAsNoMember", func(t *testing.T) {
-		// Note: the 10-minute wait is an outer limit, as above.
-		in := d.hostWithRole(api.RoleStandby)
-		d.WaitFit(10 * time.Minute)
-		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })
-		leader, out := d.follower(t)
+		in, leader, out := d.eligibleStandbyAndFollower(t)
 		t.Logf("%s leads etcd; %s, a follower, is stopped for good", leader, out)
 		took(in + " eligible")
 		d.deadVoterReplaced(t, out)
@@ -598,11 +582,7 @@ func TestOnRealK3s(t *testing.T) {
 	// swap by hand follows. On k3s each server's apiserver uses its own
 	// member alone, so the slowed voter slows the API too.
 	ok = t.Run("AFollowerWhoseDiskTurnsSlowIsJudgedUnfitReportedInTheDryRunAndSwappedOnItsOwnOnceThePlaybookTurnsTheDryRunOff", func(t *testing.T) {
-		// Note: the 10-minute waits are outer limits, as above.
-		in := d.hostWithRole(api.RoleStandby)
-		d.WaitFit(10 * time.Minute)
-		d.Wait(10*time.Minute, in+" is eligible", func() error { return d.Eligible(in) })
-		leader, out := d.follower(t)
+		in, leader, out := d.eligibleStandbyAndFollower(t)
 		t.Logf("%s leads etcd; %s, a follower, is slowed", leader, out)
 		took(in + " eligible")
 		d.slowVoterSwapped(t, out, in, true)
@@ -1012,4 +992,18 @@ func (f *Fleet) preflightRefusesAMismatch(t *testing.T, out, in string) {
 	m, err := f.Members()
 	require.NoError(t, err)
 	assert.Equal(t, before, m, "no member added")
+}
+
+// eligibleStandbyAndFollower waits until every voter and standby is fit
+// and the fleet's standby is eligible, and returns the standby, etcd's
+// leader and the first voter that does not lead. Note: the 10-minute
+// waits are outer limits: a standby was eligible 45 s-1m04s after the
+// swap before.
+func (f *Fleet) eligibleStandbyAndFollower(t *testing.T) (standby, leader, follower string) {
+	t.Helper()
+	standby = f.hostWithRole(api.RoleStandby)
+	f.WaitFit(10 * time.Minute)
+	f.Wait(10*time.Minute, standby+" is eligible", func() error { return f.Eligible(standby) })
+	leader, follower = f.follower(t)
+	return standby, leader, follower
 }
