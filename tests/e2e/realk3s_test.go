@@ -526,34 +526,27 @@ func TestOnRealK3s(t *testing.T) {
 
 	// Before the slowed disks, which wait for the suites beside this tier
 	// to finish: these five fill that wait.
-	ok = t.Run("AStandbyStagedWithAnotherClusterCIDRIsRefusedBeforeAnythingIsCordonedAsRealK3sRefusesItsJoin", func(t *testing.T) {
-		in, _, out := d.eligibleStandbyAndFollower(t)
-		took(in + " eligible")
-		d.preflightRefusesAMismatch(t, out, in)
-		took("the preflight's refusal of " + in)
-	})
-	if !ok {
-		return
-	}
-
-	ok = t.Run("TheCandidatesPeerPortDroppedRollsTheSwapBackBesideK3sLearnerManagerLeavingNothingBehindAndLosingNoWrite", func(t *testing.T) {
-		in, _, out := d.eligibleStandbyAndFollower(t)
-		took(in + " eligible")
-		d.peerPortDroppedRolledBack(t, out, in)
-		took("the rollback of " + in + ", its peer port dropped")
-	})
-	if !ok {
-		return
-	}
-
-	ok = t.Run("ACandidateRebootedMidPromotionComesBackAsItsRoleSaysWithNeverAMemberBeyondTheVotersAndItsOwn", func(t *testing.T) {
-		in, _, out := d.eligibleStandbyAndFollower(t)
-		took(in + " eligible")
-		d.rebootedMidPromotion(t, out, in)
-		took("the reboot of " + in + " mid-promotion")
-	})
-	if !ok {
-		return
+	// Each swaps the fleet's standby in for a follower: out, in.
+	for _, sc := range []struct {
+		name, what string
+		run        func(t *testing.T, out, in string)
+	}{
+		{"AStandbyStagedWithAnotherClusterCIDRIsRefusedBeforeAnythingIsCordonedAsRealK3sRefusesItsJoin",
+			"the preflight's refusal of", d.preflightRefusesAMismatch},
+		{"TheCandidatesPeerPortDroppedRollsTheSwapBackBesideK3sLearnerManagerLeavingNothingBehindAndLosingNoWrite",
+			"the rollback, its peer port dropped, of", d.peerPortDroppedRolledBack},
+		{"ACandidateRebootedMidPromotionComesBackAsItsRoleSaysWithNeverAMemberBeyondTheVotersAndItsOwn",
+			"the reboot mid-promotion of", d.rebootedMidPromotion},
+	} {
+		ok = t.Run(sc.name, func(t *testing.T) {
+			in, _, out := d.eligibleStandbyAndFollower(t)
+			took(in + " eligible")
+			sc.run(t, out, in)
+			took(sc.what + " " + in)
+		})
+		if !ok {
+			return
+		}
 	}
 
 	ok = t.Run("ADeadVotersHostStoppedForGoodIsReplacedWithTheDryRunOffLosingNoWriteAndBackFinishesItsDemotionAsNoMember", func(t *testing.T) {
