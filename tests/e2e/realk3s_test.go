@@ -765,6 +765,8 @@ func (f *Fleet) rebootedAfterDemotion(t *testing.T, h *Host) {
 		}
 		time.Sleep(time.Second)
 	}
+	// Note: an outer limit: real k3s's kubelet posts Ready within seconds
+	// of its start; the rest is slack for a busy machine.
 	f.WaitReady(h.Name, corev1.ConditionTrue, 2*time.Minute)
 	active, enabled = h.Unit("k3s-agent.service")
 	assert.Equal(t, "active", active, "%s's k3s-agent.service runs", h.Name)
@@ -851,6 +853,9 @@ func (f *Fleet) peerPortDroppedRolledBack(t *testing.T, out, in string) {
 	writesAcross(t, f, apiCount, 1)
 
 	cand.RestorePeerPort()
+	// Note: outer limits: the agent's next probe period (2 s) and a unit
+	// stop and start for the server's stop, and the standby's fit window
+	// (eligible 37-44 s after a swap in the runs) for its eligibility.
 	f.Wait(2*time.Minute, in+"'s server stopped and its agent running", func() error {
 		if active, enabled := cand.Unit("k3s.service"); active != "inactive" && active != "failed" || enabled != "disabled" {
 			return fmt.Errorf("k3s.service is %s and %s", active, enabled)
@@ -950,6 +955,7 @@ func (f *Fleet) preflightRefusesAMismatch(t *testing.T, out, in string) {
 	}
 	defer func() {
 		_, _ = h.exec("rm", "-f", mismatchDropIn)
+		// Note: an outer limit: the agent's next probe (2 s) publishes it.
 		f.Wait(time.Minute, in+"'s probe gives the voters' cluster-cidr again", staged("10.42.0.0/16"))
 	}()
 	// Note: an outer limit: the agent's next probe (2 s) publishes it.
