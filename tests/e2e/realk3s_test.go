@@ -683,7 +683,7 @@ func (f *Fleet) deadVoterReplaced(t *testing.T, out string) {
 	count, apiCount := writes.Count(), apiWrites.Count()
 	writes.Stop()
 	apiWrites.Stop()
-	steps := stepNames(res)
+	steps := publishedSteps(res)
 	t.Logf("%s out, %s in: %s: %s; steps %v; writes to etcd: %s; to the API: %s", out, res.In, res.Result, res.Reason, steps, count, apiCount)
 	require.Equal(t, api.ResultCompleted, res.Result, res.Reason)
 	assert.Equal(t, out, res.Out)
@@ -830,7 +830,7 @@ func (f *Fleet) peerPortDroppedRolledBack(t *testing.T, out, in string) {
 	count, apiCount := writes.Count(), apiWrites.Count()
 	writes.Stop()
 	apiWrites.Stop()
-	t.Logf("%s out, %s in: %s: %s; steps %v; writes to etcd: %s; to the API: %s", out, in, res.Result, res.Reason, stepNames(res), count, apiCount)
+	t.Logf("%s out, %s in: %s: %s; steps %v; writes to etcd: %s; to the API: %s", out, in, res.Result, res.Reason, publishedSteps(res), count, apiCount)
 	for _, s := range f.servers() {
 		if f.Node(s.Name).Labels[api.LabelRole] == api.RoleVoter {
 			said, _ := s.exec("sh", "-c", "journalctl -u k3s.service --no-pager | grep -E 'Removed learner|stalled at RaftAppliedIndex' | tail -n 3")
@@ -838,8 +838,8 @@ func (f *Fleet) peerPortDroppedRolledBack(t *testing.T, out, in string) {
 		}
 	}
 	f.ended(t, res, api.ResultRolledBack)
-	assert.Contains(t, stepNames(res), api.StepRemoveByVoter, "the rollback removed the learner, not k3s's learner manager 5 minutes on")
-	assert.NotContains(t, stepNames(res), api.StepRemoveCandidate, "no wait for k3s, which cannot remove a member no Node names")
+	assert.Contains(t, publishedSteps(res), api.StepRemoveByVoter, "the rollback removed the learner, not k3s's learner manager 5 minutes on")
+	assert.NotContains(t, publishedSteps(res), api.StepRemoveCandidate, "no wait for k3s, which cannot remove a member no Node names")
 	f.threeVotersNoLearner(t)
 	n := f.Node(in)
 	assert.Equal(t, api.RoleStandby, n.Labels[api.LabelRole])
@@ -866,15 +866,6 @@ func (f *Fleet) peerPortDroppedRolledBack(t *testing.T, out, in string) {
 		return nil
 	})
 	f.Wait(10*time.Minute, in+" is eligible again", func() error { return f.Eligible(in) })
-}
-
-// stepNames are the steps a swap went through, in order.
-func stepNames(res *api.SwapResult) []string {
-	var steps []string
-	for _, s := range res.Steps {
-		steps = append(steps, s.Step)
-	}
-	return steps
 }
 
 // rebootedMidPromotion swaps out for in by hand and reboots in once the
@@ -904,7 +895,7 @@ func (f *Fleet) rebootedMidPromotion(t *testing.T, out, in string) {
 	// Note: an outer limit, as the other swaps'.
 	res := f.waitEnd(t, prev, 20*time.Minute)
 	w.Stop()
-	t.Logf("%s out, %s in, rebooted mid-promotion: %s: %s; steps %v; members: %s", out, in, res.Result, res.Reason, stepNames(res), w)
+	t.Logf("%s out, %s in, rebooted mid-promotion: %s: %s; steps %v; members: %s", out, in, res.Result, res.Reason, publishedSteps(res), w)
 	require.Contains(t, []string{api.ResultCompleted, api.ResultRolledBack}, res.Result, res.Reason)
 	assert.LessOrEqual(t, len(w.Most()), 4, "never a member beyond the three voters' and the candidate's: %s", w)
 	server, agent := "k3s.service", "k3s-agent.service"
